@@ -1,0 +1,42 @@
+# Two commands: `make run` and `make test`. Both bootstrap .venv when it is missing or stale.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.repdiag-installed
+# The torch pair that installs from this machine's local wheels; any recent pair works elsewhere.
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+CORES ?= all
+SNAKEMAKE_ARGS ?=
+
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: run test setup lint format clean-results
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_PINS)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: setup
+	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml $(SNAKEMAKE_ARGS)
+
+lint: setup
+	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks
+	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/snakemake --lint --cores 1 --configfile config.yaml
+
+test: setup lint
+	$(BIN)/python -m pytest -q
+
+format: setup
+	$(BIN)/ruff check --fix repdiag workflow_scripts tests benchmarks
+	$(BIN)/ruff format repdiag workflow_scripts tests benchmarks
+	$(BIN)/snakefmt Snakefile rules
+
+clean-results:
+	rm -rf results .snakemake/incomplete

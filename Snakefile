@@ -1,0 +1,27 @@
+# repdiag: the workflow. Stages live in rules/*.smk; logic lives in the repdiag package.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "schemas/config.schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/datasets.smk"
+include: "rules/zoo.smk"
+include: "rules/embeddings.smk"
+include: "rules/jacobians.smk"
+include: "rules/metrics.smk"
+include: "rules/stats.smk"
+include: "rules/identifiability.smk"
+include: "rules/alignment.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        ALL_TARGETS,

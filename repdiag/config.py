@@ -1,0 +1,51 @@
+"""Config validation outside Snakemake and semantic checks the JSON schema cannot express."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repdiag.errors import ConfigError
+
+SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
+
+# Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements).
+# Each is "module:function" taking the whole config and raising ConfigError naming the key.
+SEMANTIC_CHECKS: tuple[str, ...] = ()
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Run the semantic checks; call after JSON-schema validation (the Snakefile does both)."""
+    for target in SEMANTIC_CHECKS:
+        module_name, func_name = target.split(":")
+        getattr(importlib.import_module(module_name), func_name)(config)
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config and validate it with the workflow's own schema and checks."""
+    from snakemake.utils import validate
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        validate(config, str(SCHEMA))
+    except Exception as err:
+        raise ConfigError(f"{path}: {err}") from err
+    check_config(config)
+    return config
+
+
+def section(config: Mapping[str, Any], *keys: str) -> Any:
+    """``config[k1][k2]...`` with an error naming the dotted key when one is missing."""
+    node: Any = config
+    for depth, key in enumerate(keys):
+        if not isinstance(node, Mapping) or key not in node:
+            raise ConfigError(f"config key {'.'.join(keys[: depth + 1])!r} is missing")
+        node = node[key]
+    return node

@@ -1,0 +1,52 @@
+"""Shared fixtures. The workflow fixture runs Snakemake once per session on config/test.yaml."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "schemas", "config", "config.yaml", "envs", "profiles")
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def copy_workflow(dest: Path) -> Path:
+    """Copy the workflow (not results, not the venv) into ``dest`` and return it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in WORKFLOW_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part)
+        elif src.exists():
+            shutil.copy2(src, dest / part)
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """Run the venv's snakemake in ``workdir`` on config/test.yaml; output captured as text."""
+    exe = Path(sys.executable).with_name("snakemake")
+    cmd = [str(exe), "--cores", "2", "--configfile", "config/test.yaml", *args]
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        logs = "\n".join(
+            f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((workdir / "logs").rglob("*.log"))
+        ) if (workdir / "logs").exists() else ""
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode})\n{proc.stdout[-5000:]}\n{proc.stderr[-8000:]}\n{logs[-12000:]}"
+        )
+    return proc
+
+
+@pytest.fixture(scope="session")
+def workflow_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete run of the workflow on config/test.yaml in a temporary copy (shared, read-only)."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    snakemake(workdir)
+    return workdir
