@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +17,41 @@ SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yam
 # Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements).
 # Each is "module:function" taking the whole config and raising ConfigError naming the key.
 SEMANTIC_CHECKS: tuple[str, ...] = ()
+
+
+def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:
+    """Follow a relative-file ``$ref`` (the only kind our schemas use)."""
+    while "$ref" in schema:
+        target = (base / schema["$ref"]).resolve()
+        schema, base = yaml.safe_load(target.read_text()), target.parent
+    return schema, base
+
+
+def fill_defaults(config: Any, schema: Mapping[str, Any] | None = None, base: Path | None = None) -> Any:
+    """Set every schema ``default`` missing from ``config``, following ``$ref`` into section files.
+
+    ``snakemake.utils.validate`` fills defaults only in the top-level schema file; this completes
+    the job for the per-stage schema files so that stages can rely on every key being present.
+    """
+    if schema is None:
+        schema, base = yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent
+    schema, base = _resolve(schema, base)
+    if isinstance(config, dict):
+        for key, sub in schema.get("properties", {}).items():
+            sub, sub_base = _resolve(sub, base)
+            if key not in config and "default" in sub:
+                config[key] = copy.deepcopy(sub["default"])
+            if key in config:
+                fill_defaults(config[key], sub, sub_base)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, value in config.items():
+                if key not in schema.get("properties", {}):
+                    fill_defaults(value, extra, base)
+    elif isinstance(config, list) and isinstance(schema.get("items"), dict):
+        for item in config:
+            fill_defaults(item, schema["items"], base)
+    return config
 
 
 def check_config(config: Mapping[str, Any]) -> None:
@@ -37,6 +73,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
         validate(config, str(SCHEMA))
     except Exception as err:
         raise ConfigError(f"{path}: {err}") from err
+    fill_defaults(config)
     check_config(config)
     return config
 

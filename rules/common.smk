@@ -1,8 +1,9 @@
 # Helpers shared by the stage files. Functions only: rules live in the stage files.
 import re
 
-from repdiag.config import check_config, section
+from repdiag.config import check_config, fill_defaults, section
 
+fill_defaults(config)
 check_config(config)
 
 # Each stage file appends the final outputs it contributes to `rule all`.
