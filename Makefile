@@ -27,6 +27,7 @@ run: setup
 
 lint: setup
 	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks
+	$(BIN)/ruff format --check repdiag workflow_scripts tests benchmarks
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/snakemake --lint --cores 1 --configfile config.yaml
 

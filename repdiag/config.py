@@ -27,7 +27,9 @@ def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], 
     return schema, base
 
 
-def fill_defaults(config: Any, schema: Mapping[str, Any] | None = None, base: Path | None = None) -> Any:
+def fill_defaults(
+    config: Any, schema: Mapping[str, Any] | None = None, base: Path | None = None
+) -> Any:
     """Set every schema ``default`` missing from ``config``, following ``$ref`` into section files.
 
     ``snakemake.utils.validate`` fills defaults only in the top-level schema file; this completes

@@ -41,7 +41,9 @@ def _slot_dir() -> Path:
 
 
 @contextlib.contextmanager
-def gpu_slot(devices: list[str] | None = None, poll_s: float = 0.5, timeout_s: float = 86400.0) -> Iterator[str | None]:
+def gpu_slot(
+    devices: list[str] | None = None, poll_s: float = 0.5, timeout_s: float = 86400.0
+) -> Iterator[str | None]:
     """Hold one free device for the block and expose only it through ``CUDA_VISIBLE_DEVICES``.
 
     Yields the device id, or ``None`` (after logging it) when no GPU is visible, in which case the
@@ -69,7 +71,11 @@ def gpu_slot(devices: list[str] | None = None, poll_s: float = 0.5, timeout_s: f
             handle.truncate()
             handle.write(f"{os.getpid()}\n")
             handle.flush()
-            log.info("holding GPU slot %s (CUDA_VISIBLE_DEVICES=%s)", slot_dir / f"gpu{device}.lock", device)
+            log.info(
+                "holding GPU slot %s (CUDA_VISIBLE_DEVICES=%s)",
+                slot_dir / f"gpu{device}.lock",
+                device,
+            )
             try:
                 yield device
             finally:
@@ -81,5 +87,7 @@ def gpu_slot(devices: list[str] | None = None, poll_s: float = 0.5, timeout_s: f
                 handle.close()
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no free GPU slot among {devices} in {slot_dir} after {timeout_s} s")
+            raise TimeoutError(
+                f"no free GPU slot among {devices} in {slot_dir} after {timeout_s} s"
+            )
         time.sleep(poll_s)

@@ -15,7 +15,9 @@ log = logging.getLogger("repdiag")
 
 
 @contextlib.contextmanager
-def script_logging(log_path: str | os.PathLike[str] | None, threads: int | None = None) -> Iterator[logging.Logger]:
+def script_logging(
+    log_path: str | os.PathLike[str] | None, threads: int | None = None
+) -> Iterator[logging.Logger]:
     """Send logging and stderr to ``log_path`` for the duration of a workflow script.
 
     Also caps torch's intra-op threads at the job's ``threads`` so parallel jobs do not
@@ -54,7 +56,9 @@ def script_logging(log_path: str | os.PathLike[str] | None, threads: int | None 
 class Progress:
     """Log ``done/total`` with rate and ETA at most every ``every_s`` seconds (for long loops)."""
 
-    def __init__(self, total: int, what: str, every_s: float = 10.0, logger: logging.Logger = log) -> None:
+    def __init__(
+        self, total: int, what: str, every_s: float = 10.0, logger: logging.Logger = log
+    ) -> None:
         self.total, self.what, self.every_s, self.logger = total, what, every_s, logger
         self.start = self.last = time.monotonic()
         self.done = 0

@@ -207,7 +207,9 @@ def open_store(
         ) from err
     missing = [name for name in required if name not in ds.variables]
     if missing:
-        raise StoreError(f"store {path} lacks required arrays {missing}; it was made by another version")
+        raise StoreError(
+            f"store {path} lacks required arrays {missing}; it was made by another version"
+        )
     if check_values:
         for name, var in ds.variables.items():
             check_finite(str(name), np.asarray(var.values), f"store {path}")

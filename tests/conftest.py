@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "schemas", "config", "config.yaml", "envs", "profiles")
+WORKFLOW_PARTS = (
+    "Snakefile",
+    "rules",
+    "workflow_scripts",
+    "schemas",
+    "config",
+    "config.yaml",
+    "envs",
+    "profiles",
+)
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -28,16 +37,25 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: int = 1800
+) -> subprocess.CompletedProcess:
     """Run the venv's snakemake in ``workdir`` on config/test.yaml; output captured as text."""
     exe = Path(sys.executable).with_name("snakemake")
     cmd = [str(exe), "--cores", "2", "--configfile", "config/test.yaml", *args]
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env
+    )
     if check and proc.returncode != 0:
-        logs = "\n".join(
-            f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((workdir / "logs").rglob("*.log"))
-        ) if (workdir / "logs").exists() else ""
+        logs = (
+            "\n".join(
+                f"--- {p}\n{p.read_text()[-3000:]}"
+                for p in sorted((workdir / "logs").rglob("*.log"))
+            )
+            if (workdir / "logs").exists()
+            else ""
+        )
         raise AssertionError(
             f"snakemake {' '.join(args)} failed ({proc.returncode})\n{proc.stdout[-5000:]}\n{proc.stderr[-8000:]}\n{logs[-12000:]}"
         )
