@@ -16,7 +16,12 @@ SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yam
 
 # Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements).
 # Each is "module:function" taking the whole config and raising ConfigError naming the key.
-SEMANTIC_CHECKS: tuple[str, ...] = ()
+SEMANTIC_CHECKS: tuple[str, ...] = (
+    "repdiag.data.binding:check_binding_config",
+    "repdiag.encoders.entries:check_models",
+    "repdiag.metrics.options:check_metrics_config",
+    "repdiag.stats_options:check_stats_config",
+)
 
 
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:

@@ -95,3 +95,15 @@ def select_device(requested: str = "auto") -> Any:
             "set device: auto (or cpu) in the config"
         )
     return device
+
+
+def expose_package(workflow_dir: str | os.PathLike[str]) -> None:
+    """Put the workflow directory on PYTHONPATH so jobs in conda envs import this repdiag.
+
+    The conda environments in envs/ hold the dependencies only; the package itself is the one
+    beside the Snakefile, so a software-env job and a venv job run the same code.
+    """
+    root = str(Path(workflow_dir).resolve())
+    current = os.environ.get("PYTHONPATH", "")
+    if root not in current.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, current) if p)

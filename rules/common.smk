@@ -2,6 +2,10 @@
 import re
 
 from repdiag.config import check_config, fill_defaults, section
+from repdiag.runtime import expose_package
+
+# Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
+expose_package(workflow.basedir)
 
 fill_defaults(config)
 check_config(config)

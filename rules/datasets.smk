@@ -1,0 +1,26 @@
+# The attribute-binding benchmark: query/candidate sets and Same/Different pairs rendered from
+# config["datasets"]["binding"] (repdiag.data.binding), plus a contact sheet to look at.
+
+
+rule render_binding:
+    output:
+        store=directory("results/datasets/binding.zarr"),
+        sheet=report("results/figures/binding_contact_sheet.png", category="Dataset"),
+    log:
+        log_file("render_binding", "binding"),
+    benchmark:
+        bench_file("render_binding", "binding")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        binding=config["datasets"]["binding"],
+    script:
+        "../workflow_scripts/render_binding.py"
+
+
+ALL_TARGETS.extend(
+    ["results/datasets/binding.zarr", "results/figures/binding_contact_sheet.png"]
+)
