@@ -10,6 +10,9 @@ configfile: "config.yaml"
 validate(config, "schemas/config.schema.yaml")
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/datasets.smk"
 include: "rules/zoo.smk"

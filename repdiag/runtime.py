@@ -25,11 +25,10 @@ def script_logging(
     before it propagates (Snakemake then marks the job failed and removes its outputs).
     """
     if threads:
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-        with contextlib.suppress(ImportError):
-            import torch
-
-            torch.set_num_threads(int(threads))
+        # torch reads OMP_NUM_THREADS when it is first imported; analysis jobs never import it.
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
     if log_path is None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         yield log

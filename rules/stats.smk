@@ -1,0 +1,272 @@
+# The analysis across models (repdiag.report, repdiag.stats, repdiag.plots): one table of every
+# model, the statistics of the binding paper, its figures and a digest, all annotated for
+# `snakemake --report results/report.html`.
+
+
+rule aggregate_models:
+    input:
+        metrics=expand("results/metrics/{model}.json", model=MODELS),
+        jacobians=expand("results/jacobians/{model}.zarr", model=MODELS),
+    output:
+        models=report(
+            "results/tables/models.csv",
+            caption="../report/models.rst",
+            category="Tables",
+            subcategory="Models",
+        ),
+        depth=report(
+            "results/tables/depth_profiles.csv",
+            caption="../report/depth_table.rst",
+            category="Tables",
+            subcategory="Models",
+        ),
+        spectra=report(
+            "results/tables/spectra.csv",
+            caption="../report/spectra_table.rst",
+            category="Tables",
+            subcategory="Models",
+        ),
+    log:
+        log_file("aggregate_models", "all"),
+    benchmark:
+        bench_file("aggregate_models", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        models={
+            key: {
+                "family": entry["family"],
+                "source": entry["source"],
+                "covariates": entry.get("covariates", {}),
+            }
+            for key, entry in MODELS.items()
+        },
+        readout=config["stats"]["readout"],
+        jer_formula=config["stats"]["jer_formula"],
+        jer_at=config["stats"]["jer_at"],
+        probe_set=config["stats"]["probe_set"],
+        confidence=config["stats"]["confidence"],
+    script:
+        "../workflow_scripts/aggregate_models.py"
+
+
+rule stats_tables:
+    input:
+        models="results/tables/models.csv",
+        depth="results/tables/depth_profiles.csv",
+    output:
+        correlations=report(
+            "results/tables/correlations.csv",
+            caption="../report/correlations.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
+        ols=report(
+            "results/tables/ols.csv",
+            caption="../report/ols.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
+        ols_summary=report(
+            "results/tables/ols_summary.txt",
+            caption="../report/ols_summary.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
+        partial=report(
+            "results/tables/partial.csv",
+            caption="../report/partial.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
+        families=report(
+            "results/tables/families.csv",
+            caption="../report/families.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
+        robustness=report(
+            "results/tables/robustness.csv",
+            caption="../report/robustness.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
+        paper_comparison=report(
+            "results/tables/paper_comparison.csv",
+            caption="../report/paper_comparison.rst",
+            category="Summary",
+        ),
+    log:
+        log_file("stats_tables", "all"),
+    benchmark:
+        bench_file("stats_tables", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        stats={
+            **config["stats"],
+            "seed": (
+                config["stats"]["seed"]
+                if config["stats"]["seed"] is not None
+                else config["seed"]
+            ),
+        },
+    script:
+        "../workflow_scripts/stats_tables.py"
+
+
+rule plot_metric_scatter:
+    input:
+        models="results/tables/models.csv",
+    output:
+        png=report(
+            "results/figures/metric_scatter.png",
+            caption="../report/metric_scatter.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/metric_scatter.pdf",
+    log:
+        log_file("plot_metric_scatter", "all"),
+    benchmark:
+        bench_file("plot_metric_scatter", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        readout=config["stats"]["readout"],
+        covariates=config["stats"]["covariates"],
+    script:
+        "../workflow_scripts/plot_metric_scatter.py"
+
+
+rule plot_jacobian_spectra:
+    input:
+        spectra="results/tables/spectra.csv",
+    output:
+        png=report(
+            "results/figures/jacobian_spectra.png",
+            caption="../report/jacobian_spectra.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/jacobian_spectra.pdf",
+    log:
+        log_file("plot_jacobian_spectra", "all"),
+    benchmark:
+        bench_file("plot_jacobian_spectra", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    script:
+        "../workflow_scripts/plot_jacobian_spectra.py"
+
+
+rule plot_depth_profiles:
+    input:
+        depth="results/tables/depth_profiles.csv",
+    output:
+        png=report(
+            "results/figures/depth_profiles.png",
+            caption="../report/depth_profiles.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/depth_profiles.pdf",
+    log:
+        log_file("plot_depth_profiles", "all"),
+    benchmark:
+        bench_file("plot_depth_profiles", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        jer_formula=config["stats"]["jer_formula"],
+        probe_set=config["stats"]["probe_set"],
+    script:
+        "../workflow_scripts/plot_depth_profiles.py"
+
+
+rule plot_readouts:
+    input:
+        models="results/tables/models.csv",
+    output:
+        png=report(
+            "results/figures/readouts.png",
+            caption="../report/readouts.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/readouts.pdf",
+    log:
+        log_file("plot_readouts", "all"),
+    benchmark:
+        bench_file("plot_readouts", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    script:
+        "../workflow_scripts/plot_readouts.py"
+
+
+rule summarise:
+    input:
+        models="results/tables/models.csv",
+        correlations="results/tables/correlations.csv",
+        ols="results/tables/ols.csv",
+        paper_comparison="results/tables/paper_comparison.csv",
+        zoo_curves=sorted(
+            {
+                f"results/zoo/{entry['id']}/curve.csv"
+                for entry in MODELS.values()
+                if entry["source"] == "zoo"
+            }
+        ),
+    output:
+        report(
+            "results/summary.md",
+            caption="../report/summary.rst",
+            category="Summary",
+        ),
+    log:
+        log_file("summarise", "all"),
+    benchmark:
+        bench_file("summarise", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        stats={
+            **config["stats"],
+            "seed": (
+                config["stats"]["seed"]
+                if config["stats"]["seed"] is not None
+                else config["seed"]
+            ),
+        },
+    script:
+        "../workflow_scripts/summarise.py"
+
+
+ALL_TARGETS.extend(
+    [
+        "results/tables/models.csv",
+        "results/tables/depth_profiles.csv",
+        "results/tables/spectra.csv",
+        "results/tables/correlations.csv",
+        "results/tables/ols.csv",
+        "results/tables/ols_summary.txt",
+        "results/tables/partial.csv",
+        "results/tables/families.csv",
+        "results/tables/robustness.csv",
+        "results/tables/paper_comparison.csv",
+        "results/summary.md",
+        *expand(
+            "results/figures/{figure}.{ext}",
+            figure=["metric_scatter", "jacobian_spectra", "depth_profiles", "readouts"],
+            ext=["png", "pdf"],
+        ),
+    ]
+)

@@ -20,9 +20,11 @@ WORKFLOW_PARTS = (
     "config.yaml",
     "envs",
     "profiles",
+    "report",
 )
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network (timm/open_clip caches)
 
 
 def copy_workflow(dest: Path) -> Path:

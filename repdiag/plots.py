@@ -1,0 +1,320 @@
+"""Figures of the binding study (matplotlib, Agg), saved as PNG and PDF of a fixed pixel size.
+
+One colour per objective family from the Okabe-Ito palette (Okabe and Ito 2008), which stays
+distinguishable under the common colour-vision deficiencies; readouts are told apart by grey
+level and hatching so that they never compete with the family colours.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from repdiag.report import metric_label
+from repdiag.stats import pearson
+from repdiag.store import atomic_path
+
+DPI = 150
+FAMILY_COLOURS = {
+    "variance_decorrelation": "#0072B2",  # blue
+    "masked_modeling": "#E69F00",  # orange
+    "clustering_distillation": "#009E73",  # bluish green
+    "contrastive": "#CC79A7",  # reddish purple
+    "vision_language": "#D55E00",  # vermillion
+    "supervised": "#56B4E9",  # sky blue
+    "other": "#000000",  # black
+}
+READOUT_STYLES = {
+    "cosine": {"color": "#333333", "hatch": ""},
+    "knn": {"color": "#888888", "hatch": "//"},
+    "local_pca": {"color": "#DDDDDD", "hatch": ".."},
+}
+READOUT_NAMES = {"cosine": "cosine", "knn": "kNN", "local_pca": "local PCA"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+UNITS = {
+    "g_pr": "fraction of dimension",
+    "g_iso": "unitless, 0-1",
+    "effective_rank": "dimensions",
+    "participation_ratio": "dimensions",
+    "jer": "effective rank, directions",
+    "same_different": "fraction correct",
+}
+
+
+def family_colour(family: str) -> str:
+    """The fixed colour of an objective family (black for unknown families)."""
+    return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
+
+
+def axis_label(column: str) -> str:
+    """Axis label with unit: ``G.Iso (unitless, 0-1)``."""
+    unit = UNITS.get(column)
+    if unit is None and column.startswith("l_iso"):
+        unit = "unitless, 0-1"
+    if unit is None and column.startswith("jer_"):
+        unit = "effective rank, directions"
+    return f"{metric_label(column)} ({unit})" if unit else metric_label(column)
+
+
+def save_figure(fig: Figure, *paths: str | Path) -> list[Path]:
+    """Write ``fig`` to each path (format from the suffix, PNG at :data:`DPI`) atomically; close it.
+
+    No ``bbox_inches="tight"``: the PNG is exactly ``figsize * DPI`` pixels.
+    """
+    written = []
+    try:
+        for path in map(Path, paths):
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=DPI)
+            written.append(path)
+    finally:
+        plt.close(fig)
+    return written
+
+
+def family_handles(families: Sequence[str]) -> list[Line2D]:
+    """Legend entries: one marker in each family's colour."""
+    return [
+        Line2D([], [], color=family_colour(f), marker="o", linestyle="", label=f.replace("_", " "))
+        for f in families
+    ]
+
+
+def _families(table: pd.DataFrame) -> list[str]:
+    return sorted(
+        table["family"].astype(str).unique(),
+        key=lambda f: list(FAMILY_COLOURS).index(f) if f in FAMILY_COLOURS else 99,
+    )
+
+
+def scatter_grid(
+    table: pd.DataFrame,
+    metrics: Sequence[str],
+    target: str = "binding",
+    *,
+    target_label: str = "binding accuracy (fraction correct)",
+    chance: float | None = None,
+    ncols: int = 3,
+) -> Figure:
+    """One panel per metric: models coloured by family against ``target``, OLS line, r and p."""
+    metrics = list(metrics)
+    nrows = max(1, math.ceil(len(metrics) / ncols))
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows + 0.6), squeeze=False, layout="constrained"
+    )
+    y_all = table[target].to_numpy(float)
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        x_all = table[metric].to_numpy(float)
+        for family in _families(table):
+            rows = (table["family"] == family).to_numpy()
+            ax.scatter(
+                x_all[rows],
+                y_all[rows],
+                color=family_colour(family),
+                s=28,
+                edgecolor="white",
+                linewidth=0.5,
+                zorder=3,
+            )
+        r, p, n = pearson(x_all, y_all)
+        mask = np.isfinite(x_all) & np.isfinite(y_all)
+        if np.isfinite(r):
+            slope, intercept = np.polyfit(x_all[mask], y_all[mask], 1)
+            xs = np.linspace(x_all[mask].min(), x_all[mask].max(), 50)
+            ax.plot(
+                xs,
+                intercept + slope * xs,
+                color="#444444",
+                linewidth=1.2,
+                zorder=2,
+                label="OLS fit",
+            )
+            text = f"r = {r:.2f}, p = {p:.2g}\nn = {n}"
+        else:
+            text = f"r undefined\nn = {n}"
+        ax.text(
+            0.03,
+            0.97,
+            text,
+            transform=ax.transAxes,
+            va="top",
+            fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0},
+        )
+        if chance is not None and np.isfinite(chance):
+            ax.axhline(
+                chance, color="#999999", linestyle="--", linewidth=1, zorder=1, label="chance"
+            )
+        ax.set_xlabel(axis_label(metric), fontsize=8)
+        ax.set_ylabel(target_label, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.set_axis_off()
+    handles = family_handles(_families(table))
+    handles.append(Line2D([], [], color="#444444", linewidth=1.2, label="least-squares fit"))
+    if chance is not None and np.isfinite(chance):
+        handles.append(Line2D([], [], color="#999999", linestyle="--", label="chance"))
+    fig.legend(
+        handles=handles,
+        title="objective family (points) and lines",
+        loc="outside lower center",
+        ncols=4,
+        fontsize=7,
+        title_fontsize=8,
+    )
+    fig.suptitle("Metrics against binding accuracy (one point per model)", fontsize=10)
+    return fig
+
+
+def spectra_figure(spectra: pd.DataFrame, *, layer: str | None = None) -> Figure:
+    """Mean normalised singular values s_i / s_1 against rank i, one line per model.
+
+    ``layer`` None takes each model's deepest layer.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    styles = _model_styles(spectra)
+    for model, part in spectra.groupby("model", sort=False):
+        chosen = (
+            part[part["layer"] == layer]
+            if layer is not None
+            else part[part["layer_index"] == part["layer_index"].max()]
+        )
+        chosen = chosen.sort_values("rank")
+        colour, marker = styles[model]
+        values = chosen["sv_normalised"].to_numpy(float)
+        ax.plot(
+            chosen["rank"],
+            np.where(values > 0, values, np.nan),  # exact zeros (rank-deficient) off the log axis
+            color=colour,
+            marker=marker,
+            markersize=3,
+            linewidth=1.3,
+            label=f"{model} ({chosen['layer'].iloc[0] if len(chosen) else '-'})",
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("singular value index i (rank)")
+    ax.set_ylabel("normalised singular value s_i / s_1 (unitless)")
+    ax.set_title("Jacobian singular value spectra (mean over probe images)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title="model (layer), colour = family", fontsize=7, title_fontsize=8, ncols=2)
+    return fig
+
+
+def _model_styles(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Family colour and a marker that tells the models of one family apart."""
+    styles, seen = {}, {}
+    for model, family in (
+        frame[["model", "family"]].drop_duplicates("model").itertuples(index=False)
+    ):
+        count = seen.get(family, 0)
+        seen[family] = count + 1
+        styles[model] = (family_colour(family), MARKERS[count % len(MARKERS)])
+    return styles
+
+
+def depth_figure(depth: pd.DataFrame, *, formula: str = "pr", probe_set: str = "binding") -> Figure:
+    """Mean JER per layer against relative depth (0 = first tap, 1 = last), one line per model."""
+    part = depth[(depth["formula"] == formula) & (depth["probe_set"] == probe_set)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    styles = _model_styles(part)
+    for model, rows in part.groupby("model", sort=False):
+        rows = rows.sort_values("layer_index")
+        colour, marker = styles[model]
+        ax.plot(
+            rows["relative_depth"],
+            rows["jer_mean"],
+            color=colour,
+            marker=marker,
+            markersize=4,
+            linewidth=1.3,
+            label=model,
+        )
+        if rows["jer_ci_low"].notna().any():
+            ax.fill_between(
+                rows["relative_depth"],
+                rows["jer_ci_low"],
+                rows["jer_ci_high"],
+                color=colour,
+                alpha=0.12,
+                linewidth=0,
+            )
+    ax.set_xlabel("relative depth (layer index / last index)")
+    ax.set_ylabel(f"JER, {formula} formula (effective rank, directions)")
+    ax.set_title(
+        f"Depth profile of the Jacobian effective rank ({probe_set} probe images)", fontsize=10
+    )
+    ax.set_xlim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="model, colour = family", fontsize=7, title_fontsize=8, ncols=2)
+    return fig
+
+
+def readout_figure(
+    table: pd.DataFrame,
+    readouts: Sequence[str] = ("cosine", "knn", "local_pca"),
+    *,
+    chance: float | None = None,
+) -> Figure:
+    """Binding accuracy per model for each readout (bars, binomial CI whiskers), chance line."""
+    readouts = [r for r in readouts if f"binding_{r}" in table]
+    n = len(table)
+    fig, ax = plt.subplots(
+        figsize=(max(6.5, round(0.75 * n + 2.0) + 0.5), 4.4), layout="constrained"
+    )
+    width = 0.8 / max(1, len(readouts))
+    x = np.arange(n)
+    for i, readout in enumerate(readouts):
+        values = table[f"binding_{readout}"].to_numpy(float)
+        low = table.get(f"binding_{readout}_ci_low", pd.Series(np.nan, index=table.index)).to_numpy(
+            float
+        )
+        high = table.get(
+            f"binding_{readout}_ci_high", pd.Series(np.nan, index=table.index)
+        ).to_numpy(float)
+        errors = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
+        errors = np.where(np.isfinite(errors), errors, 0.0)
+        style = READOUT_STYLES.get(readout, {"color": "#555555", "hatch": "xx"})
+        ax.bar(
+            x + (i - (len(readouts) - 1) / 2) * width,
+            values,
+            width,
+            color=style["color"],
+            hatch=style["hatch"],
+            edgecolor="black",
+            linewidth=0.5,
+            yerr=errors,
+            capsize=2,
+            error_kw={"linewidth": 0.8},
+            label=READOUT_NAMES.get(readout, readout),
+        )
+    if chance is not None and np.isfinite(chance):
+        ax.axhline(
+            chance, color="#000000", linestyle="--", linewidth=1.2, label=f"chance ({chance:.3f})"
+        )
+    ax.set_xticks(x, table["model"].astype(str), rotation=35, ha="right", fontsize=8)
+    for tick, family in zip(ax.get_xticklabels(), table["family"], strict=True):
+        tick.set_color(family_colour(str(family)))
+    ax.set_xlabel("model (label colour = objective family)")
+    ax.set_ylabel("binding accuracy (fraction correct)")
+    ax.set_ylim(0, 1.0)
+    ax.set_title("Binding accuracy by readout at the final layer", fontsize=10)
+    ax.legend(title="readout", fontsize=8, title_fontsize=8, ncols=2, loc="upper left")
+    fig.legend(
+        handles=family_handles(_families(table)),
+        title="objective family",
+        loc="outside right upper",
+        fontsize=7,
+        title_fontsize=8,
+    )
+    return fig

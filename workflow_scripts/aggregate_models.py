@@ -1,0 +1,21 @@
+"""Rule aggregate_models: one row per model -> results/tables/{models,depth_profiles,spectra}.csv."""
+
+from repdiag.report import StatsSettings, aggregate, write_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    models = snakemake.params.models
+    settings = StatsSettings(
+        readout=snakemake.params.readout,
+        jer_formula=snakemake.params.jer_formula,
+        jer_at=snakemake.params.jer_at,
+        probe_set=snakemake.params.probe_set,
+        confidence=snakemake.params.confidence,
+    )
+    metrics = dict(zip(models, snakemake.input.metrics, strict=True))
+    jacobians = dict(zip(models, snakemake.input.jacobians, strict=True))
+    result = aggregate(models, metrics, jacobians, settings)
+    log.info("aggregated %d models, %d depth rows", len(result.models), len(result.depth))
+    write_table(snakemake.output.models, result.models)
+    write_table(snakemake.output.depth, result.depth)
+    write_table(snakemake.output.spectra, result.spectra)

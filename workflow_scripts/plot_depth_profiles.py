@@ -1,0 +1,13 @@
+"""Rule plot_depth_profiles: mean JER per layer against relative depth, one line per model."""
+
+from repdiag.plots import depth_figure, save_figure
+from repdiag.report import read_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    depth = read_table(snakemake.input.depth)
+    fig = depth_figure(
+        depth, formula=snakemake.params.jer_formula, probe_set=snakemake.params.probe_set
+    )
+    save_figure(fig, snakemake.output.png, snakemake.output.pdf)
+    log.info("wrote %s and %s (%d models)", *snakemake.output, depth["model"].nunique())

@@ -1,0 +1,10 @@
+"""Rule plot_jacobian_spectra: normalised singular value spectra at each model's final layer."""
+
+from repdiag.plots import save_figure, spectra_figure
+from repdiag.report import read_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    spectra = read_table(snakemake.input.spectra)
+    save_figure(spectra_figure(spectra), snakemake.output.png, snakemake.output.pdf)
+    log.info("wrote %s and %s (%d models)", *snakemake.output, spectra["model"].nunique())

@@ -1,0 +1,20 @@
+"""Rule plot_metric_scatter: every metric against binding accuracy, one panel each."""
+
+from repdiag.plots import save_figure, scatter_grid
+from repdiag.report import StatsSettings, headline_metrics, read_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    models = read_table(snakemake.input.models)
+    settings = StatsSettings(covariates=tuple(snakemake.params.covariates))
+    readout = snakemake.params.readout
+    chance = float(models["chance"].median()) if "chance" in models else None
+    fig = scatter_grid(
+        models,
+        headline_metrics(models, settings),
+        "binding",
+        target_label=f"binding accuracy, {readout} (fraction correct)",
+        chance=chance,
+    )
+    save_figure(fig, snakemake.output.png, snakemake.output.pdf)
+    log.info("wrote %s and %s (%d models)", *snakemake.output, models["model"].nunique())

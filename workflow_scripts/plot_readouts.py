@@ -1,0 +1,11 @@
+"""Rule plot_readouts: binding accuracy per model for cosine, kNN and local PCA, chance line."""
+
+from repdiag.plots import readout_figure, save_figure
+from repdiag.report import read_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    models = read_table(snakemake.input.models)
+    chance = float(models["chance"].median()) if "chance" in models else None
+    save_figure(readout_figure(models, chance=chance), snakemake.output.png, snakemake.output.pdf)
+    log.info("wrote %s and %s (%d models)", *snakemake.output, models["model"].nunique())

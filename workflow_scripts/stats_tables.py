@@ -1,0 +1,21 @@
+"""Rule stats_tables: correlations, OLS, partial correlations, families, robustness, paper comparison."""
+
+import pandas as pd
+
+from repdiag.report import StatsSettings, read_table, statistics_tables, write_table
+from repdiag.runtime import script_logging
+from repdiag.store import write_text
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    settings = StatsSettings.from_config(snakemake.params.stats)
+    models = read_table(snakemake.input.models)
+    depth = read_table(snakemake.input.depth)
+    log.info(
+        "statistics over %d models (%d bootstrap resamples)", len(models), settings.n_bootstrap
+    )
+    tables = statistics_tables(models, depth, settings)
+    for name, table in tables.items():
+        if isinstance(table, pd.DataFrame):
+            write_table(snakemake.output[name], table)
+        else:
+            write_text(snakemake.output[name], table)

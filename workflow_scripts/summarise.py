@@ -1,0 +1,15 @@
+"""Rule summarise: results/summary.md, a digest of the headline numbers of this run."""
+
+from repdiag.report import StatsSettings, read_table, summary_markdown, zoo_curves
+from repdiag.runtime import script_logging
+from repdiag.store import write_text
+
+with script_logging(snakemake.log[0], snakemake.threads):
+    settings = StatsSettings.from_config(snakemake.params.stats)
+    tables = {
+        name: read_table(snakemake.input[name])
+        for name in ("correlations", "ols", "paper_comparison")
+    }
+    models = read_table(snakemake.input.models)
+    zoo = zoo_curves(snakemake.input.zoo_curves)
+    write_text(snakemake.output[0], summary_markdown(models, tables, settings, zoo))
