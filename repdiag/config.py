@@ -19,8 +19,11 @@ SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yam
 SEMANTIC_CHECKS: tuple[str, ...] = (
     "repdiag.data.binding:check_binding_config",
     "repdiag.encoders.entries:check_models",
+    "repdiag.encoders.zoo.spec:check_zoo_config",
+    "repdiag.jacobian_options:check_jacobians_config",
     "repdiag.metrics.options:check_metrics_config",
     "repdiag.stats_options:check_stats_config",
+    "repdiag.sae.grid:check_alignment_config",
 )
 
 

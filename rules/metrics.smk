@@ -1,0 +1,29 @@
+# Binding accuracy per readout, the Same/Different probe and the geometry metrics, per model and
+# layer, from the binding dataset and the model's embedding store (repdiag.metrics).
+
+
+rule compute_metrics:
+    input:
+        dataset="results/datasets/binding.zarr",
+        embeddings="results/embeddings/{model}.zarr",
+    output:
+        "results/metrics/{model}.json",
+    log:
+        log_file("compute_metrics"),
+    benchmark:
+        bench_file("compute_metrics")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        metrics=config["metrics"],
+        seed=config["seed"],
+        family=lambda wildcards: MODELS[wildcards.model]["family"],
+        source=lambda wildcards: MODELS[wildcards.model]["source"],
+    script:
+        "../workflow_scripts/compute_metrics.py"
+
+
+ALL_TARGETS.extend(expand("results/metrics/{model}.json", model=MODELS))

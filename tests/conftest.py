@@ -44,7 +44,7 @@ def snakemake(
 ) -> subprocess.CompletedProcess:
     """Run the venv's snakemake in ``workdir`` on config/test.yaml; output captured as text."""
     exe = Path(sys.executable).with_name("snakemake")
-    cmd = [str(exe), "--cores", "2", "--configfile", "config/test.yaml", *args]
+    cmd = [str(exe), "--cores", "2", "--configfile=config/test.yaml", *args]
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
     proc = subprocess.run(
         cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env

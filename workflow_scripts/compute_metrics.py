@@ -1,0 +1,18 @@
+"""Rule compute_metrics: per-layer binding, probe and geometry metrics of one model -> JSON."""
+
+from repdiag.metrics.model_metrics import compute_model_metrics
+from repdiag.runtime import script_logging
+from repdiag.store import write_json
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    metrics = compute_model_metrics(
+        snakemake.input.dataset,
+        snakemake.input.embeddings,
+        model=snakemake.wildcards.model,
+        family=snakemake.params.family,
+        source=snakemake.params.source,
+        options=snakemake.params.metrics,
+        seed=snakemake.params.seed,
+    )
+    write_json(snakemake.output[0], metrics)
+    log.info("wrote %s", snakemake.output[0])
