@@ -1,0 +1,33 @@
+# Per-layer embeddings of every model on the binding images (and an optional image folder):
+# results/embeddings/{model}.zarr, one job per model (repdiag.encoders.embeddings).
+from repdiag.encoders.entries import zoo_files
+
+
+rule extract_embeddings:
+    input:
+        dataset="results/datasets/binding.zarr",
+        zoo=lambda wildcards: zoo_files(MODELS[wildcards.model]),
+        folder=config["embeddings"]["folder"] or [],
+    output:
+        directory("results/embeddings/{model}.zarr"),
+    log:
+        log_file("extract_embeddings"),
+    benchmark:
+        bench_file("extract_embeddings")
+    conda:
+        "../envs/torch.yaml"
+    threads: 2
+    resources:
+        gpu=1,
+        mem_mb=4000,
+    params:
+        entry=lambda wildcards: MODELS[wildcards.model],
+        batch_size=config["embeddings"]["batch_size"],
+        image_sets=config["embeddings"]["image_sets"],
+        folder=config["embeddings"]["folder"],
+        device=config["device"],
+    script:
+        "../workflow_scripts/extract_embeddings.py"
+
+
+ALL_TARGETS.extend(expand("results/embeddings/{model}.zarr", model=MODELS))

@@ -1,0 +1,36 @@
+"""Encoders: one registry of sources (timm, open_clip, torchvision, hub, checkpoint, zoo, python),
+per-layer taps, and embedding extraction.
+
+Public API::
+
+    from repdiag.encoders import build_encoder, layer_outputs
+
+    enc = build_encoder("vit", {"source": "timm", "id": "vit_small_patch16_224", "family": "supervised"})
+    feats = enc.layer_outputs(enc.preprocess(uint8_images))   # {"block00": (N, D), ..., "final": ...}
+
+Imports are lazy so that the Snakefile can read ``repdiag.encoders.entries`` without loading torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from repdiag.encoders.registry import SOURCES, Encoder, build_encoder
+    from repdiag.encoders.taps import layer_outputs
+
+__all__ = ["SOURCES", "Encoder", "build_encoder", "layer_outputs"]
+
+_WHERE = {
+    "SOURCES": "repdiag.encoders.registry",
+    "Encoder": "repdiag.encoders.registry",
+    "build_encoder": "repdiag.encoders.registry",
+    "layer_outputs": "repdiag.encoders.taps",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'repdiag.encoders' has no attribute {name!r}")

@@ -1,0 +1,109 @@
+"""Model entries of the config, without importing torch: checks, defaults, and the files a job reads.
+
+The Snakefile imports this module while it parses the workflow, so it stays light: timm is
+imported only to check the names of ``timm`` and ``checkpoint`` entries when the config has some.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from repdiag.errors import ConfigError
+
+SOURCE_NAMES = ("timm", "open_clip", "torchvision", "hub", "checkpoint", "zoo", "python")
+ZOO_FILES = ("model.safetensors", "meta.json")
+PYTHON_TARGET = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle", ".tar")
+
+# Keys that only some sources read; any other source naming them is a config mistake.
+SOURCE_KEYS = {
+    "weights": ("checkpoint", "hub"),
+    "repo": ("hub",),
+    "state_dict_prefix": ("checkpoint", "hub"),
+    "strict": ("checkpoint", "hub"),
+}
+
+
+def zoo_files(entry: Mapping[str, Any], zoo_dir: str | Path = "results/zoo") -> list[str]:
+    """The zoo checkpoint files an entry reads (``[]`` unless ``source: zoo``)."""
+    if entry.get("source") != "zoo":
+        return []
+    return [str(Path(zoo_dir) / str(entry["id"]) / name) for name in ZOO_FILES]
+
+
+def _check_timm_name(key: str, name: str) -> None:
+    import timm
+
+    if not timm.is_model(name):
+        base = name.split(".")[0]
+        close = difflib.get_close_matches(base, timm.list_models(), n=5, cutoff=0.6)
+        raise ConfigError(
+            f"models.{key}.id: {name!r} is not a timm model"
+            + (f"; did you mean {', '.join(close)}?" if close else "; see timm.list_models()")
+        )
+
+
+def check_entry(key: str, entry: Mapping[str, Any], *, check_names: bool = True) -> None:
+    """Raise ConfigError naming ``models.<key>.<field>`` for what the JSON schema cannot check."""
+    source = entry.get("source")
+    if source not in SOURCE_NAMES:
+        raise ConfigError(
+            f"models.{key}.source: unknown source {source!r}; choose one of {SOURCE_NAMES}"
+        )
+    for field, sources in SOURCE_KEYS.items():
+        if entry.get(field) not in (None, "", True) and source not in sources:
+            raise ConfigError(
+                f"models.{key}.{field} is only read by sources {list(sources)}, not {source!r}"
+                + (
+                    "; timm and open_clip take a weights file as `pretrained:`"
+                    if field == "weights"
+                    else ""
+                )
+            )
+    if source == "python" and not PYTHON_TARGET.match(str(entry.get("id", ""))):
+        raise ConfigError(
+            f"models.{key}.id: {entry.get('id')!r} must be 'package.module:callable' for source python"
+        )
+    if source == "checkpoint":
+        weights = entry.get("weights")
+        if not weights:
+            raise ConfigError(f"models.{key}.weights: source checkpoint needs a .safetensors file")
+        if not str(weights).endswith(".safetensors"):
+            raise ConfigError(
+                f"models.{key}.weights: {weights!r} is not a .safetensors file; pickle checkpoints "
+                "are refused: convert it with safetensors.torch.save_file(state_dict, path)"
+            )
+    if source == "hub":
+        if not entry.get("repo"):
+            raise ConfigError(f"models.{key}.repo: source hub needs a local torch.hub directory")
+        if entry.get("pretrained") not in (None, False):
+            raise ConfigError(
+                f"models.{key}.pretrained: hub entry points are built with pretrained=False (their "
+                f"own loaders unpickle downloads); give the weights file as models.{key}.weights"
+            )
+    if source == "torchvision" and entry.get("pretrained") is True:
+        raise ConfigError(
+            f"models.{key}.pretrained: torchvision takes a weights enum name (e.g. IMAGENET1K_V1) "
+            "or a local weights file, not true"
+        )
+    if check_names and source in ("timm", "checkpoint"):
+        _check_timm_name(key, str(entry["id"]))
+
+
+def check_models(config: MutableMapping[str, Any]) -> None:
+    """Semantic checks of every model entry, and the inherited pooling default.
+
+    An entry without ``pooling`` takes ``embeddings.pooling`` here, so that every stage that builds
+    the encoder from its entry (extraction, Jacobians) taps the same vectors and the entry alone
+    decides what that model's jobs depend on. Zoo entries keep ``pooling: null``: they use the
+    pooling they were trained with (``meta.json``).
+    """
+    default_pooling = (config.get("embeddings") or {}).get("pooling", "cls")
+    for key, entry in (config.get("models") or {}).items():
+        check_entry(key, entry)
+        if entry.get("pooling") is None and entry.get("source") != "zoo":
+            entry["pooling"] = default_pooling

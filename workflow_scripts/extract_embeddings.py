@@ -1,0 +1,39 @@
+"""Rule extract_embeddings: one model's entry + the binding store -> results/embeddings/<model>.zarr."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import huggingface_hub
+
+from pathlib import Path
+
+from repdiag.encoders.embeddings import extract_model
+from repdiag.gpu import gpu_slot
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
+    key, params = snakemake.wildcards.model, snakemake.params
+    zoo_inputs = list(snakemake.input.zoo)
+    settings = {
+        "batch_size": params.batch_size,
+        "image_sets": list(params.image_sets),
+        "folder": params.folder,
+        "device": params.device,
+    }
+    ds = extract_model(
+        key,
+        params.entry,
+        snakemake.output[0],
+        dataset=snakemake.input.dataset,
+        image_sets=settings["image_sets"],
+        folder=params.folder,
+        batch_size=params.batch_size,
+        device=params.device,
+        zoo_dir=Path(zoo_inputs[0]).parent.parent if zoo_inputs else "results/zoo",
+        config={"models": {key: dict(params.entry)}, "embeddings": settings},
+    )
+    log.info(
+        "wrote %s: %d images, layers %s",
+        snakemake.output[0],
+        ds.sizes["image"],
+        ds["layer"].values.tolist(),
+    )
