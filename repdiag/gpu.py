@@ -36,6 +36,16 @@ def visible_devices() -> list[str]:
         return []
 
 
+def count_visible_gpus() -> int:
+    """Number of usable GPUs without importing torch (the Snakefile calls this on every parse)."""
+    for var in (DEVICES_ENV, "CUDA_VISIBLE_DEVICES"):
+        value = os.environ.get(var)
+        if value is not None:
+            return len([d for d in value.split(",") if d.strip() and d.strip() != "-1"])
+    driver = Path("/proc/driver/nvidia/gpus")
+    return len(list(driver.iterdir())) if driver.is_dir() else 0
+
+
 def _slot_dir() -> Path:
     return Path(os.environ.get(SLOT_DIR_ENV, ".snakemake/gpu-slots"))
 

@@ -2,10 +2,19 @@
 import re
 
 from repdiag.config import check_config, fill_defaults, section
+from repdiag.gpu import count_visible_gpus
 from repdiag.runtime import expose_package
+from repdiag.slurm_compat import patch_slurm_status
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
 expose_package(workflow.basedir)
+# With --workflow-profile profiles/slurm: report jobs killed by scancel as failed.
+patch_slurm_status()
+
+# GPU rules ask for gpu=1. Without --resources gpu=N, cap concurrent GPU jobs at the number of
+# visible devices (repdiag.gpu.gpu_slot gives each its own); with none, they run on CPU.
+if "gpu" not in workflow.global_resources and count_visible_gpus():
+    workflow.register_resource("gpu", count_visible_gpus())
 
 fill_defaults(config)
 check_config(config)

@@ -1,0 +1,177 @@
+# SugarCrepe (natural images, hard negative captions) for the image-text models, with zero-shot
+# accuracy as a covariate (repdiag.metrics.sugarcrepe, repdiag.metrics.sugarcrepe_report): a GPU
+# job per model, a table across models, the partial correlation of JER with SugarCrepe accuracy
+# given zero-shot accuracy, a figure and the models table joined with the accuracies.
+from repdiag.data.sugarcrepe import scored_models, sugarcrepe_files
+
+SUGARCREPE = config["sugarcrepe"]
+SUGARCREPE_MODELS = scored_models(config)
+SUGARCREPE_STATS = {
+    **config["stats"],
+    "seed": (
+        config["stats"]["seed"]
+        if config["stats"]["seed"] is not None
+        else config["seed"]
+    ),
+}
+
+
+rule sugarcrepe_score:
+    input:
+        data=sugarcrepe_files(SUGARCREPE["root"], SUGARCREPE["categories"]),
+        class_names=(
+            [SUGARCREPE["zero_shot"]["class_names"]]
+            if SUGARCREPE["zero_shot"]["folder"] is not None
+            and isinstance(SUGARCREPE["zero_shot"]["class_names"], str)
+            else []
+        ),
+    output:
+        "results/sugarcrepe/{model}.json",
+    log:
+        log_file("sugarcrepe_score"),
+    benchmark:
+        bench_file("sugarcrepe_score")
+    conda:
+        "../envs/torch.yaml"
+    threads: 2
+    resources:
+        gpu=1,
+        mem_mb=8000,
+    params:
+        # the covariates only enter the tables: changing one reruns no model
+        entry=lambda wildcards: {
+            field: value
+            for field, value in MODELS[wildcards.model].items()
+            if field != "covariates"
+        },
+        sugarcrepe={
+            "root": SUGARCREPE["root"],
+            "images": SUGARCREPE["images"],
+            "categories": SUGARCREPE["categories"],
+            "max_per_category": SUGARCREPE["max_per_category"],
+            "batch_size": SUGARCREPE["batch_size"],
+            "seed": (
+                SUGARCREPE["seed"]
+                if SUGARCREPE["seed"] is not None
+                else config["seed"]
+            ),
+            "zero_shot": (
+                SUGARCREPE["zero_shot"]
+                if SUGARCREPE["zero_shot"]["folder"] is not None
+                else {"folder": None}
+            ),
+        },
+        device=config["device"],
+    script:
+        "../workflow_scripts/sugarcrepe_score.py"
+
+
+rule sugarcrepe_tables:
+    input:
+        results=expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS),
+        jacobians=expand("results/jacobians/{model}.zarr", model=SUGARCREPE_MODELS),
+    output:
+        table=report(
+            "results/tables/sugarcrepe.csv",
+            caption="../report/sugarcrepe_table.rst",
+            category="Tables",
+            subcategory="SugarCrepe",
+        ),
+        partial=report(
+            "results/tables/sugarcrepe_partial.csv",
+            caption="../report/sugarcrepe_partial.rst",
+            category="Tables",
+            subcategory="SugarCrepe",
+        ),
+    log:
+        log_file("sugarcrepe_tables", "all"),
+    benchmark:
+        bench_file("sugarcrepe_tables", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        models={key: MODELS[key]["family"] for key in SUGARCREPE_MODELS},
+        zero_shot={
+            key: MODELS[key].get("covariates", {}).get("zero_shot_accuracy")
+            for key in SUGARCREPE_MODELS
+        },
+        stats={
+            key: SUGARCREPE_STATS[key]
+            for key in (
+                "n_bootstrap",
+                "seed",
+                "confidence",
+                "min_models",
+                "jer_formula",
+                "jer_at",
+                "probe_set",
+            )
+        },
+    script:
+        "../workflow_scripts/sugarcrepe_tables.py"
+
+
+rule sugarcrepe_figure:
+    input:
+        table="results/tables/sugarcrepe.csv",
+        partial="results/tables/sugarcrepe_partial.csv",
+    output:
+        png=report(
+            "results/figures/sugarcrepe_jer.png",
+            caption="../report/sugarcrepe_jer.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/sugarcrepe_jer.pdf",
+    log:
+        log_file("sugarcrepe_figure", "all"),
+    benchmark:
+        bench_file("sugarcrepe_figure", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        headline=SUGARCREPE["headline"],
+        jer_column=f"jer_{config['stats']['jer_formula']}_{config['stats']['jer_at']}",
+    script:
+        "../workflow_scripts/sugarcrepe_figure.py"
+
+
+rule sugarcrepe_models:
+    input:
+        models="results/tables/models.csv",
+        table="results/tables/sugarcrepe.csv",
+    output:
+        report(
+            "results/tables/models_sugarcrepe.csv",
+            caption="../report/models_sugarcrepe.rst",
+            category="Tables",
+            subcategory="SugarCrepe",
+        ),
+    log:
+        log_file("sugarcrepe_models", "all"),
+    benchmark:
+        bench_file("sugarcrepe_models", "all")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        headline=SUGARCREPE["headline"],
+    script:
+        "../workflow_scripts/sugarcrepe_models.py"
+
+
+if SUGARCREPE["enabled"]:
+
+    ALL_TARGETS.extend(
+        [
+            *expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS),
+            "results/tables/sugarcrepe.csv",
+            "results/tables/sugarcrepe_partial.csv",
+            "results/tables/models_sugarcrepe.csv",
+            "results/figures/sugarcrepe_jer.png",
+            "results/figures/sugarcrepe_jer.pdf",
+        ]
+    )

@@ -1,0 +1,15 @@
+"""Rule sugarcrepe_figure: JER against SugarCrepe accuracy, raw and given zero-shot accuracy."""
+
+from repdiag.metrics.sugarcrepe_report import sugarcrepe_figure
+from repdiag.plots import save_figure
+from repdiag.report import metric_label, read_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads):
+    figure = sugarcrepe_figure(
+        read_table(snakemake.input.table),
+        read_table(snakemake.input.partial),
+        snakemake.params.headline,
+        jer_label=metric_label(snakemake.params.jer_column),
+    )
+    save_figure(figure, snakemake.output.png, snakemake.output.pdf)

@@ -1,0 +1,22 @@
+"""Rule sugarcrepe_score (gpu=1): one image-text model -> results/sugarcrepe/<model>.json."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before open_clip imports huggingface_hub
+
+from repdiag.gpu import gpu_slot
+from repdiag.runtime import script_logging, select_device
+
+with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
+    from repdiag.metrics.sugarcrepe import evaluate_model
+    from repdiag.store import provenance, write_json
+
+    key, params = snakemake.wildcards.model, snakemake.params
+    device = select_device(params.device)
+    result = evaluate_model(key, params.entry, params.sugarcrepe, device=device)
+    result["provenance"] = provenance(
+        {"models": {key: dict(params.entry)}, "sugarcrepe": dict(params.sugarcrepe)},
+        seed=params.sugarcrepe["seed"],
+    )
+    write_json(snakemake.output[0], result)
+    log.info("wrote %s", snakemake.output[0])

@@ -1,0 +1,23 @@
+"""Rule sugarcrepe_tables: per-model SugarCrepe JSON + Jacobian stores -> accuracy and partial tables."""
+
+from repdiag.metrics.sugarcrepe_report import (
+    model_jer,
+    partial_correlations,
+    read_result,
+    sugarcrepe_table,
+)
+from repdiag.report import StatsSettings, write_table
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    settings = StatsSettings.from_config(snakemake.params.stats)
+    families = snakemake.params.models
+    results = [read_result(path) for path in snakemake.input.results]
+    jer = {
+        model: model_jer(path, model, families[model], settings)
+        for model, path in zip(families, snakemake.input.jacobians, strict=True)
+    }
+    log.info("SugarCrepe over %d models; %s: %s", len(results), settings.jer_column, jer)
+    table = sugarcrepe_table(results, jer, snakemake.params.zero_shot)
+    write_table(snakemake.output.table, table)
+    write_table(snakemake.output.partial, partial_correlations(table, settings))
