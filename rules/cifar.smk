@@ -1,0 +1,114 @@
+# SimCLR on CIFAR-10 (repdiag.cifar, repdiag.data.cifar): one GPU job per architecture x
+# augmentation regime x seed (train + linear probe), then a table and a figure. Off unless
+# cifar.enabled; `snakemake cifar` builds just this branch.
+import re
+
+from repdiag.cifar.study import run_names, run_params
+from repdiag.data.cifar import data_files
+
+CIFAR = config["cifar"]
+CIFAR_RUNS = run_names(CIFAR)
+
+
+rule cifar_simclr:
+    input:
+        data=lambda wildcards: data_files(CIFAR["data_dir"], CIFAR["format"]),
+    output:
+        result="results/cifar/{run}.json",
+        curve="results/cifar/{run}.curve.csv",
+    log:
+        log_file("cifar_simclr", "{run}"),
+    benchmark:
+        bench_file("cifar_simclr", "{run}")
+    wildcard_constraints:
+        run="|".join(re.escape(run) for run in CIFAR_RUNS) or "NO_RUNS",
+    conda:
+        "../envs/torch.yaml"
+    threads: CIFAR["threads"]
+    resources:
+        gpu=1,
+        mem_mb=8000,
+    params:
+        run=lambda wildcards: run_params(CIFAR, wildcards.run),
+        device=config["device"],
+    script:
+        "../workflow_scripts/cifar_simclr.py"
+
+
+rule cifar_tables:
+    input:
+        runs=expand("results/cifar/{run}.json", run=CIFAR_RUNS),
+    output:
+        table=report(
+            "results/tables/cifar_simclr.csv",
+            caption="../report/cifar_table.rst",
+            category="Identifiability",
+            subcategory="CIFAR-10",
+        ),
+        runs=report(
+            "results/tables/cifar_simclr_runs.csv",
+            caption="../report/cifar_runs.rst",
+            category="Identifiability",
+            subcategory="CIFAR-10",
+        ),
+    log:
+        log_file("cifar_tables", "cifar"),
+    benchmark:
+        bench_file("cifar_tables", "cifar")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        architectures=CIFAR["architectures"],
+        regimes=CIFAR["regimes"],
+    script:
+        "../workflow_scripts/cifar_tables.py"
+
+
+rule cifar_figure:
+    input:
+        table="results/tables/cifar_simclr.csv",
+        runs="results/tables/cifar_simclr_runs.csv",
+    output:
+        png=report(
+            "results/figures/cifar_simclr.png",
+            caption="../report/cifar_figure.rst",
+            category="Identifiability",
+            subcategory="CIFAR-10",
+        ),
+        pdf="results/figures/cifar_simclr.pdf",
+    log:
+        log_file("cifar_figure", "cifar"),
+    benchmark:
+        bench_file("cifar_figure", "cifar")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        architectures=CIFAR["architectures"],
+        regimes=CIFAR["regimes"],
+    script:
+        "../workflow_scripts/cifar_figure.py"
+
+
+rule cifar:
+    input:
+        "results/tables/cifar_simclr.csv",
+        "results/tables/cifar_simclr_runs.csv",
+        "results/figures/cifar_simclr.png",
+        "results/figures/cifar_simclr.pdf",
+
+
+if CIFAR_RUNS:
+    ALL_TARGETS.extend(
+        [
+            "results/tables/cifar_simclr.csv",
+            "results/tables/cifar_simclr_runs.csv",
+            "results/figures/cifar_simclr.png",
+            "results/figures/cifar_simclr.pdf",
+        ]
+    )
