@@ -1,0 +1,104 @@
+# The identifiability study (repdiag.contrastive, repdiag.data.sphere): one job per grid cell
+# (generator x sampling x encoder x loss [x constrained ratio] x seed), then tables and figures.
+import re
+
+# Aliased: every .smk shares one namespace, and lambdas look names up when they run.
+from repdiag.contrastive.study import cell_names as identifiability_cell_names
+from repdiag.contrastive.study import cell_params as identifiability_cell_params
+
+IDENTIFIABILITY = config["identifiability"]
+IDENTIFIABILITY_CELLS = identifiability_cell_names(IDENTIFIABILITY)
+
+
+rule identifiability_cell:
+    output:
+        result="results/identifiability/{cell}.json",
+        curve="results/identifiability/{cell}.curve.csv",
+    log:
+        log_file("identifiability_cell", "{cell}"),
+    benchmark:
+        bench_file("identifiability_cell", "{cell}")
+    wildcard_constraints:
+        cell="|".join(re.escape(cell) for cell in IDENTIFIABILITY_CELLS) or "NO_CELLS",
+    conda:
+        "../envs/torch.yaml"
+    threads: 1
+    resources:
+        gpu=1,
+        mem_mb=1000,
+    params:
+        cell=lambda wildcards: identifiability_cell_params(
+            IDENTIFIABILITY, wildcards.cell
+        ),
+        device=config["device"],
+    script:
+        "../workflow_scripts/identifiability_cell.py"
+
+
+rule identifiability_tables:
+    input:
+        cells=expand("results/identifiability/{cell}.json", cell=IDENTIFIABILITY_CELLS),
+    output:
+        table=report(
+            "results/tables/identifiability.csv",
+            caption="../report/identifiability_table.rst",
+            category="Identifiability",
+        ),
+        paper=report(
+            "results/tables/identifiability_paper.csv",
+            caption="../report/identifiability_paper.rst",
+            category="Identifiability",
+        ),
+    log:
+        log_file("identifiability_tables", "identifiability"),
+    benchmark:
+        bench_file("identifiability_tables", "identifiability")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/identifiability_tables.py"
+
+
+rule identifiability_figures:
+    input:
+        table="results/tables/identifiability.csv",
+    output:
+        r2_png=report(
+            "results/figures/identifiability_r2.png",
+            caption="../report/identifiability_r2.rst",
+            category="Identifiability",
+        ),
+        r2_pdf="results/figures/identifiability_r2.pdf",
+        ratio_png=report(
+            "results/figures/identifiability_ratio.png",
+            caption="../report/identifiability_ratio.rst",
+            category="Identifiability",
+        ),
+        ratio_pdf="results/figures/identifiability_ratio.pdf",
+    log:
+        log_file("identifiability_figures", "identifiability"),
+    benchmark:
+        bench_file("identifiability_figures", "identifiability")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/identifiability_figures.py"
+
+
+if IDENTIFIABILITY_CELLS:
+    ALL_TARGETS.extend(
+        [
+            "results/tables/identifiability.csv",
+            "results/tables/identifiability_paper.csv",
+            "results/figures/identifiability_r2.png",
+            "results/figures/identifiability_r2.pdf",
+            "results/figures/identifiability_ratio.png",
+            "results/figures/identifiability_ratio.pdf",
+        ]
+    )

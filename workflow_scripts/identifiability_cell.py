@@ -1,0 +1,14 @@
+"""Train and evaluate one identifiability cell: JSON metrics and the loss curve (rule identifiability_cell)."""
+
+from repdiag.gpu import gpu_slot
+from repdiag.runtime import script_logging, select_device
+from repdiag.store import write_json, write_text
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    with gpu_slot():
+        from repdiag.contrastive.study import run_cell
+
+        device = select_device(snakemake.params.device)
+        record, curve = run_cell(dict(snakemake.params.cell), str(device))
+    write_text(snakemake.output.curve, "step,loss\n" + "".join(f"{s},{v:.6f}\n" for s, v in curve))
+    write_json(snakemake.output.result, record)
