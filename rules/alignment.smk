@@ -1,0 +1,132 @@
+# The alignment study (CoSAE vs Crosscoder, USAE and SAE-A): one job per synthetic grid cell, one
+# job per real-embedding pair, then tables, claims and figures (repdiag.sae, repdiag.metrics.alignment).
+import re
+
+from repdiag.sae.grid import cell_params, grid_cells, real_pairs, real_params
+
+ALIGNMENT = config["alignment"]
+ALIGNMENT_CELLS = list(grid_cells(ALIGNMENT))
+ALIGNMENT_REAL = real_pairs(ALIGNMENT)
+
+
+rule alignment_cell:
+    output:
+        "results/alignment/{cell}.json",
+    log:
+        log_file("alignment_cell", "{cell}"),
+    benchmark:
+        bench_file("alignment_cell", "{cell}")
+    wildcard_constraints:
+        cell="|".join(re.escape(cell) for cell in ALIGNMENT_CELLS) or "NO_CELLS",
+    conda:
+        "../envs/torch.yaml"
+    threads: 1
+    resources:
+        gpu=1,
+        mem_mb=1500,
+    params:
+        cell=lambda wildcards: cell_params(ALIGNMENT, wildcards.cell),
+        device=config["device"],
+    script:
+        "../workflow_scripts/alignment_cell.py"
+
+
+rule alignment_real:
+    input:
+        a=lambda wildcards: f"results/embeddings/{ALIGNMENT_REAL[wildcards.pair]['a']}.zarr",
+        b=lambda wildcards: f"results/embeddings/{ALIGNMENT_REAL[wildcards.pair]['b']}.zarr",
+    output:
+        "results/alignment/real/{pair}.json",
+    log:
+        log_file("alignment_real", "{pair}"),
+    benchmark:
+        bench_file("alignment_real", "{pair}")
+    wildcard_constraints:
+        pair="|".join(re.escape(pair) for pair in ALIGNMENT_REAL) or "NO_PAIRS",
+    conda:
+        "../envs/torch.yaml"
+    threads: 1
+    resources:
+        gpu=1,
+        mem_mb=3000,
+    params:
+        real=lambda wildcards: real_params(ALIGNMENT, wildcards.pair),
+        device=config["device"],
+    script:
+        "../workflow_scripts/alignment_real.py"
+
+
+rule alignment_tables:
+    input:
+        cells=expand("results/alignment/{cell}.json", cell=ALIGNMENT_CELLS),
+        real=expand("results/alignment/real/{pair}.json", pair=ALIGNMENT_REAL),
+    output:
+        table=report(
+            "results/tables/alignment.csv",
+            caption="../report/alignment_table.rst",
+            category="Alignment",
+        ),
+        summary=report(
+            "results/tables/alignment_summary.csv",
+            caption="../report/alignment_summary.rst",
+            category="Alignment",
+        ),
+        claims=report(
+            "results/tables/alignment_claims.csv",
+            caption="../report/alignment_claims.rst",
+            category="Alignment",
+        ),
+    log:
+        log_file("alignment_tables", "alignment"),
+    benchmark:
+        bench_file("alignment_tables", "alignment")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/alignment_tables.py"
+
+
+rule alignment_figures:
+    input:
+        table="results/tables/alignment.csv",
+    output:
+        methods_png=report(
+            "results/figures/alignment_methods.png",
+            caption="../report/alignment_methods.rst",
+            category="Alignment",
+        ),
+        methods_pdf="results/figures/alignment_methods.pdf",
+        fraction_png=report(
+            "results/figures/alignment_paired_fraction.png",
+            caption="../report/alignment_paired_fraction.rst",
+            category="Alignment",
+        ),
+        fraction_pdf="results/figures/alignment_paired_fraction.pdf",
+    log:
+        log_file("alignment_figures", "alignment"),
+    benchmark:
+        bench_file("alignment_figures", "alignment")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/alignment_figures.py"
+
+
+if ALIGNMENT_CELLS or ALIGNMENT_REAL:
+    ALL_TARGETS.extend(
+        [
+            "results/tables/alignment.csv",
+            "results/tables/alignment_summary.csv",
+            "results/tables/alignment_claims.csv",
+            "results/figures/alignment_methods.png",
+            "results/figures/alignment_methods.pdf",
+            "results/figures/alignment_paired_fraction.png",
+            "results/figures/alignment_paired_fraction.pdf",
+        ]
+    )

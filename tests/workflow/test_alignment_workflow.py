@@ -1,0 +1,89 @@
+"""The alignment branch on config/test.yaml: one JSON per grid cell, real pair, tables, figures.
+
+(Named ``test_alignment_workflow`` because ``tests/metrics/test_alignment.py`` exists and the
+test folders are not packages.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repdiag.sae.grid import grid_cells, real_pairs
+from repdiag.sae.report import CLAIMS
+
+pytestmark = pytest.mark.workflow
+
+
+def _alignment(workdir: Path) -> dict:
+    from repdiag.config import load_config
+
+    return load_config(workdir / "config" / "test.yaml")["alignment"]
+
+
+def test_one_json_per_cell_with_finite_metrics(workflow_run: Path) -> None:
+    alignment = _alignment(workflow_run)
+    cells = grid_cells(alignment)
+    assert cells
+    for name, spec in cells.items():
+        record = json.loads((workflow_run / "results" / "alignment" / f"{name}.json").read_text())
+        assert record["cell"] == name and record["variant"] == spec["variant"]
+        n_train = alignment["synthetic"]["n_train"]
+        expected_pairs = (
+            0 if spec["paired_fraction"] == 0 else max(1, round(spec["paired_fraction"] * n_train))
+        )
+        assert record["n_paired"] == expected_pairs
+        summary = record["summary"]
+        for key in ("explained_variance", "mcc", "tr_r2", "jaccard", "probe_transfer", "cycle_r2"):
+            assert np.isfinite(summary[key]), (name, key)
+        assert 0 <= summary["l0"] <= alignment["sae"]["k"]
+        assert -1 <= summary["code_correlation"] <= 1 and 0 <= summary["jaccard"] <= 1
+        assert record["train"]["curve"][-1]["step"] == alignment["train"]["steps"]
+
+
+def test_real_pair_reads_both_embedding_stores(workflow_run: Path) -> None:
+    alignment = _alignment(workflow_run)
+    for name, pair in real_pairs(alignment).items():
+        record = json.loads((workflow_run / "results/alignment/real" / f"{name}.json").read_text())
+        assert (record["a"], record["b"]) == (pair["a"], pair["b"])
+        variants = {run["variant"] for run in record["runs"]}
+        assert variants == set(alignment["real"]["variants"])
+        info = record["data_info"]
+        assert info["n_common_images"] >= 16 and info["n_test"] >= 8
+        for run in record["runs"]:
+            assert run["summary"]["mcc"] is None  # no ground truth on real data
+            assert np.isfinite(run["summary"]["tr_r2"])
+
+
+def test_tables_and_claims(workflow_run: Path) -> None:
+    alignment = _alignment(workflow_run)
+    tables = workflow_run / "results" / "tables"
+    table = pd.read_csv(tables / "alignment.csv")
+    synthetic = table[table["data"] == "synthetic"]
+    assert sorted(synthetic["cell"]) == sorted(grid_cells(alignment))
+    n_real = sum(
+        len(alignment["real"]["paired_fractions"])
+        if v not in ("independent", "cosae-distributional")
+        else 1
+        for v in alignment["real"]["variants"]
+    )
+    assert (table["data"] == "real").sum() == n_real * len(alignment["real"]["pairs"])
+    summary = pd.read_csv(tables / "alignment_summary.csv")
+    assert {"tr_r2", "tr_r2_std", "n_seeds"} <= set(summary.columns)
+    claims = pd.read_csv(tables / "alignment_claims.csv")
+    synthetic_claims = claims[claims["scope"] == "synthetic"]
+    assert list(synthetic_claims["claim_id"]) == list(CLAIMS)
+    assert set(claims["verdict"]) <= {"supported", "not supported", "mixed", "not tested"}
+    assert claims["evidence"].str.len().min() > 10
+
+
+def test_figures(workflow_run: Path) -> None:
+    figures = workflow_run / "results" / "figures"
+    for stem in ("alignment_methods", "alignment_paired_fraction"):
+        png, pdf = figures / f"{stem}.png", figures / f"{stem}.pdf"
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+        assert pdf.read_bytes()[:4] == b"%PDF"

@@ -1,0 +1,24 @@
+"""Rule alignment_cell: train one synthetic grid cell and write its metrics JSON."""
+
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    import resource
+
+    from repdiag.gpu import gpu_slot
+    from repdiag.runtime import select_device
+    from repdiag.sae.study import run_cell
+    from repdiag.store import write_json
+
+    params = snakemake.params.cell
+    log.info("alignment cell %s", params["cell"]["name"])
+    with gpu_slot():
+        result = run_cell(params, select_device(snakemake.params.device))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    log.info(
+        "cell done: %.1f s wall, %.1f s CPU in the cell, %.1f s CPU in the process (imports included)",
+        result["wall_time_s"],
+        result["cpu_time_s"],
+        usage.ru_utime + usage.ru_stime,
+    )
+    write_json(snakemake.output[0], result)
