@@ -21,7 +21,9 @@ include: "rules/jacobians.smk"
 include: "rules/metrics.smk"
 include: "rules/stats.smk"
 include: "rules/identifiability.smk"
+include: "rules/cifar.smk"
 include: "rules/alignment.smk"
+include: "rules/sugarcrepe.smk"
 
 
 rule all:
