@@ -24,6 +24,9 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
     "repdiag.metrics.options:check_metrics_config",
     "repdiag.stats_options:check_stats_config",
     "repdiag.sae.grid:check_alignment_config",
+    "repdiag.contrastive.study:check_identifiability",
+    "repdiag.cifar.study:check_cifar_config",
+    "repdiag.data.sugarcrepe:check_sugarcrepe_config",
 )
 
 

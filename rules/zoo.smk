@@ -1,0 +1,61 @@
+# The embedded zoo: small timm encoders trained on synthetic scenes, one job per run
+# (repdiag.encoders.zoo). Only runs named by a model with `source: zoo` are trained.
+import re
+
+from repdiag.encoders.zoo.spec import run_spec, zoo_runs
+
+ZOO_RUNS = zoo_runs(config)
+
+
+rule train_zoo:
+    output:
+        model="results/zoo/{objective}/model.safetensors",
+        meta="results/zoo/{objective}/meta.json",
+        curve="results/zoo/{objective}/curve.csv",
+    log:
+        log_file("train_zoo", "{objective}"),
+    benchmark:
+        bench_file("train_zoo", "{objective}")
+    wildcard_constraints:
+        objective="|".join(re.escape(run) for run in ZOO_RUNS) or "NO_ZOO_RUNS",
+    conda:
+        "../envs/torch.yaml"
+    threads: config["zoo"]["threads"]
+    resources:
+        gpu=0 if config["zoo"]["device"] == "cpu" else 1,
+        mem_mb=2000,
+    params:
+        spec=lambda wildcards: run_spec(config, wildcards.objective),
+        device=config["zoo"]["device"],
+    script:
+        "../workflow_scripts/train_zoo.py"
+
+
+rule plot_zoo_curves:
+    input:
+        curves=expand("results/zoo/{objective}/curve.csv", objective=ZOO_RUNS),
+        meta=expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS),
+    output:
+        png=report(
+            "results/figures/zoo_curves.png",
+            caption="../report/zoo_curves.rst",
+            category="Zoo",
+        ),
+        pdf="results/figures/zoo_curves.pdf",
+    log:
+        log_file("plot_zoo_curves", "zoo"),
+    benchmark:
+        bench_file("plot_zoo_curves", "zoo")
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        runs=ZOO_RUNS,
+    script:
+        "../workflow_scripts/plot_zoo_curves.py"
+
+
+if ZOO_RUNS:
+    ALL_TARGETS.extend(expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS))
+    ALL_TARGETS.extend(
+        ["results/figures/zoo_curves.png", "results/figures/zoo_curves.pdf"]
+    )

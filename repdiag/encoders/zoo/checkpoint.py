@@ -1,0 +1,129 @@
+"""Zoo checkpoints: ``model.safetensors`` (never pickle) + ``meta.json`` + ``curve.csv``.
+
+``model.safetensors`` holds the timm backbone's ``state_dict()`` under its own keys and the
+projection head's under ``head.*``; ``meta.json`` holds what rebuilds both
+(``timm.create_model(meta["timm_model"], **meta["timm_kwargs"])`` and ``meta["head"]``).
+Every file is written atomically; a missing, truncated or mismatched file is an
+:class:`~repdiag.errors.EncoderError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from repdiag.encoders.zoo.backbones import build_backbone
+from repdiag.encoders.zoo.heads import MLPHead, build_head
+from repdiag.errors import EncoderError, StoreError
+from repdiag.store import atomic_path, read_json, write_json, write_text
+
+HEAD_PREFIX = "head."
+META_KEYS = ("objective", "family", "timm_model", "timm_kwargs", "pooling", "preprocess", "head")
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class ZooModel:
+    """A rebuilt zoo encoder: backbone and head in eval mode, and the run's meta.json."""
+
+    backbone: nn.Module
+    head: MLPHead | None
+    meta: dict[str, Any]
+
+
+def checkpoint_tensors(backbone: nn.Module, head: nn.Module | None) -> dict[str, torch.Tensor]:
+    """Backbone state under its own keys, head state under ``head.*`` (contiguous CPU copies)."""
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
+    if head is not None:
+        for key, value in head.state_dict().items():
+            name = HEAD_PREFIX + key
+            if name in tensors:
+                raise EncoderError(
+                    f"head key {name!r} collides with a backbone key of the same name"
+                )
+            tensors[name] = value.detach().cpu().contiguous().clone()
+    return tensors
+
+
+def write_curve(path: PathLike, losses: list[float]) -> None:
+    """``step,loss`` per line (loss with full float precision), atomically."""
+    lines = ["step,loss", *(f"{step},{loss!r}" for step, loss in enumerate(losses))]
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def save_zoo_run(
+    backbone: nn.Module,
+    head: nn.Module | None,
+    meta: dict[str, Any],
+    losses: list[float],
+    model_path: PathLike,
+    meta_path: PathLike,
+    curve_path: PathLike,
+) -> None:
+    """Write the three files of a run, each atomically (weights first, meta.json last)."""
+    with atomic_path(model_path) as tmp:
+        save_file(checkpoint_tensors(backbone, head), str(tmp), metadata={"format": "pt"})
+    write_curve(curve_path, losses)
+    write_json(meta_path, meta)
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise EncoderError(f"zoo checkpoint {path} does not exist: run the train_zoo rule for it")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise EncoderError(
+            f"zoo checkpoint {path} is truncated or corrupt ({err}); delete it and rerun train_zoo"
+        ) from err
+
+
+def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> ZooModel:
+    """Rebuild the encoder of ``results/zoo/<run>/``: strict loads, eval mode, on ``device``."""
+    run_dir = Path(run_dir)
+    model_path, meta_path = run_dir / "model.safetensors", run_dir / "meta.json"
+    try:
+        meta = read_json(meta_path)
+    except StoreError as err:
+        raise EncoderError(f"zoo run {run_dir}: {err}") from err
+    missing = [key for key in META_KEYS if key not in meta]
+    if missing:
+        raise EncoderError(f"{meta_path} lacks {missing}; rerun train_zoo for {run_dir.name}")
+    tensors = _read_tensors(model_path)
+    backbone = build_backbone(meta["timm_model"], meta["timm_kwargs"])
+    backbone_keys = set(backbone.state_dict())
+    head_state = {
+        k[len(HEAD_PREFIX) :]: v
+        for k, v in tensors.items()
+        if k not in backbone_keys and k.startswith(HEAD_PREFIX)
+    }
+    stray = sorted(k for k in tensors if k not in backbone_keys and not k.startswith(HEAD_PREFIX))
+    absent = sorted(backbone_keys - set(tensors))
+    if stray or absent:
+        raise EncoderError(
+            f"{model_path} does not match {meta['timm_model']} {meta['timm_kwargs']}: "
+            f"missing {absent[:5]}, unexpected {stray[:5]}; rerun train_zoo for {run_dir.name}"
+        )
+    backbone.load_state_dict({k: tensors[k] for k in backbone_keys}, strict=True)
+    head = build_head(meta["head"])
+    if head is not None:
+        try:
+            head.load_state_dict(head_state, strict=True)
+        except RuntimeError as err:
+            raise EncoderError(
+                f"{model_path}: head weights do not match meta.json's head: {err}"
+            ) from err
+    elif head_state:
+        raise EncoderError(f"{model_path} has head.* weights but {meta_path} declares no head")
+    backbone.eval().to(device)
+    if head is not None:
+        head.eval().to(device)
+    return ZooModel(backbone, head, meta)

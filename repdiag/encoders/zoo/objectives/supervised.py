@@ -1,0 +1,90 @@
+"""Supervised: cross-entropy on scene labels (which shape sits in each slot, or which shapes are
+present), the analogue of ImageNet classification (Deng et al. 2009; e.g. Dosovitskiy et al.
+2021 for ViT)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repdiag.data.scenes import SceneConfig
+from repdiag.encoders.zoo.augment import label_safe_view
+from repdiag.encoders.zoo.backbones import feature_dim
+from repdiag.encoders.zoo.heads import MLPHead
+from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+
+
+def supervised_loss(
+    logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """``L = -mean_{b,s} sum_c q_bsc log softmax(logits_bs)_c`` with ``q`` the (smoothed) one-hot
+    of ``labels[b, s]``: one softmax per slot (or per shape)."""
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing=label_smoothing)
+
+
+def mirror_slots(grid: tuple[int, int]) -> np.ndarray:
+    """Permutation ``p`` with ``labels_of_mirrored[:, s] = labels[:, p[s]]`` for a left-right flip."""
+    rows, cols = grid
+    return np.array([r * cols + (cols - 1 - c) for r in range(rows) for c in range(cols)])
+
+
+def presence(slot_shape: torch.Tensor, n_shapes: int) -> torch.Tensor:
+    """(B, n_shapes) long: 1 where the shape occurs in some slot, else 0."""
+    one_hot = F.one_hot(slot_shape, n_shapes + 1)[:, :, 1:]
+    return one_hot.amax(dim=1)
+
+
+@register
+class Supervised(Objective):
+    """Backbone + linear classifier; flips mirror the slot labels, colour jitter keeps them."""
+
+    name = "supervised"
+    family = "supervised"
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        scenes: SceneConfig,
+        mean: Sequence[float] = (0.5, 0.5, 0.5),
+        std: Sequence[float] = (0.5, 0.5, 0.5),
+        *,
+        label: str = "slot_shape",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(backbone, scenes, mean, std)
+        self.label = label
+        self.label_smoothing = label_smoothing
+        n_shapes = len(scenes.shapes)
+        if label == "slot_shape":
+            self.groups, self.classes = scenes.n_slots, n_shapes + 1
+        elif label == "shape_presence":
+            self.groups, self.classes = n_shapes, 2
+        else:
+            raise ValueError(f"zoo.hparams.supervised.label: unknown label {label!r}")
+        self.classifier = MLPHead([feature_dim(backbone), self.groups * self.classes])
+        self.register_buffer(
+            "mirror", torch.from_numpy(mirror_slots(scenes.grid)), persistent=False
+        )
+        self.view = label_safe_view(self.image_size)
+
+    def targets(self, slot_shape: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
+        if self.label == "shape_presence":
+            return presence(slot_shape, len(self.scenes.shapes))
+        flipped = flipped.to(slot_shape.device).view(-1, 1)
+        return torch.where(flipped, slot_shape[:, self.mirror], slot_shape)
+
+    def loss(self, batch: Batch, gen: torch.Generator) -> torch.Tensor:
+        x, flipped = self.view.apply(batch.images, gen)
+        logits = self.classifier(self.backbone(self.normalize(x))).view(
+            -1, self.groups, self.classes
+        )
+        return supervised_loss(
+            logits, self.targets(batch.slot_shape, flipped), self.label_smoothing
+        )
+
+    def export(self) -> tuple[nn.Module, MLPHead]:
+        return self.backbone, self.classifier

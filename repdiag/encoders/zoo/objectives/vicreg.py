@@ -1,0 +1,90 @@
+"""VICReg (Bardes, Ponce and LeCun 2022, "VICReg: Variance-Invariance-Covariance Regularization
+for Self-Supervised Learning", eqs. 1-6): invariance plus variance and covariance regularisers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repdiag.data.scenes import SceneConfig
+from repdiag.encoders.zoo.augment import byol_views
+from repdiag.encoders.zoo.backbones import feature_dim
+from repdiag.encoders.zoo.heads import MLPHead
+from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+
+
+def variance_term(z: torch.Tensor, gamma: float, eps: float = 1e-4) -> torch.Tensor:
+    """``v(Z) = mean_j max(0, gamma - sqrt(Var(z_j) + eps))`` (unbiased variance, eq. 1)."""
+    std = torch.sqrt(z.var(dim=0) + eps)
+    return F.relu(gamma - std).mean()
+
+
+def covariance_term(z: torch.Tensor) -> torch.Tensor:
+    """``c(Z) = sum_{i != j} C(Z)_ij^2 / D`` with ``C`` the unbiased covariance (eqs. 3-4)."""
+    n, d = z.shape
+    centred = z - z.mean(dim=0)
+    cov = centred.T @ centred / (n - 1)
+    return (cov.pow(2).sum() - torch.diagonal(cov).pow(2).sum()) / d
+
+
+def vicreg_loss(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    sim_coeff: float = 25.0,
+    std_coeff: float = 25.0,
+    cov_coeff: float = 1.0,
+    gamma: float = 1.0,
+) -> torch.Tensor:
+    """``L = lambda s(Z, Z') + mu [v(Z) + v(Z')] / 2 + nu [c(Z) + c(Z')]``.
+
+    ``s`` is the mean squared error between the views. The variance pair is averaged, as in the
+    authors' code (facebookresearch/vicreg) and lightly's ``VICRegLoss``.
+    """
+    invariance = F.mse_loss(z1, z2)
+    variance = (variance_term(z1, gamma) + variance_term(z2, gamma)) / 2
+    covariance = covariance_term(z1) + covariance_term(z2)
+    return sim_coeff * invariance + std_coeff * variance + cov_coeff * covariance
+
+
+@register
+class VICReg(Objective):
+    """Two BYOL-style views, backbone + BN-ReLU expander, VICReg loss."""
+
+    name = "vicreg"
+    family = "variance_decorrelation"
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        scenes: SceneConfig,
+        mean: Sequence[float] = (0.5, 0.5, 0.5),
+        std: Sequence[float] = (0.5, 0.5, 0.5),
+        *,
+        projector_dims: Sequence[int] = (512, 512),
+        sim_coeff: float = 25.0,
+        std_coeff: float = 25.0,
+        cov_coeff: float = 1.0,
+        gamma: float = 1.0,
+    ) -> None:
+        super().__init__(backbone, scenes, mean, std)
+        self.coeffs = {
+            "sim_coeff": sim_coeff,
+            "std_coeff": std_coeff,
+            "cov_coeff": cov_coeff,
+            "gamma": gamma,
+        }
+        self.projector = MLPHead(
+            [feature_dim(backbone), *projector_dims], norm="batch", activation="relu"
+        )
+        self.views = byol_views(self.image_size)
+
+    def loss(self, batch: Batch, gen: torch.Generator) -> torch.Tensor:
+        x1, x2 = (self.normalize(view(batch.images, gen)) for view in self.views)
+        z1, z2 = self.projector(self.backbone(torch.cat([x1, x2]))).chunk(2)
+        return vicreg_loss(z1, z2, **self.coeffs)
+
+    def export(self) -> tuple[nn.Module, MLPHead]:
+        return self.backbone, self.projector

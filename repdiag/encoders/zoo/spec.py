@@ -1,0 +1,164 @@
+"""The zoo section of the config: which runs to train and the complete settings of each.
+
+Imported while Snakemake parses the workflow, so it must not import torch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from repdiag.errors import ConfigError
+
+FAMILIES: dict[str, str] = {
+    "barlow_twins": "variance_decorrelation",
+    "vicreg": "variance_decorrelation",
+    "mae": "masked_modeling",
+    "dino": "clustering_distillation",
+    "simclr": "contrastive",
+    "clip": "vision_language",
+    "supervised": "supervised",
+}
+"""Objective -> the paper's objective family (the ``family`` of models using it)."""
+
+VIT_ONLY = frozenset({"mae"})  # masking drops patch tokens: needs a patch-token transformer
+VIT_MARKERS = ("vit", "deit")  # timm names of plain ViTs (class token + absolute positions)
+
+
+def zoo_runs(config: Mapping[str, Any]) -> list[str]:
+    """Run names used by some model with ``source: zoo`` (sorted, unique): the runs to train."""
+    models = config.get("models") or {}
+    return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
+
+
+def objective_of(name: str, entry: Mapping[str, Any]) -> str:
+    """The objective of run ``name``: its ``objective`` key, else the name itself."""
+    return entry.get("objective") or name
+
+
+def _check_hparams(where: str, overrides: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    for key, value in overrides.items():
+        if key not in defaults:
+            raise ConfigError(
+                f"{where}.{key}: unknown hyperparameter; known: {', '.join(sorted(defaults))}"
+            )
+        default = defaults[key]
+        kinds: tuple[type, ...] = (
+            (int, float) if isinstance(default, int | float) else (type(default),)
+        )
+        if isinstance(default, bool):
+            kinds = (bool,)
+        if not isinstance(value, kinds) or (
+            isinstance(value, bool) and not isinstance(default, bool)
+        ):
+            raise ConfigError(
+                f"{where}.{key}: expected {type(default).__name__} like the default {default!r}, got {value!r}"
+            )
+
+
+def _check_widths(where: str, objective: str, hparams: Mapping[str, Any]) -> None:
+    """Attention widths must split into heads; MAE's sine-cosine table needs a multiple of 4."""
+    pairs = {"mae": ("decoder_dim", "decoder_heads"), "clip": ("text_width", "text_heads")}
+    if objective in pairs:
+        width, heads = pairs[objective]
+        if hparams[width] % hparams[heads]:
+            raise ConfigError(
+                f"{where}: {width} ({hparams[width]}) must be a multiple of {heads} "
+                f"({hparams[heads]}); see zoo.hparams.{objective}"
+            )
+    if objective == "mae" and hparams["decoder_dim"] % 4:
+        raise ConfigError(
+            f"{where}: decoder_dim ({hparams['decoder_dim']}) must be a multiple of 4"
+        )
+
+
+def check_zoo_config(config: Mapping[str, Any]) -> None:
+    """Cross-key checks of the zoo (registered in ``repdiag.config.SEMANTIC_CHECKS``).
+
+    Every model with ``source: zoo`` names a run of ``zoo.objectives`` whose objective's family is
+    the model's ``family``; every run names a known backbone (a ViT for mae) and valid overrides.
+    """
+    zoo = config.get("zoo") or {}
+    objectives = zoo.get("objectives") or {}
+    backbones = zoo.get("backbones") or {}
+    hparams = zoo.get("hparams") or {}
+    for key, entry in (config.get("models") or {}).items():
+        if entry.get("source") != "zoo":
+            continue
+        run = entry.get("id")
+        if run not in objectives:
+            raise ConfigError(
+                f"models.{key}.id: zoo run {run!r} is not defined in zoo.objectives "
+                f"(defined: {', '.join(sorted(objectives)) or 'none'}); add it there or fix the id"
+            )
+        family = FAMILIES[objective_of(run, objectives[run])]
+        if entry.get("family") != family:
+            raise ConfigError(
+                f"models.{key}.family: zoo run {run!r} trains a {family} objective, "
+                f"but the model says {entry.get('family')!r}; set family: {family}"
+            )
+    for name, entry in objectives.items():
+        where = f"zoo.objectives.{name}"
+        objective = objective_of(name, entry)
+        if objective not in FAMILIES:
+            raise ConfigError(
+                f"{where}: the run name is not an objective, so set objective: to one of "
+                f"{', '.join(sorted(FAMILIES))}"
+            )
+        backbone = entry.get("backbone", "vit")
+        if backbone not in backbones:
+            raise ConfigError(
+                f"{where}.backbone: {backbone!r} is not in zoo.backbones ({', '.join(sorted(backbones))})"
+            )
+        timm_model = backbones[backbone]["timm_model"].lower()
+        if objective in VIT_ONLY and not any(m in timm_model for m in VIT_MARKERS):
+            raise ConfigError(
+                f"{where}.backbone: {objective} masks patch tokens and needs a ViT backbone, "
+                f"got {backbones[backbone]['timm_model']!r}"
+            )
+        _check_hparams(f"{where}.hparams", entry.get("hparams") or {}, hparams.get(objective, {}))
+        _check_widths(
+            where, objective, {**hparams.get(objective, {}), **(entry.get("hparams") or {})}
+        )
+    scenes = zoo.get("scenes") or {}
+    grid = scenes.get("grid", [3, 3])
+    slots = grid[0] * grid[1]
+    if not scenes.get("min_objects", 2) <= scenes.get("max_objects", 6) <= slots:
+        raise ConfigError(
+            f"zoo.scenes: need min_objects <= max_objects <= rows * cols = {slots} "
+            f"(got {scenes.get('min_objects', 2)}, {scenes.get('max_objects', 6)})"
+        )
+    size = scenes.get("object_size", 0.7) * (1 + (scenes.get("jitter") or {}).get("scale", 0.3))
+    if size > 1 + 1e-12:
+        raise ConfigError(
+            f"zoo.scenes.object_size * (1 + zoo.scenes.jitter.scale) = {size:.3f} > 1: objects "
+            "would leave their cells; lower one of them"
+        )
+
+
+def run_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Everything run ``name`` depends on, resolved to plain values (the rule's ``params``)."""
+    zoo = config["zoo"]
+    entry = zoo["objectives"][name]
+    objective = objective_of(name, entry)
+    backbone = zoo["backbones"][entry["backbone"]]
+    hparams = {**copy.deepcopy(zoo["hparams"][objective]), **copy.deepcopy(entry["hparams"])}
+    return {
+        "run": name,
+        "objective": objective,
+        "family": FAMILIES[objective],
+        "backbone": entry["backbone"],
+        "timm_model": backbone["timm_model"],
+        "timm_kwargs": copy.deepcopy(backbone.get("timm_kwargs") or {}),
+        "image_size": zoo["image_size"],
+        "scenes": copy.deepcopy(zoo["scenes"]),
+        "steps": entry["steps"],
+        "batch_size": entry["batch_size"],
+        "lr": entry["lr"],
+        "warmup_fraction": entry["warmup_fraction"],
+        "weight_decay": entry["weight_decay"],
+        "grad_clip": entry["grad_clip"],
+        "seed": entry["seed"],
+        "hparams": hparams,
+    }

@@ -1,0 +1,217 @@
+"""The seeded, deterministic training loop of one zoo run.
+
+Same spec, same thread count, same device type -> the same weights, bit for bit: the weights are
+initialised after ``torch.manual_seed(seed)``, batch ``t`` of the scene stream is a pure function
+of ``(scenes.seed, t)``, and every augmentation and mask is drawn from one CPU generator seeded
+with ``seed``. AdamW with linear warmup and cosine decay to 0; decoupled weight decay on weight
+matrices only; the global gradient norm clipped. Inputs are normalised with the per-channel mean
+and standard deviation of the stream's first 512 scenes (recorded in ``meta.json["preprocess"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+import repdiag
+from repdiag.data.scenes import SceneBatch, SceneConfig, channel_statistics, scene_batch
+from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, feature_dim, pooling
+from repdiag.encoders.zoo.heads import MLPHead
+from repdiag.encoders.zoo.objectives import OBJECTIVES, Batch, Objective
+from repdiag.runtime import Progress
+
+log = logging.getLogger(__name__)
+
+NO_DECAY_SUFFIXES = ("pos_embed", "cls_token", "mask_token", "position", "log_scale")
+
+
+@dataclass
+class TrainResult:
+    """The trained encoder (backbone, head), its meta.json content and the loss per step."""
+
+    backbone: nn.Module
+    head: MLPHead | None
+    meta: dict[str, Any]
+    losses: list[float]
+
+
+def build_objective(
+    spec: Mapping[str, Any], device: torch.device | str = "cpu"
+) -> tuple[Objective, dict[str, Any]]:
+    """The objective module of ``spec`` (seeded init) and the backbone's complete timm kwargs."""
+    cls = OBJECTIVES.get(spec["objective"])
+    scenes = SceneConfig.from_config(spec["scenes"], spec["image_size"])
+    kwargs = backbone_kwargs(
+        spec["timm_model"], spec["timm_kwargs"], spec["image_size"], cls.backbone_extras
+    )
+    mean, std = channel_statistics(scenes, spec["scenes"]["seed"])
+    torch.manual_seed(spec["seed"])
+    objective = cls(
+        build_backbone(spec["timm_model"], kwargs), scenes, mean, std, **spec["hparams"]
+    )
+    return objective.to(device), kwargs
+
+
+def parameter_groups(objective: Objective, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay on matrices (ndim >= 2) except tokens and position embeddings."""
+    decay, no_decay = [], []
+    for name, param in objective.trainable_parameters():
+        (decay if param.ndim >= 2 and not name.endswith(NO_DECAY_SUFFIXES) else no_decay).append(
+            param
+        )
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def learning_rate(step: int, total: int, peak: float, warmup_fraction: float) -> float:
+    """Linear warmup over ``floor(total * warmup_fraction)`` steps, then cosine decay to 0."""
+    warmup = int(total * warmup_fraction)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def to_batch(scenes: SceneBatch, device: torch.device | str) -> Batch:
+    """uint8 (B, H, W, 3) scenes -> float (B, 3, H, W) in [0, 1] on ``device``."""
+    images = torch.from_numpy(scenes.images).to(device).permute(0, 3, 1, 2).float() / 255.0
+    return Batch(
+        images=images.contiguous(),
+        captions=scenes.captions,
+        slot_shape=torch.from_numpy(scenes.slot_shape).to(device),
+        slot_colour=torch.from_numpy(scenes.slot_colour).to(device),
+    )
+
+
+def make_optimizer(objective: Objective, spec: Mapping[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(parameter_groups(objective, spec["weight_decay"]), lr=spec["lr"])
+
+
+def train_step(
+    objective: Objective,
+    optimizer: torch.optim.Optimizer,
+    spec: Mapping[str, Any],
+    step: int,
+    gen: torch.Generator,
+) -> float:
+    """One optimiser step on batch ``step`` of the scene stream; returns the loss."""
+    steps = spec["steps"]
+    device = objective.pixel_mean.device
+    batch = to_batch(
+        scene_batch(objective.scenes, spec["scenes"]["seed"], step, spec["batch_size"]), device
+    )
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, steps, spec["lr"], spec["warmup_fraction"])
+    loss = objective.loss(batch, gen)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"zoo run {spec['run']!r}: the {spec['objective']} loss is {loss.item()} at step {step}; "
+            f"lower zoo.objectives.{spec['run']}.lr (now {spec['lr']}) or raise grad_clip"
+        )
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    objective.before_update(step, steps)
+    if spec["grad_clip"] > 0:
+        nn.utils.clip_grad_norm_(
+            [p for _, p in objective.trainable_parameters()], spec["grad_clip"]
+        )
+    optimizer.step()
+    objective.after_step(step, steps)
+    return float(loss.detach())
+
+
+def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainResult:
+    """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress."""
+    start = time.monotonic()
+    objective, kwargs = build_objective(spec, device)
+    objective.train()
+    optimizer = make_optimizer(objective, spec)
+    gen = torch.Generator().manual_seed(spec["seed"])
+    progress = Progress(spec["steps"], f"train_zoo {spec['run']} ({spec['objective']})")
+    losses: list[float] = []
+    for step in range(spec["steps"]):
+        losses.append(train_step(objective, optimizer, spec, step, gen))
+        progress.update()
+    backbone, head = objective.export()
+    backbone.eval()
+    if head is not None:
+        head.eval()
+    preprocess = {
+        "input_size": spec["image_size"],
+        "mean": objective.mean,
+        "std": objective.std,
+        "interpolation": "bilinear",
+    }
+    meta = run_meta(
+        spec, kwargs, preprocess, backbone, head, losses, time.monotonic() - start, device
+    )
+    log.info(
+        "zoo run %s: loss %.4f -> %.4f in %.0f s",
+        spec["run"],
+        losses[0],
+        losses[-1],
+        meta["wall_time_s"],
+    )
+    return TrainResult(backbone.cpu(), None if head is None else head.cpu(), meta, losses)
+
+
+def run_meta(
+    spec: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
+    preprocess: Mapping[str, Any],
+    backbone: nn.Module,
+    head: MLPHead | None,
+    losses: list[float],
+    wall_time_s: float,
+    device: torch.device | str,
+) -> dict[str, Any]:
+    """The meta.json of a run (docs/contracts.md, ``results/zoo/<objective>/``) plus provenance."""
+    tail = max(1, len(losses) // 10)
+    return {
+        "objective": spec["objective"],
+        "family": spec["family"],
+        "run": spec["run"],
+        "timm_model": spec["timm_model"],
+        "timm_kwargs": dict(kwargs),
+        "pooling": pooling(backbone),
+        "feature_dim": feature_dim(backbone),
+        "preprocess": dict(preprocess),
+        "head": None if head is None else {**head.description, "input": "final"},
+        "steps": spec["steps"],
+        "batch_size": spec["batch_size"],
+        "seed": spec["seed"],
+        "final_loss": losses[-1],
+        "final_loss_mean": float(np.mean(losses[-tail:])),
+        "initial_loss": losses[0],
+        "wall_time_s": round(wall_time_s, 3),
+        "backbone": spec["backbone"],
+        "lr": spec["lr"],
+        "warmup_fraction": spec["warmup_fraction"],
+        "weight_decay": spec["weight_decay"],
+        "grad_clip": spec["grad_clip"],
+        "hparams": dict(spec["hparams"]),
+        "scenes": dict(spec["scenes"]),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "versions": {
+            "repdiag": repdiag.__version__,
+            "torch": torch.__version__,
+            "timm": _timm_version(),
+        },
+    }
+
+
+def _timm_version() -> str:
+    import timm
+
+    return timm.__version__

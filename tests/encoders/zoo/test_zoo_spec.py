@@ -1,0 +1,80 @@
+"""The zoo config: which runs train, what each depends on, and errors that name the key."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from repdiag.config import load_config
+from repdiag.encoders.zoo.spec import FAMILIES, check_zoo_config, run_spec, zoo_runs
+from repdiag.errors import ConfigError
+from tests.encoders.zoo.conftest import tiny_config
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_shipped_configs_train_every_objective():
+    for name in ("config.yaml", "config/test.yaml"):
+        config = load_config(REPO / name)
+        runs = zoo_runs(config)
+        objectives = {run_spec(config, run)["objective"] for run in runs}
+        assert objectives == set(FAMILIES), name
+    default = load_config(REPO / "config.yaml")
+    assert run_spec(default, "supervised_resnet")["timm_model"] == "resnet10t"
+    assert run_spec(default, "mae")["image_size"] == 64
+
+
+def test_only_runs_used_by_zoo_models_are_trained():
+    config = tiny_config()
+    assert zoo_runs(config) == sorted(FAMILIES)  # supervised_resnet is defined but unused
+    config["models"] = {"a": {"source": "timm", "id": "resnet18", "family": "supervised"}}
+    assert zoo_runs(config) == []
+
+
+def test_run_spec_merges_objective_defaults_and_run_overrides():
+    config = tiny_config()
+    config["zoo"]["objectives"]["simclr"]["hparams"] = {"temperature": 0.5}
+    spec = run_spec(config, "simclr")
+    assert spec["hparams"] == {"projector_dims": [64, 32], "temperature": 0.5}
+    assert spec["family"] == "contrastive" and spec["steps"] == 4
+    assert config["zoo"]["hparams"]["simclr"]["temperature"] == 0.2  # not mutated
+    resnet = run_spec(config, "supervised_resnet")
+    assert resnet["objective"] == "supervised" and resnet["timm_model"] == "resnet10t"
+
+
+def edit(change):
+    config = tiny_config()
+    change(config)
+    return config
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["models"]["mae"].update(id="nope"), r"models\.mae\.id: zoo run 'nope' is not defined"),
+        (lambda c: c["models"]["mae"].update(family="contrastive"), r"models\.mae\.family: .*set family: masked_modeling"),
+        (lambda c: c["zoo"]["objectives"].update(byol={}), r"zoo\.objectives\.byol: the run name is not an objective"),
+        (lambda c: c["zoo"]["objectives"]["dino"].update(backbone="convnext"), r"zoo\.objectives\.dino\.backbone: 'convnext'"),
+        (lambda c: c["zoo"]["objectives"]["mae"].update(backbone="resnet"), r"zoo\.objectives\.mae\.backbone: mae .* needs a ViT"),
+        (lambda c: c["zoo"]["objectives"]["dino"].update(hparams={"tau": 1}), r"zoo\.objectives\.dino\.hparams\.tau: unknown hyperparameter"),
+        (lambda c: c["zoo"]["objectives"]["mae"].update(hparams={"norm_pix_loss": 1}), r"hparams\.norm_pix_loss: expected bool"),
+        (lambda c: c["zoo"]["objectives"]["clip"].update(hparams={"embed_dim": "64"}), r"hparams\.embed_dim: expected int"),
+        (lambda c: c["zoo"]["objectives"]["mae"].update(hparams={"decoder_heads": 3}), r"zoo\.objectives\.mae: decoder_dim \(32\) must be a multiple of decoder_heads \(3\)"),
+        (lambda c: c["zoo"]["hparams"]["mae"].update(decoder_dim=30, decoder_heads=1), r"decoder_dim \(30\) must be a multiple of 4"),
+        (lambda c: c["zoo"]["hparams"]["clip"].update(text_heads=5), r"zoo\.objectives\.clip: text_width \(32\) must be a multiple of text_heads \(5\)"),
+        (lambda c: c["zoo"]["scenes"].update(max_objects=5), r"zoo\.scenes: need min_objects <= max_objects <= rows \* cols = 4"),
+        (lambda c: c["zoo"]["scenes"].update(object_size=0.9), r"zoo\.scenes\.object_size \* \(1 \+ zoo\.scenes\.jitter\.scale\)"),
+    ],
+)  # fmt: skip
+def test_semantic_errors_name_the_key(change, message):
+    with pytest.raises(ConfigError, match=message):
+        check_zoo_config(edit(change))
+
+
+def test_valid_config_passes_and_is_not_mutated():
+    config = tiny_config()
+    before = copy.deepcopy(config)
+    check_zoo_config(config)
+    assert config == before

@@ -1,0 +1,185 @@
+"""Training is seeded and deterministic; checkpoints reload to bitwise identical features, and a
+missing, truncated or mismatched checkpoint is a clear error."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+from repdiag.encoders.zoo.checkpoint import load_zoo_model, save_zoo_run
+from repdiag.encoders.zoo.plot import read_curve
+from repdiag.encoders.zoo.train import learning_rate, parameter_groups, train
+from repdiag.errors import EncoderError
+
+
+def save(result, run_dir):
+    save_zoo_run(
+        result.backbone,
+        result.head,
+        result.meta,
+        result.losses,
+        run_dir / "model.safetensors",
+        run_dir / "meta.json",
+        run_dir / "curve.csv",
+    )
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two tiny runs: clip (ViT, with a head) and supervised_resnet (CNN), saved to disk."""
+    from repdiag.encoders.zoo.spec import run_spec
+    from tests.encoders.zoo.conftest import tiny_config
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("zoo")
+    out = {}
+    for run in ("clip", "supervised_resnet"):
+        spec = run_spec(tiny_config(), run)
+        result = train(spec)
+        out[run] = (spec, result, save(result, root / run))
+    return out
+
+
+def test_learning_rate_schedule_closed_form():
+    assert learning_rate(0, 100, 1.0, 0.1) == pytest.approx(0.1)  # (0 + 1) / 10
+    assert learning_rate(9, 100, 1.0, 0.1) == pytest.approx(1.0)
+    assert learning_rate(10, 100, 1.0, 0.1) == pytest.approx(1.0)  # cosine starts at the peak
+    assert learning_rate(55, 100, 1.0, 0.1) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert learning_rate(0, 4, 2.0, 0.0) == pytest.approx(2.0)
+
+
+def test_weight_decay_only_on_matrices(tiny_spec):
+    from repdiag.encoders.zoo.train import build_objective
+
+    objective, _ = build_objective(tiny_spec("mae"))
+    decay, no_decay = parameter_groups(objective, 0.05)
+    names = {id(p): n for n, p in objective.named_parameters()}
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+    assert all(p.ndim >= 2 for p in decay["params"])
+    skipped = {names[id(p)] for p in no_decay["params"]}
+    tokens = {"backbone.pos_embed", "backbone.cls_token", "mask_token"}
+    assert tokens <= skipped
+    assert all(objective.get_parameter(n).ndim == 1 for n in skipped - tokens)
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(objective.parameters()))
+
+
+def test_same_seed_same_weights_other_seed_other_weights(tiny_spec):
+    spec = tiny_spec("simclr", steps=3)
+    a, b = train(spec), train(spec)
+    c = train({**spec, "seed": 1})
+    state_a, state_b, state_c = (
+        a.backbone.state_dict(),
+        b.backbone.state_dict(),
+        c.backbone.state_dict(),
+    )
+    assert all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    assert a.losses == b.losses
+    assert not all(torch.equal(state_a[k], state_c[k]) for k in state_a)
+
+
+def test_meta_and_curve_follow_the_contract(trained):
+    spec, result, run_dir = trained["clip"]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    for key in ("objective", "family", "timm_model", "timm_kwargs", "pooling", "preprocess", "head",
+                "steps", "batch_size", "seed", "final_loss", "wall_time_s"):  # fmt: skip
+        assert key in meta, key
+    assert meta["objective"] == "clip" and meta["family"] == "vision_language"
+    assert meta["pooling"] == "cls" and meta["timm_kwargs"]["num_classes"] == 0
+    assert meta["preprocess"]["input_size"] == 32 and len(meta["preprocess"]["mean"]) == 3
+    assert meta["head"]["dims"] == [32, 32] and meta["head"]["bias"] is False
+    losses = read_curve(run_dir / "curve.csv")
+    assert losses.tolist() == result.losses and len(losses) == spec["steps"]
+    assert meta["final_loss"] == result.losses[-1]
+    resnet_meta = json.loads((trained["supervised_resnet"][2] / "meta.json").read_text())
+    assert resnet_meta["pooling"] == "mean" and "img_size" not in resnet_meta["timm_kwargs"]
+
+
+@pytest.mark.parametrize("run", ["clip", "supervised_resnet"])
+def test_checkpoint_reloads_to_bitwise_identical_features(trained, run):
+    _, result, run_dir = trained[run]
+    loaded = load_zoo_model(run_dir)
+    x = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        original = result.backbone.eval()(x)
+        reloaded = loaded.backbone(x)
+        assert torch.equal(original, reloaded)
+        assert torch.equal(result.head.eval()(original), loaded.head(reloaded))
+
+
+def test_checkpoint_keys_are_timms_plus_head(trained):
+    """The contract: timm.create_model(timm_model, **timm_kwargs) loads the non-head keys strictly."""
+    _, _, run_dir = trained["clip"]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    tensors = load_file(str(run_dir / "model.safetensors"))
+    model = timm.create_model(meta["timm_model"], **meta["timm_kwargs"])
+    backbone = {k: v for k, v in tensors.items() if not k.startswith("head.")}
+    model.load_state_dict(backbone, strict=True)
+    assert sorted(k for k in tensors if k.startswith("head.")) == ["head.net.0.weight"]
+
+
+def test_zoo_model_through_the_encoder_registry(trained):
+    from repdiag.encoders import build_encoder
+
+    _, result, run_dir = trained["supervised_resnet"]
+    entry = {"source": "zoo", "id": "supervised_resnet", "family": "supervised"}
+    encoder = build_encoder("supervised_resnet", entry, zoo_dir=run_dir.parent)
+    images = np.random.default_rng(0).integers(0, 256, size=(3, 32, 32, 3), dtype=np.uint8)
+    x = encoder.preprocess(images)
+    outputs = encoder.layer_outputs(x)
+    with torch.no_grad():
+        expected = result.backbone.eval()(x)
+    assert torch.allclose(outputs["final"], expected, atol=1e-6)
+    assert "head" in outputs
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(EncoderError, match=r"meta\.json does not exist"):
+        load_zoo_model(tmp_path / "nothing")
+
+
+def test_truncated_checkpoint_is_a_clear_error(trained, tmp_path):
+    _, _, run_dir = trained["clip"]
+    broken = tmp_path / "clip"
+    broken.mkdir()
+    (broken / "meta.json").write_bytes((run_dir / "meta.json").read_bytes())
+    data = (run_dir / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(EncoderError, match=r"model\.safetensors is truncated or corrupt"):
+        load_zoo_model(broken)
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(
+        EncoderError, match=r"model\.safetensors does not exist: run the train_zoo rule"
+    ):
+        load_zoo_model(broken)
+
+
+def test_mismatched_architecture_is_a_clear_error(trained, tmp_path):
+    _, _, run_dir = trained["clip"]
+    other = tmp_path / "clip"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes((run_dir / "model.safetensors").read_bytes())
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta["timm_kwargs"]["depth"] = 3
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(
+        EncoderError, match=r"does not match vit_tiny_patch16_224.*missing \['blocks\.2"
+    ):
+        load_zoo_model(other)
+    del meta["pooling"]
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(EncoderError, match=r"lacks \['pooling'\]"):
+        load_zoo_model(other)
+
+
+def test_divergence_names_the_run_and_the_fix(tiny_spec):
+    with pytest.raises(
+        FloatingPointError, match=r"zoo run 'simclr'.*lower zoo\.objectives\.simclr\.lr"
+    ):
+        train(tiny_spec("simclr", lr=1e30, grad_clip=0.0, steps=4))

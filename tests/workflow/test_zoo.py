@@ -1,0 +1,107 @@
+"""The zoo stage in the test workflow run: every objective trained, reloadable, plotted, and fed
+into embedding extraction; one run's settings rerun only that run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repdiag.config import load_config
+from repdiag.encoders.zoo.checkpoint import load_zoo_model
+from repdiag.encoders.zoo.plot import read_curve
+from repdiag.encoders.zoo.spec import FAMILIES, zoo_runs
+from repdiag.store import open_store, read_json
+from tests.conftest import snakemake
+
+pytestmark = pytest.mark.workflow
+
+
+def test_every_objective_is_trained_and_reloads(workflow_run: Path) -> None:
+    config = load_config(workflow_run / "config" / "test.yaml")
+    runs = zoo_runs(config)
+    assert {config["zoo"]["objectives"][r]["objective"] or r for r in runs} == set(FAMILIES)
+    for run in runs:
+        run_dir = workflow_run / "results" / "zoo" / run
+        meta = read_json(run_dir / "meta.json")
+        steps = config["zoo"]["objectives"][run]["steps"]
+        assert (
+            meta["steps"] == steps
+            and meta["batch_size"] == config["zoo"]["objectives"][run]["batch_size"]
+        )
+        assert meta["preprocess"]["input_size"] == config["zoo"]["image_size"]
+        losses = read_curve(run_dir / "curve.csv")
+        assert len(losses) == steps and meta["final_loss"] == losses[-1]
+        model = load_zoo_model(run_dir)
+        assert model.meta["family"] == FAMILIES[meta["objective"]]
+        assert (model.head is None) == (meta["objective"] == "mae")
+        log = (workflow_run / "logs" / "train_zoo" / f"{run}.log").read_text()
+        assert f"train_zoo {run} ({meta['objective']}): {steps}/{steps}" in log  # Progress logged
+    for suffix, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
+        assert (
+            (workflow_run / "results" / "figures" / f"zoo_curves.{suffix}")
+            .read_bytes()
+            .startswith(magic)
+        )
+
+
+def test_zoo_models_flow_into_embedding_extraction(workflow_run: Path) -> None:
+    config = load_config(workflow_run / "config" / "test.yaml")
+    zoo_models = [key for key, entry in config["models"].items() if entry["source"] == "zoo"]
+    assert len(zoo_models) >= len(FAMILIES)
+    for key in zoo_models:
+        store = open_store(workflow_run / "results" / "embeddings" / f"{key}.zarr")
+        assert "final" in [str(v) for v in store["layer"].values], key
+        meta = read_json(
+            workflow_run / "results" / "zoo" / config["models"][key]["id"] / "meta.json"
+        )
+        assert store["emb_final"].shape[1] == meta["feature_dim"]
+
+
+RULE_LINE = re.compile(r"^(?:local)?rule (\w+):\s*$")
+WILDCARDS_LINE = re.compile(r"^\s+wildcards: (.*)$")
+
+
+def planned_zoo_runs(workdir: Path) -> list[str]:
+    """The ``objective`` wildcard of every train_zoo job a dry run would execute."""
+    proc = snakemake(workdir, "-n")
+    runs, rule = [], None
+    for line in (proc.stdout + "\n" + proc.stderr).splitlines():
+        if match := RULE_LINE.match(line):
+            rule = match.group(1)
+        elif (match := WILDCARDS_LINE.match(line)) and rule == "train_zoo":
+            runs += [
+                item.split("=", 1)[1]
+                for item in match.group(1).split(", ")
+                if item.startswith("objective=")
+            ]
+    return sorted(runs)
+
+
+@pytest.fixture
+def completed(workflow_run: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "run"
+    shutil.copytree(workflow_run, dest, symlinks=True)
+    return dest
+
+
+def edit_config(workdir: Path, edit) -> None:
+    path = workdir / "config" / "test.yaml"
+    config = yaml.safe_load(path.read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def test_one_objectives_settings_rerun_only_that_run(completed: Path) -> None:
+    assert planned_zoo_runs(completed) == []
+    edit_config(completed, lambda c: c["zoo"]["hparams"]["dino"].update(student_temp=0.2))
+    assert planned_zoo_runs(completed) == ["dino"]
+
+
+def test_the_scene_stream_is_shared_by_every_run(completed: Path) -> None:
+    edit_config(completed, lambda c: c["zoo"]["scenes"].update(seed=7))
+    config = load_config(completed / "config" / "test.yaml")
+    assert planned_zoo_runs(completed) == zoo_runs(config)

@@ -1,0 +1,28 @@
+"""Rule train_zoo: train one zoo run and write model.safetensors, meta.json, curve.csv."""
+
+from repdiag.runtime import script_logging
+
+with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.encoders.zoo.checkpoint import save_zoo_run
+    from repdiag.encoders.zoo.train import train
+    from repdiag.gpu import gpu_slot
+    from repdiag.runtime import select_device
+
+    spec, device = snakemake.params.spec, snakemake.params.device
+    log.info("zoo run %s: %s on %s, %d steps x %d scenes", spec["run"], spec["objective"],
+             spec["timm_model"], spec["steps"], spec["batch_size"])  # fmt: skip
+    if device == "cpu":
+        result = train(spec, "cpu")
+    else:
+        with gpu_slot():
+            result = train(spec, select_device(device))
+    result.meta["threads"] = snakemake.threads
+    save_zoo_run(
+        result.backbone,
+        result.head,
+        result.meta,
+        result.losses,
+        snakemake.output.model,
+        snakemake.output.meta,
+        snakemake.output.curve,
+    )
