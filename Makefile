@@ -11,7 +11,7 @@ SNAKEMAKE_ARGS ?=
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: run test setup lint format clean-results
+.PHONY: run test test-slurm setup lint format clean-results
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+# The SLURM profile against a real single-node SLURM (installs slurm-wlm with apt-get; root).
+test-slurm: setup
+	$(BIN)/python -m pytest -q -m slurm tests/slurm
 
 format: setup
 	$(BIN)/ruff check --fix repdiag workflow_scripts tests benchmarks

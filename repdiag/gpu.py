@@ -59,6 +59,11 @@ def gpu_slot(
     Yields the device id, or ``None`` (after logging it) when no GPU is visible, in which case the
     job runs on CPU. Blocks, polling, while every device is held by other jobs.
     """
+    if os.environ.get("SLURM_JOB_ID") and devices is None:
+        # SLURM already gave this job its own GPUs (every job sees them as 0..n-1): no lock.
+        log.info("SLURM job %s: using the GPUs SLURM allocated", os.environ["SLURM_JOB_ID"])
+        yield os.environ.get("CUDA_VISIBLE_DEVICES") or None
+        return
     devices = visible_devices() if devices is None else devices
     if not devices:
         log.info("no CUDA device visible: this GPU job runs on CPU")

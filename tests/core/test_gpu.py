@@ -93,3 +93,12 @@ def test_no_visible_device_means_cpu_and_environment_is_restored(tmp_path, monke
 def test_visible_devices_parses_the_environment(monkeypatch, value, expected):
     monkeypatch.setenv("REPDIAG_GPU_DEVICES", value)
     assert visible_devices() == expected
+
+
+def test_slurm_jobs_use_their_allocation_without_a_shared_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("REPDIAG_GPU_SLOT_DIR", str(tmp_path / "slots"))
+    with gpu_slot() as device:
+        assert device == "0"
+    assert not (tmp_path / "slots").exists()
