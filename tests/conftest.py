@@ -24,7 +24,9 @@ WORKFLOW_PARTS = (
 )
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network (timm/open_clip caches)
+os.environ.setdefault(
+    "HF_HUB_OFFLINE", "1"
+)  # tests never touch the network (timm/open_clip caches)
 
 
 def copy_workflow(dest: Path) -> Path:

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
-from stats_fakes import LAYERS, fake_models, model_paths, write_fake_results
 
 from repdiag import stats
 from repdiag.errors import ConfigError, StoreError
@@ -24,6 +23,7 @@ from repdiag.report import (
 )
 from repdiag.stats_options import StatsSettings, check_stats_config
 from repdiag.store import open_store
+from tests.stats_fakes import LAYERS, fake_models, model_paths, write_fake_results
 
 TOL = 1e-8
 

@@ -13,10 +13,10 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import snakemake
 
 from repdiag.config import load_config
 from repdiag.store import open_store
+from tests.conftest import snakemake
 
 pytestmark = pytest.mark.workflow
 

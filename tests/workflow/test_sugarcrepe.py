@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, copy_workflow, snakemake
 
 from repdiag.data.sugarcrepe import CATEGORIES
 from repdiag.metrics.readouts import wilson_interval
+from tests.conftest import REPO, copy_workflow, snakemake
 from tests.sugarcrepe.fixture import make_sugarcrepe
 
 pytestmark = pytest.mark.workflow
