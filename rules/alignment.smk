@@ -23,7 +23,6 @@ rule alignment_cell:
     threads: 1
     resources:
         gpu=1,
-        mem_mb=1500,
     params:
         cell=lambda wildcards: cell_params(ALIGNMENT, wildcards.cell),
         device=config["device"],
@@ -48,7 +47,6 @@ rule alignment_real:
     threads: 1
     resources:
         gpu=1,
-        mem_mb=3000,
     params:
         real=lambda wildcards: real_params(ALIGNMENT, wildcards.pair),
         device=config["device"],
@@ -83,8 +81,6 @@ rule alignment_tables:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=1000,
     script:
         "../workflow_scripts/alignment_tables.py"
 
@@ -112,8 +108,6 @@ rule alignment_figures:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=1000,
     script:
         "../workflow_scripts/alignment_figures.py"
 

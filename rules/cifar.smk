@@ -27,7 +27,6 @@ rule cifar_simclr:
     threads: CIFAR["threads"]
     resources:
         gpu=1,
-        mem_mb=8000,
     params:
         run=lambda wildcards: run_params(CIFAR, wildcards.run),
         device=config["device"],
@@ -58,8 +57,6 @@ rule cifar_tables:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=1000,
     params:
         architectures=CIFAR["architectures"],
         regimes=CIFAR["regimes"],
@@ -86,8 +83,6 @@ rule cifar_figure:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=1000,
     params:
         architectures=CIFAR["architectures"],
         regimes=CIFAR["regimes"],

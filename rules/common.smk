@@ -41,3 +41,13 @@ def bench_file(rule_name, stem="{model}"):
 def model_entry(wildcards):
     """The config entry of one model: exactly what that model's jobs depend on."""
     return MODELS[wildcards.model]
+
+
+def encoder_entry(wildcards):
+    """A model's entry without `covariates`: what building the encoder depends on.
+
+    Covariates (e.g. published zero-shot accuracy) only feed the statistics, so changing one
+    must not rerun extraction or Jacobian spectra.
+    """
+    entry = MODELS[wildcards.model]
+    return {key: value for key, value in entry.items() if key != "covariates"}

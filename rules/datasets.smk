@@ -13,8 +13,6 @@ rule render_binding:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=2000,
     params:
         binding=config["datasets"]["binding"],
     script:

@@ -19,9 +19,8 @@ rule extract_embeddings:
     threads: 2
     resources:
         gpu=1,
-        mem_mb=4000,
     params:
-        entry=lambda wildcards: MODELS[wildcards.model],
+        entry=encoder_entry,
         batch_size=config["embeddings"]["batch_size"],
         image_sets=config["embeddings"]["image_sets"],
         folder=config["embeddings"]["folder"],

@@ -25,7 +25,6 @@ rule identifiability_cell:
     threads: 1
     resources:
         gpu=1,
-        mem_mb=1000,
     params:
         cell=lambda wildcards: identifiability_cell_params(
             IDENTIFIABILITY, wildcards.cell
@@ -56,8 +55,6 @@ rule identifiability_tables:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=1000,
     script:
         "../workflow_scripts/identifiability_tables.py"
 
@@ -85,8 +82,6 @@ rule identifiability_figures:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=1000,
     script:
         "../workflow_scripts/identifiability_figures.py"
 

@@ -15,8 +15,6 @@ rule compute_metrics:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=4000,
     params:
         metrics=config["metrics"],
         seed=config["seed"],

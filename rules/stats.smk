@@ -33,8 +33,6 @@ rule aggregate_models:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=2000,
     params:
         models={
             key: {
@@ -106,8 +104,6 @@ rule stats_tables:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=2000,
     params:
         stats={
             **config["stats"],

@@ -36,7 +36,6 @@ rule sugarcrepe_score:
     threads: 2
     resources:
         gpu=1,
-        mem_mb=8000,
     params:
         # the covariates only enter the tables: changing one reruns no model
         entry=lambda wildcards: {
@@ -90,8 +89,6 @@ rule sugarcrepe_tables:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    resources:
-        mem_mb=2000,
     params:
         models={key: MODELS[key]["family"] for key in SUGARCREPE_MODELS},
         zero_shot={

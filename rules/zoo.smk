@@ -23,7 +23,6 @@ rule train_zoo:
     threads: config["zoo"]["threads"]
     resources:
         gpu=0 if config["zoo"]["device"] == "cpu" else 1,
-        mem_mb=2000,
     params:
         spec=lambda wildcards: run_spec(config, wildcards.objective),
         device=config["zoo"]["device"],

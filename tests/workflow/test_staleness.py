@@ -78,7 +78,7 @@ def test_changing_one_model_reruns_only_its_branch_and_the_aggregates(completed:
 def test_changing_a_dataset_parameter_reruns_everything_downstream_of_it(completed: Path) -> None:
     edit_config(
         completed,
-        lambda c: c["datasets"]["binding"].update(seed=c["datasets"]["binding"]["seed"] + 1),
+        lambda c: c["datasets"]["binding"].update(seed=c["datasets"]["binding"].get("seed", 0) + 1),
     )
     jobs = planned_jobs(completed)
     rules = Counter(rule for rule, _ in jobs)
@@ -100,3 +100,13 @@ def test_editing_one_script_reruns_only_its_rule_and_descendants(completed: Path
     upstream = {"render_binding", "train_zoo", "extract_embeddings", "jacobian_spectra"}
     assert not upstream & set(rules), rules
     assert not any(rule.startswith(("identifiability", "alignment")) for rule in rules), rules
+
+
+def test_changing_a_covariate_reruns_only_the_statistics(completed: Path) -> None:
+    edit_config(
+        completed, lambda c: c["models"]["mae"].update(covariates={"zero_shot_accuracy": 0.5})
+    )
+    rules = Counter(rule for rule, _ in planned_jobs(completed))
+    assert rules, "a covariate feeds the aggregate table"
+    assert not PER_MODEL_RULES & set(rules), rules
+    assert "aggregate_models" in rules
