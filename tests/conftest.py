@@ -72,3 +72,21 @@ def workflow_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
     snakemake(workdir)
     return workdir
+
+
+@pytest.fixture
+def completed(workflow_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the completed test run (outputs, logs, Snakemake metadata, mtimes)."""
+    dest = tmp_path / "run"
+    shutil.copytree(workflow_run, dest, symlinks=True)
+    return dest
+
+
+def edit_config(workdir: Path, edit) -> None:
+    """Apply ``edit(config)`` to ``config/test.yaml`` of a workflow copy."""
+    import yaml
+
+    path = workdir / "config" / "test.yaml"
+    config = yaml.safe_load(path.read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))

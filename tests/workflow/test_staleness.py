@@ -7,14 +7,12 @@ preserved), changes one thing, and reads the dry run's job list.
 from __future__ import annotations
 
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.conftest import snakemake
+from tests.conftest import edit_config, snakemake
 
 RULE_LINE = re.compile(r"^(?:local)?rule (\w+):\s*$")
 WILDCARDS_LINE = re.compile(r"^\s+wildcards: (.*)$")
@@ -38,20 +36,6 @@ def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict[str, str]]]:
                 dict(item.split("=", 1) for item in wildcards.group(1).split(", ") if "=" in item)
             )
     return [job for job in jobs if job[0] != "all"]
-
-
-@pytest.fixture
-def completed(workflow_run: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "run"
-    shutil.copytree(workflow_run, dest, symlinks=True)
-    return dest
-
-
-def edit_config(workdir: Path, edit) -> None:
-    path = workdir / "config" / "test.yaml"
-    config = yaml.safe_load(path.read_text())
-    edit(config)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def test_second_run_has_nothing_to_do(completed: Path) -> None:

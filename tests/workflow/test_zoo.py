@@ -4,18 +4,16 @@ into embedding extraction; one run's settings rerun only that run."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from repdiag.config import load_config
 from repdiag.encoders.zoo.checkpoint import load_zoo_model
 from repdiag.encoders.zoo.plot import read_curve
 from repdiag.encoders.zoo.spec import FAMILIES, zoo_runs
 from repdiag.store import open_store, read_json
-from tests.conftest import snakemake
+from tests.conftest import edit_config, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -79,20 +77,6 @@ def planned_zoo_runs(workdir: Path) -> list[str]:
                 if item.startswith("objective=")
             ]
     return sorted(runs)
-
-
-@pytest.fixture
-def completed(workflow_run: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "run"
-    shutil.copytree(workflow_run, dest, symlinks=True)
-    return dest
-
-
-def edit_config(workdir: Path, edit) -> None:
-    path = workdir / "config" / "test.yaml"
-    config = yaml.safe_load(path.read_text())
-    edit(config)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def test_one_objectives_settings_rerun_only_that_run(completed: Path) -> None:
