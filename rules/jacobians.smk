@@ -1,0 +1,42 @@
+# Per-layer Jacobian spectra and JER of every model on the probe images (binding queries, a
+# Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.jacobian).
+from repdiag.encoders.entries import zoo_files
+
+
+rule jacobian_spectra:
+    input:
+        dataset=(
+            "results/datasets/binding.zarr"
+            if config["jacobians"]["probes"]["binding"]["n"] > 0
+            else []
+        ),
+        zoo=lambda wildcards: zoo_files(MODELS[wildcards.model]),
+        folder=(
+            config["jacobians"]["probes"]["folder"]["path"]
+            if config["jacobians"]["probes"]["folder"]["n"] > 0
+            else []
+        )
+        or [],
+    output:
+        store=directory("results/jacobians/{model}.zarr"),
+        summary="results/jacobians/{model}.json",
+    log:
+        log_file("jacobian_spectra"),
+    benchmark:
+        bench_file("jacobian_spectra")
+    conda:
+        "../envs/torch.yaml"
+    threads: 2
+    resources:
+        gpu=1,
+    params:
+        entry=encoder_entry,
+        jacobians=config["jacobians"],
+        device=config["device"],
+    script:
+        "../workflow_scripts/jacobian_spectra.py"
+
+
+ALL_TARGETS.extend(
+    expand("results/jacobians/{model}.{ext}", model=MODELS, ext=["zarr", "json"])
+)

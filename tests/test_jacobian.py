@@ -279,6 +279,29 @@ def test_images_follow_the_model_dtype_and_bad_arguments_are_errors():
         jacobian_spectra(42, images(1, (12,)))
 
 
+def test_patch_embedding_convolutions_run_as_the_same_matmul():
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 3, 18, 17, generator=generator, dtype=F64)  # sizes not multiples of 4
+    patchify = nn.Conv2d(3, 5, 4, stride=4).to(F64)
+    no_bias = nn.Conv2d(3, 5, (4, 2), stride=(4, 2), bias=False).to(F64)
+    padded = nn.Conv2d(3, 5, 4, stride=4, padding=1).to(F64)
+    expected = [conv(x) for conv in (patchify, no_bias, padded)]
+    calls = []
+    original = jac._PatchifyConvAsMatmul._as_matmul
+    with jac._PatchifyConvAsMatmul():
+        jac._PatchifyConvAsMatmul._as_matmul = staticmethod(
+            lambda *a: calls.append(1) or original(*a)
+        )
+        try:
+            got = [conv(x) for conv in (patchify, no_bias, padded)]
+        finally:
+            jac._PatchifyConvAsMatmul._as_matmul = staticmethod(original)
+    assert calls == [1, 1]  # the padded convolution is left to conv2d
+    for want, have in zip(expected, got, strict=True):
+        assert have.shape == want.shape
+        torch.testing.assert_close(have, want, rtol=1e-12, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------- restarts
 
 

@@ -1,0 +1,339 @@
+"""Benchmark of the Jacobian-spectra engine against the naive and published protocols.
+
+Runs, on one timm ViT and the same images in one process:
+
+(a) naive: ``torch.autograd.functional.jacobian`` per image per layer, then ``svdvals``;
+(b) the published one-direction-at-a-time protocol: randomized subspace iteration with k JVP/VJP
+    calls per round per layer in a Python loop (same maths as the engine's randomized mode);
+(c) :func:`repdiag.jacobian.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``.
+
+Prints wall time per image, peak memory above the baseline (VmHWM on Linux, or CUDA peak), the
+ratios, JER agreement, and the fraction of the roofline: FLOPs the method performs (counted with
+``torch.utils.flop_counter`` on one image) / wall time, over the float32 matmul rate measured in
+the same run. Also measures a plain forward + backward at ``--batch-size`` images as the memory
+reference. Example: ``.venv/bin/python benchmarks/jacobian.py --images 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from repdiag.jacobian import (
+    DEFAULT_BATCH_SIZE,
+    _jacobian_mode,
+    input_directions,
+    jacobian_spectra,
+    jer,
+)
+
+
+class ViTTaps:
+    """A timm ViT with per-block taps (class token of each block, and the normed final token)."""
+
+    def __init__(self, depth: int, width: int, size: int, patch: int, heads: int) -> None:
+        import timm
+
+        torch.manual_seed(0)
+        self.model = timm.create_model(
+            "vit_tiny_patch16_224",
+            pretrained=False,
+            img_size=size,
+            patch_size=patch,
+            embed_dim=width,
+            depth=depth,
+            num_heads=heads,
+            num_classes=0,
+        ).eval()
+        self.layers = [f"block{i:02d}" for i in range(depth)] + ["final"]
+
+    def layer_outputs(self, x: torch.Tensor, layers=None) -> dict[str, torch.Tensor]:
+        wanted = set(self.layers if layers is None else layers)
+        m, out = self.model, {}
+        h = m.norm_pre(m._pos_embed(m.patch_embed(x)))
+        last = max(self.layers.index(name) for name in wanted)
+        for i, block in enumerate(m.blocks[: min(last + 1, len(m.blocks))]):
+            h = block(h)
+            if f"block{i:02d}" in wanted:
+                out[f"block{i:02d}"] = h[:, 0]
+        if "final" in wanted:
+            out["final"] = m.norm(h)[:, 0]
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Baselines
+# ----------------------------------------------------------------------------------------------
+
+
+def naive_spectra(taps: ViTTaps, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    """(a) autograd.functional.jacobian per image per layer, then svdvals."""
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in taps.layers}
+    for x in images:
+        for name in taps.layers:
+            jac = torch.autograd.functional.jacobian(
+                lambda inp, name=name: taps.layer_outputs(inp[None], [name])[name][0], x
+            )
+            out[name].append(torch.linalg.svdvals(jac.reshape(jac.shape[0], -1)))
+    return {name: torch.stack(values) for name, values in out.items()}
+
+
+def _orth(columns: list[torch.Tensor]) -> list[torch.Tensor]:
+    q, _ = torch.linalg.qr(torch.stack([c.reshape(-1) for c in columns], 1))
+    return [q[:, i].reshape(columns[0].shape) for i in range(q.shape[1])]
+
+
+def loop_spectra(
+    taps: ViTTaps, images: torch.Tensor, k: int, q: int, seed: int
+) -> dict[str, torch.Tensor]:
+    """(b) the published protocol: one JVP or VJP per direction, k per round per layer."""
+    omega = input_directions(images[0].numel(), k, seed).to(images)
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in taps.layers}
+    for x in images:
+        x = x[None]
+        for name in taps.layers:
+            fn = lambda inp, name=name: taps.layer_outputs(inp, [name])[name][0]  # noqa: E731
+            _, vjp_fn = torch.func.vjp(fn, x)
+            dirs = [omega[i].reshape(x.shape) for i in range(k)]
+            ys = _orth([torch.func.jvp(fn, (x,), (v,))[1] for v in dirs])
+            for _ in range(q):
+                zs = _orth([vjp_fn(y)[0] for y in ys])
+                ys = _orth([torch.func.jvp(fn, (x,), (z,))[1] for z in zs])
+            b = torch.stack([vjp_fn(y)[0].reshape(-1) for y in ys])
+            out[name].append(torch.linalg.svdvals(b))
+    return {name: torch.stack(values) for name, values in out.items()}
+
+
+def plain_forward_backward(taps: ViTTaps, images: torch.Tensor) -> None:
+    """Memory reference: one forward and backward over all taps at this batch size."""
+    x = images.clone().requires_grad_(True)
+    loss = sum(y.sum() for y in taps.layer_outputs(x).values())
+    loss.backward()
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement
+# ----------------------------------------------------------------------------------------------
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _release_free_memory() -> None:
+    """Return freed heap pages to the OS so that the next peak RSS counts every allocation."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def measure(fn: Callable[[], object], device: torch.device) -> tuple[object, float, float]:
+    """(result, wall seconds, peak memory MiB above the level before the call)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        _release_free_memory()
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        base = _rss_kib("VmRSS") * 1024
+    start = time.perf_counter()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _rss_kib("VmHWM") * 1024
+    return result, wall, max(peak - base, 0) / 2**20
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """FLOPs of the ops ``fn`` dispatches, by ``torch.utils.flop_counter``'s per-op formulas.
+
+    A plain dispatch mode: ``FlopCounterMode``'s module tracker installs backward hooks that
+    ``torch.func``'s autograd calls reject, so only its FLOP registry is used.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    registry = FlopCounterMode(display=False).flop_registry
+
+    class Counter(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = registry.get(func._overloadpacket)
+            if formula is not None:
+                Counter.total += formula(*args, **kwargs, out_val=out)
+            return out
+
+    with Counter():
+        fn()
+    return Counter.total
+
+
+def matmul_rate(device: torch.device, n: int = 2048, repeats: int = 5) -> float:
+    """Measured float32 matmul rate (FLOP/s) of a large a @ b on this machine."""
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=2)
+    parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--width", type=int, default=192)
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--patch", type=int, default=8)
+    parser.add_argument("--heads", type=int, default=3)
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--power-iters", type=int, default=5)
+    parser.add_argument(
+        "--batch-size", type=int, default=0, help="products per pass (0: the engine default)"
+    )
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--skip", nargs="*", default=[], help="methods to skip: naive loop")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    taps = ViTTaps(args.depth, args.width, args.size, args.patch, args.heads)
+    taps.model.to(device)
+    images = torch.randn(
+        args.images, 3, args.size, args.size, generator=torch.Generator().manual_seed(1)
+    ).to(device)
+    k, q, seed = args.k, args.power_iters, 0
+    bs = args.batch_size or DEFAULT_BATCH_SIZE[device.type]
+    rate = matmul_rate(device)
+    print(
+        f"device {device}, threads {torch.get_num_threads()}, float32 matmul {rate / 1e9:.0f} GFLOP/s"
+    )
+    print(
+        f"model: ViT depth {args.depth} width {args.width} {args.size}px patch {args.patch}; "
+        f"{len(taps.layers)} layers; {args.images} images; k={k} q={q} batch_size={bs}"
+    )
+
+    methods: dict[str, Callable[[torch.Tensor], dict]] = {
+        "naive_autograd": lambda x: naive_spectra(taps, x),
+        "loop_randomized": lambda x: loop_spectra(taps, x, k, q, seed),
+        "engine_exact": lambda x: jacobian_spectra(
+            taps, x, method="exact", k=k, power_iters=q, seed=seed, batch_size=bs
+        ),
+        "engine_randomized": lambda x: jacobian_spectra(
+            taps, x, method="randomized", k=k, power_iters=q, seed=seed, batch_size=bs
+        ),
+        "engine_auto": lambda x: jacobian_spectra(
+            taps, x, method="auto", k=k, power_iters=q, seed=seed, batch_size=bs
+        ),
+    }
+    skip = {"naive": "naive_autograd", "loop": "loop_randomized"}
+    for name in args.skip:
+        methods.pop(skip.get(name, name), None)
+
+    rows: dict[str, dict] = {}
+    with _jacobian_mode(taps.model):
+        _, fb_wall, fb_mem = measure(
+            lambda: plain_forward_backward(taps, images[:1].expand(bs, -1, -1, -1)), device
+        )
+        print(f"plain forward+backward at batch {bs}: {fb_wall:.2f} s, peak {fb_mem:.0f} MiB")
+        for name, fn in methods.items():
+            result, wall, mem = measure(lambda fn=fn: fn(images), device)
+            flops = count_flops(lambda fn=fn: fn(images[:1]))
+            rows[name] = {
+                "s_per_image": wall / args.images,
+                "peak_mib": mem,
+                "gflop_per_image": flops / 1e9,
+                "gflops_achieved": flops / (wall / args.images) / 1e9,
+                "spectra": result,
+            }
+            print(
+                f"{name:18s} {wall / args.images:8.2f} s/image  peak {mem:7.0f} MiB  "
+                f"{flops / 1e9:8.1f} GFLOP/image  {rows[name]['gflops_achieved']:6.1f} GFLOP/s",
+                flush=True,
+            )
+    # the machine's rate: the best of a measurement before and after (other load only lowers it)
+    rate = max(rate, matmul_rate(device))
+    print(
+        f"float32 matmul rate (best of before/after): {rate / 1e9:.0f} GFLOP/s; roofline fraction:"
+    )
+    for name, row in rows.items():
+        row["roofline"] = row["gflops_achieved"] * 1e9 / rate
+        print(f"  {name:18s} {row['roofline']:.0%}")
+
+    report = {
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "matmul_gflops": rate / 1e9,
+        "plain_fwd_bwd": {"s": fb_wall, "peak_mib": fb_mem, "batch": bs},
+        "args": vars(args) | {"json": None},
+    }
+    all_spectra = {name: row.pop("spectra") for name, row in rows.items()}
+    exact_ref = all_spectra.get("engine_exact", all_spectra.get("naive_autograd"))
+    for name, row in rows.items():
+        spectra = all_spectra[name]
+        if exact_ref is not None:
+            exact_jer = {layer: jer(exact_ref[layer], top_k=k) for layer in taps.layers}
+            row["max_jer_rel_err"] = max(
+                ((jer(spectra[layer], top_k=k) - exact_jer[layer]).abs() / exact_jer[layer])
+                .max()
+                .item()
+                for layer in taps.layers
+            )
+        if hasattr(spectra, "methods"):
+            row["methods"] = spectra.methods
+    for name, row in rows.items():
+        report[name] = row
+    ratios = {}
+    if "naive_autograd" in rows and "engine_exact" in rows:
+        ratios["exact_speedup_vs_naive"] = (
+            rows["naive_autograd"]["s_per_image"] / rows["engine_exact"]["s_per_image"]
+        )
+    if "loop_randomized" in rows and "engine_randomized" in rows:
+        ratios["randomized_speedup_vs_loop"] = (
+            rows["loop_randomized"]["s_per_image"] / rows["engine_randomized"]["s_per_image"]
+        )
+    if "engine_auto" in rows and "naive_autograd" in rows:
+        ratios["auto_speedup_vs_naive"] = (
+            rows["naive_autograd"]["s_per_image"] / rows["engine_auto"]["s_per_image"]
+        )
+    for name in ("engine_exact", "engine_randomized", "engine_auto"):
+        if name in rows and fb_mem > 0:
+            ratios[f"{name}_peak_vs_plain_fwd_bwd"] = rows[name]["peak_mib"] / fb_mem
+    report["ratios"] = ratios
+    print(
+        "max relative JER error vs exact top-k:",
+        {name: f"{row.get('max_jer_rel_err', float('nan')):.2e}" for name, row in rows.items()},
+    )
+    print("ratios:", {name: round(value, 2) for name, value in ratios.items()})
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()

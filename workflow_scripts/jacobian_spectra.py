@@ -1,0 +1,44 @@
+"""Rule jacobian_spectra (gpu=1): one model + probe images -> results/jacobians/<model>.zarr and .json."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import huggingface_hub
+
+from pathlib import Path
+
+from repdiag.gpu import gpu_slot
+from repdiag.runtime import script_logging, select_device
+
+with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
+    from repdiag.encoders import build_encoder
+    from repdiag.jacobian_stage import load_probes, run_stage
+
+    key, params = snakemake.wildcards.model, snakemake.params
+    device = select_device(params.device)
+    log.info("model %s: Jacobian spectra on device %s", key, device)
+    zoo_inputs = list(snakemake.input.zoo)
+    zoo_dir = Path(zoo_inputs[0]).parent.parent if zoo_inputs else "results/zoo"
+    encoder = build_encoder(key, params.entry, zoo_dir=zoo_dir)
+    binding = snakemake.input.get("dataset")
+    probes = load_probes(
+        params.jacobians["probes"],
+        encoder.preprocess,
+        binding_store=binding or None,
+        seed=params.jacobians["seed"],
+    )
+    run_stage(
+        encoder,
+        probes,
+        params.jacobians,
+        model=key,
+        device=device,
+        store=snakemake.output.store,
+        summary_path=snakemake.output.summary,
+        cache_root=Path(snakemake.output.store).parent / ".cache",
+        provenance={
+            "models": {key: dict(params.entry)},
+            "jacobians": dict(params.jacobians),
+            "device": params.device,
+        },
+    )
+    log.info("wrote %s and %s", snakemake.output.store, snakemake.output.summary)
