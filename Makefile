@@ -23,13 +23,13 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 
 run: setup
-	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 lint: setup
 	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks
 	$(BIN)/ruff format --check repdiag workflow_scripts tests benchmarks
 	$(BIN)/snakefmt --check Snakefile rules
-	$(BIN)/snakemake --lint --cores 1 --configfile config.yaml
+	$(BIN)/snakemake --lint --cores 1
 
 test: setup lint
 	$(BIN)/python -m pytest -q
