@@ -59,8 +59,8 @@ class ViTTaps:
         wanted = set(self.layers if layers is None else layers)
         m, out = self.model, {}
         h = m.norm_pre(m._pos_embed(m.patch_embed(x)))
-        last = max(self.layers.index(name) for name in wanted)
-        for i, block in enumerate(m.blocks[: min(last + 1, len(m.blocks))]):
+        depth = len(m.blocks) if "final" in wanted else max(int(name[5:]) for name in wanted) + 1
+        for i, block in enumerate(m.blocks[:depth]):  # stop after the deepest tap asked for
             h = block(h)
             if f"block{i:02d}" in wanted:
                 out[f"block{i:02d}"] = h[:, 0]
@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--layers", nargs="*", default=None, help="only these taps (default: all)")
     parser.add_argument("--skip", nargs="*", default=[], help="methods to skip: naive loop")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
@@ -223,6 +224,8 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     taps = ViTTaps(args.depth, args.width, args.size, args.patch, args.heads)
+    if args.layers:
+        taps.layers = [name for name in taps.layers if name in set(args.layers)]
     taps.model.to(device)
     images = torch.randn(
         args.images, 3, args.size, args.size, generator=torch.Generator().manual_seed(1)
