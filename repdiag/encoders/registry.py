@@ -329,6 +329,25 @@ def build_timm(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
     return Built(model, from_timm(model))
 
 
+def resolve_open_clip_pretrained(key: str, name: str, pretrained: object) -> str | None:
+    """A local weights file or a cached pretrained tag of ``name``; ``None`` for random weights."""
+    import open_clip
+
+    if not pretrained:
+        return None
+    pretrained = str(pretrained)
+    if _is_path(pretrained):
+        path = Path(pretrained).expanduser()
+        if not path.is_file():
+            raise _fail(key, f"pretrained weights file {path} does not exist")
+        return str(path)
+    tags = open_clip.list_pretrained_tags_by_model(name)
+    if pretrained not in tags:
+        raise _fail(key, f"{pretrained!r} is not a pretrained tag of {name}; tags: {tags}")
+    _open_clip_cached(key, name, pretrained)
+    return pretrained
+
+
 def _open_clip_cached(key: str, name: str, tag: str) -> None:
     import open_clip
 
@@ -360,18 +379,7 @@ def build_open_clip(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
         raise _fail(
             key, "open_clip needs pretrained: a tag (e.g. openai) or a local file, not true"
         )
-    if pretrained:
-        pretrained = str(pretrained)
-        if _is_path(pretrained):
-            path = Path(pretrained).expanduser()
-            if not path.is_file():
-                raise _fail(key, f"pretrained weights file {path} does not exist")
-            pretrained = str(path)
-        else:
-            tags = open_clip.list_pretrained_tags_by_model(name)
-            if pretrained not in tags:
-                raise _fail(key, f"{pretrained!r} is not a pretrained tag of {name}; tags: {tags}")
-            _open_clip_cached(key, name, pretrained)
+    pretrained = resolve_open_clip_pretrained(key, name, pretrained)
     try:
         model = open_clip.create_model(name, pretrained=pretrained or None, **kwargs)
     except Exception as err:  # open_clip raises RuntimeError/ValueError/TypeError

@@ -112,7 +112,7 @@ def _open_clip_model(key: str, entry: Mapping[str, Any], seed: int) -> ImageText
     """The whole open_clip model (both towers), as the encoder registry builds its image tower."""
     import open_clip
 
-    from repdiag.encoders.registry import _is_path, _open_clip_cached
+    from repdiag.encoders.registry import resolve_open_clip_pretrained
 
     name, kwargs = str(entry["id"]), dict(entry.get("kwargs") or {})
     if name not in open_clip.list_models():
@@ -122,18 +122,7 @@ def _open_clip_model(key: str, entry: Mapping[str, Any], seed: int) -> ImageText
         raise _fail(
             key, "open_clip needs pretrained: a tag (e.g. openai) or a local file, not true"
         )
-    if pretrained is not None:
-        pretrained = str(pretrained)
-        if _is_path(pretrained):
-            path = Path(pretrained).expanduser()
-            if not path.is_file():
-                raise _fail(key, f"pretrained weights file {path} does not exist")
-            pretrained = str(path)
-        else:
-            tags = open_clip.list_pretrained_tags_by_model(name)
-            if pretrained not in tags:
-                raise _fail(key, f"{pretrained!r} is not a pretrained tag of {name}; tags: {tags}")
-            _open_clip_cached(key, name, pretrained)
+    pretrained = resolve_open_clip_pretrained(key, name, pretrained)
     try:
         with torch.random.fork_rng(devices=[]):  # random weights are a function of the seed
             torch.manual_seed(seed)
