@@ -36,6 +36,7 @@ import torch
 
 from repdiag.encoders import build_encoder
 from repdiag.encoders.embeddings import extract_embeddings, write_embeddings
+from repdiag.store import write_text
 
 
 def parse_args() -> argparse.Namespace:
@@ -145,7 +146,7 @@ def main() -> None:
     print(f"  extract / bare            = {result['ratio_extract_over_bare']:.3f}  (target < 1.15)")
     print(f"  extract / bare+preprocess = {result['ratio_extract_over_bare_preprocess']:.3f}")
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_text(args.json, json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

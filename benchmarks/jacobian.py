@@ -37,6 +37,7 @@ from repdiag.jacobian import (
     jacobian_spectra,
     jer,
 )
+from repdiag.store import write_text
 
 
 class ViTTaps:
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print("ratios:", {name: round(value, 2) for name, value in ratios.items()})
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        write_text(args.json, json.dumps(report, indent=2, default=str) + "\n")
     return report
 
 

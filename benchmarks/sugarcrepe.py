@@ -33,6 +33,7 @@ from PIL import Image
 
 from repdiag.data.sugarcrepe import CATEGORIES, load_examples
 from repdiag.metrics.sugarcrepe import build_image_text_model, score_examples
+from repdiag.store import write_text
 
 
 def parse_args() -> argparse.Namespace:
@@ -117,7 +118,7 @@ def main() -> None:
     for key, value in result.items():
         print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        write_text(args.json, json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

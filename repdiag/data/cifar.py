@@ -410,8 +410,8 @@ def write_fixture(
         for split_name, split in (("train", train), ("test", test)):
             for i, (image, label) in enumerate(zip(split.images, split.labels, strict=True)):
                 folder = data_dir / split_name / classes[label]
-                folder.mkdir(parents=True, exist_ok=True)
-                Image.fromarray(image).save(folder / f"{i:05d}.png")
+                with atomic_path(folder / f"{i:05d}.png") as tmp:
+                    Image.fromarray(image).save(tmp, format="PNG")
         return data_dir
     raise ConfigError(f"fixture layout must be 'pickle' or 'folder', got {layout!r}")
 

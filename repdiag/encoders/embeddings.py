@@ -9,7 +9,6 @@ and ``layer`` (depth order); attrs ``model``, ``entry``, ``family``, ``source``,
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
@@ -22,13 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
-import zarr
 
 from repdiag.encoders.preprocess import load_image_folder
 from repdiag.encoders.registry import Encoder, build_encoder
 from repdiag.errors import EncoderError, StoreError
 from repdiag.runtime import Progress, select_device
-from repdiag.store import check_finite, open_store, write_store
+from repdiag.store import check_finite, open_store, store_arrays, write_store
 
 log = logging.getLogger(__name__)
 
@@ -198,29 +196,18 @@ _MEMBER = re.compile(r"(\d+)$")
 
 
 def _open_layer(path: Path, variable: str) -> xr.Dataset:
-    """Open only ``variable`` (+ coordinates) of an embeddings store, validated."""
+    """Open only ``variable`` (+ coordinates) of an embeddings store, validated.
+
+    Metadata and chunk completeness are checked for the whole store, checksums and finiteness
+    for what is loaded (:func:`repdiag.store.open_store`).
+    """
     if not path.exists():
         raise StoreError(f"store {path} does not exist: run the rule extract_embeddings")
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=UserWarning)
-            ds = xr.open_zarr(path, zarr_format=3, consolidated=True)
-            group = zarr.open_group(path, mode="r", zarr_format=3)
-    except Exception as err:
-        raise StoreError(
-            f"store {path} cannot be read ({type(err).__name__}: {err}); delete it and rerun extract_embeddings"
-        ) from err
-    if variable not in ds:
-        layers = [str(v)[4:] for v in ds.data_vars if str(v).startswith("emb_")]
+    names = store_arrays(path)
+    if variable not in names:
+        layers = [name[4:] for name in names if name.startswith("emb_")]
         raise StoreError(f"store {path} has no array {variable!r}; its layers are {layers}")
-    array = group[variable]
-    if array.nchunks_initialized != array.nchunks:
-        raise StoreError(
-            f"store {path}: array {variable!r} is partial; delete it and rerun extract_embeddings"
-        )
-    with contextlib.suppress(AttributeError):
-        ds.close()
-    return ds[[variable, "image_set"]].load()
+    return open_store(path, variables=[variable, "image_set"])
 
 
 def _grouped(ids: np.ndarray, values: np.ndarray, where: str, image_set: str) -> np.ndarray:
