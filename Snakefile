@@ -1,12 +1,16 @@
 # repdiag: the workflow. Stages live in rules/*.smk; logic lives in the repdiag package.
 from snakemake.utils import min_version, validate
 
+from repdiag.config import check_config_files
+
 min_version("9.0")
 
 
 configfile: "config.yaml"
 
 
+# Snakemake keeps the last of two equal YAML keys; a model listed twice must be an error instead.
+check_config_files(workflow.configfiles)
 validate(config, "schemas/config.schema.yaml")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yam
 SEMANTIC_CHECKS: tuple[str, ...] = (
     "repdiag.data.binding:check_binding_config",
     "repdiag.encoders.entries:check_models",
+    "repdiag.encoders.entries:check_embeddings_config",
     "repdiag.encoders.zoo.spec:check_zoo_config",
     "repdiag.jacobian_options:check_jacobians_config",
     "repdiag.metrics.options:check_metrics_config",
@@ -28,6 +29,76 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
     "repdiag.cifar.study:check_cifar_config",
     "repdiag.data.sugarcrepe:check_sugarcrepe_config",
 )
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A ``yaml.SafeLoader`` that refuses a mapping key given twice.
+
+    PyYAML (and so Snakemake's ``--configfile``) silently keeps the last of two equal keys, so a
+    model pasted twice under ``models`` would quietly drop the first entry. This loader raises a
+    :class:`ConfigError` naming the file, the line, the key and the mapping that holds it.
+    Merge keys (``<<: *anchor``) may still be overridden, as YAML intends.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _reject_duplicate_keys(self, node, "", set())
+        return super().construct_document(node)
+
+
+def _reject_duplicate_keys(
+    loader: yaml.SafeLoader, node: yaml.Node, where: str, walked: set[int]
+) -> None:
+    """Walk the composed ``node`` tree; raise at the second occurrence of a key in a mapping."""
+    if id(node) in walked:  # an alias of a node already walked (or a recursive structure)
+        return
+    walked.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _reject_duplicate_keys(loader, item, f"{where}[{index}]", walked)
+    elif isinstance(node, yaml.MappingNode):
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                _reject_duplicate_keys(loader, value_node, where, walked)
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                duplicate = key in first_line
+            except TypeError:  # an unhashable key: SafeLoader reports it itself
+                continue
+            if duplicate:
+                inside = f"in {where}" if where else "at the top level"
+                raise ConfigError(
+                    f"config file {loader.name} line {line}: duplicate key {key!r} {inside} "
+                    f"(first on line {first_line[key]}); YAML would silently keep only the last "
+                    "one: remove or rename one of them"
+                )
+            first_line[key] = line
+            _reject_duplicate_keys(
+                loader, value_node, f"{where}.{key}" if where else str(key), walked
+            )
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Parse a YAML (or JSON) file like ``yaml.safe_load``, refusing duplicate mapping keys."""
+    with open(path, encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Re-read the config files Snakemake loaded (``workflow.configfiles``) with :func:`load_yaml`.
+
+    Snakemake parses them with a loader that keeps the last of two equal keys; this turns such a
+    silent loss into an error before validation. A file YAML cannot parse was read by Snakemake as
+    JSON and is left to it.
+    """
+    for path in paths:
+        if Path(path).is_file():
+            try:
+                load_yaml(path)
+            except yaml.YAMLError:
+                continue
 
 
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:
@@ -81,7 +152,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    config = yaml.safe_load(path.read_text()) or {}
+    config = load_yaml(path) or {}
     try:
         validate(config, str(SCHEMA))
     except Exception as err:

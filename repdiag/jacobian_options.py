@@ -6,6 +6,7 @@ Kept free of heavy imports: the Snakefile runs :func:`check_jacobians_config` on
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from repdiag.errors import ConfigError
@@ -33,6 +34,12 @@ def check_jacobians_config(config: Mapping[str, Any]) -> None:
         raise ConfigError(
             "jacobians.probes: every probe set is empty; set jacobians.probes.binding.n, "
             "jacobians.probes.noise.n or jacobians.probes.folder.path and .n"
+        )
+    folder = (jacobians.get("probes") or {}).get("folder") or {}
+    if counts["folder"] and not Path(folder["path"]).expanduser().is_dir():
+        raise ConfigError(
+            f"jacobians.probes.folder.path: {folder['path']} is not a folder; give a folder of "
+            "images (relative paths are relative to the workflow directory) or set it to null"
         )
     n_queries = config.get("datasets", {}).get("binding", {}).get("n_queries")
     if isinstance(n_queries, int) and counts["binding"] > n_queries:

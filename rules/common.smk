@@ -2,6 +2,7 @@
 import re
 
 from repdiag.config import check_config, fill_defaults, section
+from repdiag.encoders.entries import check_model_files
 from repdiag.gpu import count_visible_gpus
 from repdiag.runtime import expose_package
 from repdiag.slurm_compat import patch_slurm_status
@@ -18,6 +19,20 @@ if "gpu" not in workflow.global_resources and count_visible_gpus():
 
 fill_defaults(config)
 check_config(config)
+
+
+onstart:
+    # Weights files and hub folders are read by the jobs, not by Snakemake: check those of the
+    # models with jobs to run before the first one starts. Not in check_config, so that a dry run
+    # plans a config whose weights live on another machine (config/paper.yaml).
+    check_model_files(
+        config,
+        {
+            getattr(job, "wildcards_dict", {}).get("model")
+            for job in workflow.dag.needrun_jobs()
+        },
+    )
+
 
 # Each stage file appends the final outputs it contributes to `rule all`.
 ALL_TARGETS = []

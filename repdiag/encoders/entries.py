@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,65 @@ def check_entry(key: str, entry: Mapping[str, Any], *, check_names: bool = True)
         )
     if check_names and source in ("timm", "checkpoint"):
         _check_timm_name(key, str(entry["id"]))
+
+
+def is_local_path(value: str) -> bool:
+    """Whether a ``pretrained`` string names a local file rather than a tag or enum name."""
+    return "/" in value or "\\" in value or Path(value).suffix in (".safetensors", *PICKLE_SUFFIXES)
+
+
+def model_files(key: str, entry: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The local files and folders an entry's encoder reads: ``(dotted key, path, "file"|"dir")``.
+
+    Zoo checkpoints are workflow outputs and not listed (see :func:`zoo_files`).
+    """
+    source = entry.get("source")
+    files = []
+    if source in ("checkpoint", "hub") and entry.get("weights"):
+        files.append((f"models.{key}.weights", str(entry["weights"]), "file"))
+    if source == "hub" and entry.get("repo"):
+        files.append((f"models.{key}.repo", str(entry["repo"]), "dir"))
+    pretrained = entry.get("pretrained")
+    if isinstance(pretrained, str) and pretrained:
+        if source == "timm" or (
+            source in ("open_clip", "torchvision") and is_local_path(pretrained)
+        ):
+            files.append((f"models.{key}.pretrained", pretrained, "file"))
+    return files
+
+
+def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
+    """Every weights file and hub folder of ``models`` exists (a real run's ``onstart`` check).
+
+    ``models``: the keys to check (default: all). Kept out of :func:`check_models` so that a dry
+    run plans a config whose weights live on another machine (``config/paper.yaml``);
+    ``rules/common.smk`` runs it before the first job, on the models that have jobs to run.
+    """
+    entries = config.get("models") or {}
+    for key in entries if models is None else [m for m in entries if m in set(models)]:
+        entry = entries[key]
+        for where, path, kind in model_files(key, entry):
+            local = Path(path).expanduser()
+            if kind == "dir" and not (local / "hubconf.py").is_file():
+                raise ConfigError(
+                    f"{where}: {path} is not a local torch.hub directory (no "
+                    f"{local / 'hubconf.py'}); clone the hub repository there or fix {where}"
+                )
+            if kind == "file" and not local.is_file():
+                raise ConfigError(
+                    f"{where}: the weights file {path} does not exist; put it there or fix {where} "
+                    "(relative paths are relative to the workflow directory)"
+                )
+
+
+def check_embeddings_config(config: Mapping[str, Any]) -> None:
+    """``embeddings.folder``, when set, is an existing folder (registered in repdiag.config)."""
+    folder = (config.get("embeddings") or {}).get("folder")
+    if folder and not Path(folder).expanduser().is_dir():
+        raise ConfigError(
+            f"embeddings.folder: {folder} is not a folder; give a folder of images (relative "
+            "paths are relative to the workflow directory) or set embeddings.folder: null"
+        )
 
 
 def check_models(config: MutableMapping[str, Any]) -> None:

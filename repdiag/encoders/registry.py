@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from repdiag.encoders.entries import PICKLE_SUFFIXES, check_entry
+from repdiag.encoders.entries import PICKLE_SUFFIXES, check_entry, is_local_path
 from repdiag.encoders.heads import WithHead
 from repdiag.encoders.preprocess import (
     IMAGENET_MEAN,
@@ -264,10 +264,6 @@ def _close(name: str, names: Iterable[str]) -> str:
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 
-def _is_path(value: str) -> bool:
-    return "/" in value or "\\" in value or Path(value).suffix in (".safetensors", *PICKLE_SUFFIXES)
-
-
 # --- builders ----------------------------------------------------------------------------------
 
 
@@ -336,7 +332,7 @@ def resolve_open_clip_pretrained(key: str, name: str, pretrained: object) -> str
     if not pretrained:
         return None
     pretrained = str(pretrained)
-    if _is_path(pretrained):
+    if is_local_path(pretrained):
         path = Path(pretrained).expanduser()
         if not path.is_file():
             raise _fail(key, f"pretrained weights file {path} does not exist")
@@ -400,7 +396,7 @@ def build_torchvision(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Buil
         raise _fail(key, f"{name!r} is not a torchvision model builder{_close(name, builders)}")
     pretrained = entry.get("pretrained")
     weights, state = None, None
-    if isinstance(pretrained, str) and _is_path(pretrained):
+    if isinstance(pretrained, str) and is_local_path(pretrained):
         state = load_weights_file(pretrained, key)
     elif isinstance(pretrained, str) and pretrained:
         enum = torchvision.models.get_model_weights(name)

@@ -1,0 +1,140 @@
+"""Reading config files: duplicate keys are errors; local paths a config names must exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repdiag.config import UniqueKeyLoader, check_config_files, load_config, load_yaml
+from repdiag.encoders.entries import check_embeddings_config, check_model_files
+from repdiag.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted([REPO / "config.yaml", *(REPO / "config").glob("*.yaml")])
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_configs_read_as_with_safe_load(path: Path) -> None:
+    assert load_yaml(path) == yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "seed: 0\nmodels:\n  mae: {id: a}\n  clip: {id: b}\n  mae: {id: c}\n",
+            r"line 5: duplicate key 'mae' in models \(first on line 3\)",
+        ),
+        (
+            "seed: 0\nseed: 1\n",
+            r"line 2: duplicate key 'seed' at the top level \(first on line 1\)",
+        ),
+        (
+            "stats: {n_bootstrap: 100, n_bootstrap: 200}\n",
+            r"line 1: duplicate key 'n_bootstrap' in stats",
+        ),
+        (
+            "alignment:\n  real:\n    pairs:\n      - {a: x, b: y}\n      - {a: x, a: z}\n",
+            r"line 5: duplicate key 'a' in alignment.real.pairs\[1\]",
+        ),
+        ("grid: {1: a, 1: b}\n", r"duplicate key 1 in grid"),
+    ],
+)
+def test_a_key_given_twice_is_an_error_naming_file_line_and_mapping(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load_yaml(path)
+    assert str(path) in str(err.value)
+    with pytest.raises(ConfigError, match=message):
+        check_config_files([path])
+
+
+def test_merge_keys_may_override_and_aliases_are_walked_once(tmp_path: Path) -> None:
+    text = "base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  x: 3\nagain: *b\n"
+    path = write(tmp_path, text)
+    assert (
+        load_yaml(path)
+        == yaml.safe_load(text)
+        == {
+            "base": {"x": 1, "y": 2},
+            "other": {"x": 3, "y": 2},
+            "again": {"x": 1, "y": 2},
+        }
+    )
+
+
+def test_the_loader_stays_safe(tmp_path: Path) -> None:
+    path = write(tmp_path, "x: !!python/object/apply:os.getcwd []\n")
+    with pytest.raises(yaml.constructor.ConstructorError):
+        load_yaml(path)
+    assert issubclass(UniqueKeyLoader, yaml.SafeLoader)
+
+
+def test_load_config_rejects_a_duplicate_model(tmp_path: Path) -> None:
+    text = (
+        (REPO / "config" / "test.yaml")
+        .read_text()
+        .replace(
+            "models:\n", "models:\n  mae: {source: zoo, id: mae, family: masked_modeling}\n", 1
+        )
+    )
+    with pytest.raises(ConfigError, match="duplicate key 'mae' in models"):
+        load_config(write(tmp_path, text))
+
+
+def test_check_config_files_skips_missing_and_non_yaml_files(tmp_path: Path) -> None:
+    json_with_tab = tmp_path / "c.json"
+    json_with_tab.write_text('{"seed":\t0}')  # JSON, but a tab YAML refuses
+    check_config_files([tmp_path / "absent.yaml", json_with_tab, *SHIPPED])
+
+
+def test_check_model_files_names_the_missing_file_or_hub_folder(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "hubconf.py").write_text("")
+    (tmp_path / "w.safetensors").write_bytes(b"")
+    models = {
+        "ok_ckpt": {"source": "checkpoint", "id": "resnet18", "weights": "w.safetensors"},
+        "ok_hub": {"source": "hub", "id": "r50", "repo": "hub", "weights": "w.safetensors"},
+        "tag": {"source": "open_clip", "id": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
+        "enum": {"source": "torchvision", "id": "resnet18", "pretrained": "IMAGENET1K_V1"},
+        "zoo": {"source": "zoo", "id": "mae"},
+    }
+    check_model_files({"models": models})
+    bad = [
+        ({"source": "checkpoint", "id": "r", "weights": "no.safetensors"}, "models.m.weights"),
+        ({"source": "hub", "id": "r", "repo": "nohub"}, "models.m.repo"),
+        (
+            {"source": "hub", "id": "r", "repo": str(tmp_path)},
+            r"models.m.repo: .* \(no .*hubconf.py\)",
+        ),
+        ({"source": "hub", "id": "r", "repo": "hub", "weights": "no.pth"}, "models.m.weights"),
+        (
+            {"source": "timm", "id": "resnet18", "pretrained": "no.safetensors"},
+            "models.m.pretrained",
+        ),
+        ({"source": "open_clip", "id": "RN50", "pretrained": "w/no.bin"}, "models.m.pretrained"),
+    ]
+    for entry, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            check_model_files({"models": {**models, "m": entry}})
+        check_model_files({"models": {**models, "m": entry}}, models=["ok_ckpt", "zoo"])
+
+
+def test_embeddings_folder_must_exist(tmp_path: Path) -> None:
+    check_embeddings_config({"embeddings": {"folder": None}})
+    check_embeddings_config({"embeddings": {"folder": str(tmp_path)}})
+    with pytest.raises(ConfigError, match=r"embeddings.folder: .*gone is not a folder"):
+        check_embeddings_config({"embeddings": {"folder": str(tmp_path / "gone")}})

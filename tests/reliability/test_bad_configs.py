@@ -1,0 +1,280 @@
+"""A bad config fails before any job runs, with a message naming the key (issue 11).
+
+Each case of :data:`BAD_CONFIGS` is a config (a mutated ``config/test.yaml``, or raw YAML text
+where a dict cannot hold the mistake, like a key given twice) and the text the error must show:
+the dotted key, the JSON-schema instance path or the offending value. Every case runs the real
+workflow (not a dry run) on one copy of it and must leave no results directory and start no job.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from repdiag.data.sugarcrepe import CATEGORIES
+from tests.conftest import REPO, copy_workflow, snakemake
+
+TEST_YAML = (REPO / "config" / "test.yaml").read_text()
+TEST_CONFIG = yaml.safe_load(TEST_YAML)
+DELETE = object()
+
+# Paths below are relative to the workflow copy; none of the "missing" ones exist there.
+SUGARCREPE_ROOT = "data/sugarcrepe"  # holds empty <category>.json files (see the workdir fixture)
+OPEN_CLIP = {"source": "open_clip", "id": "ViT-B-32", "family": "vision_language"}
+
+
+def mutate(*edits: tuple[str, Any]) -> dict:
+    """``config/test.yaml`` with each ``("a.b.c", value)`` set (``DELETE`` removes the key)."""
+    config = copy.deepcopy(TEST_CONFIG)
+    for dotted, value in edits:
+        *parents, last = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return config
+
+
+def with_model(key: str, entry: dict, **edits: Any) -> dict:
+    """The test config plus one model entry (and dotted ``edits`` given as a__b=value)."""
+    config = mutate(*((k.replace("__", "."), v) for k, v in edits.items()))
+    config["models"][key] = entry
+    return config
+
+
+def duplicated_line(after: str, line: str) -> str:
+    """``config/test.yaml`` as text with ``line`` inserted after the line starting with ``after``."""
+    lines = TEST_YAML.splitlines()
+    index = next(i for i, text in enumerate(lines) if text.startswith(after))
+    return "\n".join([*lines[: index + 1], line, *lines[index + 1 :]]) + "\n"
+
+
+# id -> (config dict or raw YAML text, text the error must contain)
+BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
+    # --- top level ---------------------------------------------------------------------------
+    "unknown top-level key": ({**TEST_CONFIG, "n_candidate": 8}, "'n_candidate' was unexpected"),
+    "negative seed": (mutate(("seed", -1)), "instance['seed']"),
+    "string seed": (mutate(("seed", "zero")), "instance['seed']"),
+    "bad device": (mutate(("device", "tpu")), "instance['device']"),
+    "duplicate top-level key": (
+        duplicated_line("seed: 0", "seed: 1"),
+        "duplicate key 'seed' at the top level",
+    ),
+    # --- datasets ----------------------------------------------------------------------------
+    "string n_candidates": (
+        mutate(("datasets.binding.n_candidates", "eight")),
+        "instance['datasets']['binding']['n_candidates']",
+    ),
+    "unknown dataset key": (
+        mutate(("datasets.binding.colour_mode", "x")),
+        "'colour_mode' was unexpected",
+    ),
+    "zero n_queries": (
+        mutate(("datasets.binding.n_queries", 0)),
+        "instance['datasets']['binding']['n_queries']",
+    ),
+    "odd n_pairs": (
+        mutate(("datasets.binding.n_pairs", 23)),
+        "instance['datasets']['binding']['n_pairs']",
+    ),
+    "more candidates than arrangements": (
+        mutate(("datasets.binding.n_candidates", 25)),  # 3 shapes in 2x2 slots: 24 arrangements
+        "datasets.binding.n_candidates = 25",
+    ),
+    "more objects than grid slots": (
+        mutate(("datasets.binding.n_objects", 5)),
+        "datasets.binding.n_objects = 5",
+    ),
+    "unknown shape": (
+        mutate(("datasets.binding.shapes", ["circle", "square", "blob"])),
+        "datasets.binding.shapes: unknown shape 'blob'",
+    ),
+    # --- models ------------------------------------------------------------------------------
+    "empty models": (mutate(("models", {})), "instance['models']"),
+    "missing models": (mutate(("models", DELETE)), "'models' is a required property"),
+    "duplicate model key": (
+        duplicated_line("  mae:", "  mae: {source: zoo, id: mae, family: masked_modeling}"),
+        "duplicate key 'mae' in models",
+    ),
+    "unknown source": (
+        mutate(("models.mae.source", "tensorflow")),
+        "instance['models']['mae']['source']",
+    ),
+    "unknown family": (
+        mutate(("models.mae.family", "generative")),
+        "instance['models']['mae']['family']",
+    ),
+    "unknown model field": (mutate(("models.mae.poolng", "cls")), "'poolng' was unexpected"),
+    "model without id": (
+        mutate(("models.mae.id", DELETE)),
+        "'id' is a required property",
+    ),
+    "zoo model of an undefined run": (mutate(("models.mae.id", "mae2")), "models.mae.id"),
+    "shell metacharacters in a model key": (
+        {**TEST_CONFIG, "models": {"a;rm -rf ~": TEST_CONFIG["models"]["mae"]}},
+        "'a;rm -rf ~' does not match",
+    ),
+    "command substitution in a model key": (
+        {**TEST_CONFIG, "models": {"$(touch pwned)": TEST_CONFIG["models"]["mae"]}},
+        "'$(touch pwned)' does not match",
+    ),
+    "checkpoint weights missing": (
+        with_model(
+            "ckpt",
+            {
+                "source": "checkpoint",
+                "id": "resnet18",
+                "family": "supervised",
+                "weights": "weights/missing.safetensors",
+            },
+        ),
+        "models.ckpt.weights",
+    ),
+    "hub directory missing": (
+        with_model(
+            "hubm", {"source": "hub", "id": "resnet50", "family": "other", "repo": "hub/missing"}
+        ),
+        "models.hubm.repo",
+    ),
+    # --- zoo ---------------------------------------------------------------------------------
+    "zero zoo steps": (
+        mutate(("zoo.objectives.mae.steps", 0)),
+        "instance['zoo']['objectives']['mae']['steps']",
+    ),
+    "unknown zoo hparam": (
+        mutate(("zoo.hparams.mae.decoder_width", 32)),
+        "'decoder_width' was unexpected",
+    ),
+    "more zoo objects than slots": (
+        mutate(("zoo.scenes.max_objects", 5)),
+        "zoo.scenes: need min_objects <= max_objects",
+    ),
+    "zoo run on an unknown backbone": (
+        mutate(("zoo.objectives.mae.backbone", "convnext")),
+        "zoo.objectives.mae.backbone",
+    ),
+    # --- embeddings --------------------------------------------------------------------------
+    "zero embeddings batch_size": (
+        mutate(("embeddings.batch_size", 0)),
+        "instance['embeddings']['batch_size']",
+    ),
+    "unknown embeddings pooling": (
+        mutate(("embeddings.pooling", "max")),
+        "instance['embeddings']['pooling']",
+    ),
+    "embeddings folder missing": (
+        mutate(("embeddings.folder", "images/missing")),
+        "embeddings.folder",
+    ),
+    # --- jacobians ---------------------------------------------------------------------------
+    "negative jacobians k": (mutate(("jacobians.k", -1)), "instance['jacobians']['k']"),
+    "more binding probes than queries": (
+        mutate(("jacobians.probes.binding.n", 100)),
+        "jacobians.probes.binding.n = 100",
+    ),
+    "jacobian probe folder missing": (
+        mutate(("jacobians.probes.folder", {"path": "images/missing", "n": 4})),
+        "jacobians.probes.folder.path",
+    ),
+    # --- metrics -----------------------------------------------------------------------------
+    "empty readout list": (
+        mutate(("metrics.readouts.names", [])),
+        "instance['metrics']['readouts']['names']",
+    ),
+    "local_pca dim not below k": (
+        mutate(("metrics.readouts.local_pca.dim", 5)),
+        "metrics.readouts.local_pca.dim",
+    ),
+    "more probe folds than pairs": (mutate(("metrics.probe.folds", 13)), "metrics.probe.folds"),
+    # --- stats -------------------------------------------------------------------------------
+    "too few bootstrap resamples": (
+        mutate(("stats.n_bootstrap", 10)),
+        "instance['stats']['n_bootstrap']",
+    ),
+    "covariate of no model": (mutate(("stats.covariates", ["zero_shot"])), "stats.covariates"),
+    # --- identifiability ---------------------------------------------------------------------
+    "n_fixed leaves no sub-sphere": (
+        mutate(("identifiability.sampling.n_fixed", 2)),
+        "identifiability.sampling.n_fixed",
+    ),
+    "unknown identifiability generator": (
+        mutate(("identifiability.grid.generators", ["torus"])),
+        "instance['identifiability']['grid']['generators'][0]",
+    ),
+    # --- alignment ---------------------------------------------------------------------------
+    "alignment pair of an unknown model": (
+        mutate(("alignment.real.pairs", [{"a": "barlow_twins", "b": "dinov2", "layer": "final"}])),
+        "alignment.real.pairs[0].b",
+    ),
+    "more active concepts than concepts": (
+        mutate(("alignment.synthetic.k_active", 7)),
+        "alignment.synthetic.k_active",
+    ),
+    # --- cifar -------------------------------------------------------------------------------
+    "cifar enabled without data": (
+        mutate(("cifar", {"enabled": True, "data_dir": "data/no_cifar"})),
+        "(config key cifar.data_dir)",
+    ),
+    "even cifar blur kernel": (
+        mutate(("cifar.augment", {"blur_kernel": 4})),
+        "cifar.augment.blur_kernel",
+    ),
+    # --- sugarcrepe --------------------------------------------------------------------------
+    "sugarcrepe root missing": (
+        with_model(
+            "oc", OPEN_CLIP, sugarcrepe={"enabled": True, "root": "data/missing", "images": "x"}
+        ),
+        "sugarcrepe.root",
+    ),
+    "sugarcrepe images missing": (
+        with_model(
+            "oc",
+            OPEN_CLIP,
+            sugarcrepe={"enabled": True, "root": SUGARCREPE_ROOT, "images": "data/no_coco"},
+        ),
+        "sugarcrepe.images",
+    ),
+    "sugarcrepe model unknown": (
+        mutate(("sugarcrepe.models", ["clip_vit"])),
+        "sugarcrepe.models: 'clip_vit'",
+    ),
+}
+
+# A job announcement of Snakemake's log ("rule render_binding:", "localrule all:", "jobid: 3").
+JOB_LINE = re.compile(r"^\s*(?:local)?(?:rule|checkpoint) \w+:\s*$|^\s*jobid: \d+", re.MULTILINE)
+
+
+def test_the_table_has_at_least_30_cases() -> None:
+    assert len(BAD_CONFIGS) >= 30
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = copy_workflow(tmp_path_factory.mktemp("badconfig"))
+    root = workdir / SUGARCREPE_ROOT
+    root.mkdir(parents=True)
+    for category in CATEGORIES:
+        (root / f"{category}.json").write_text("{}")
+    return workdir
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_fails_before_any_job_naming_the_key(workdir: Path, case: str) -> None:
+    config, expected = BAD_CONFIGS[case]
+    path = workdir / "config" / f"bad_{list(BAD_CONFIGS).index(case):02d}.yaml"
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config))
+    proc = snakemake(workdir, "--configfile", str(path), check=False, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    assert expected in output, output[-3000:]
+    assert not JOB_LINE.search(output), output[-3000:]
+    for produced in ("results", "logs", "pwned"):
+        assert not (workdir / produced).exists(), f"{produced} exists after: {output[-2000:]}"
