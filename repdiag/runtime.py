@@ -13,6 +13,9 @@ from typing import Any
 
 log = logging.getLogger("repdiag")
 
+# Seconds between progress lines of long loops; lower it to watch a job closely.
+PROGRESS_ENV = "REPDIAG_PROGRESS_EVERY_S"
+
 
 @contextlib.contextmanager
 def script_logging(
@@ -52,12 +55,36 @@ def script_logging(
             root.removeHandler(handler)
 
 
+def progress_interval(default: float = 10.0) -> float:
+    """Seconds between progress lines: ``$REPDIAG_PROGRESS_EVERY_S`` when set, else ``default``."""
+    value = os.environ.get(PROGRESS_ENV)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        from repdiag.errors import ConfigError
+
+        raise ConfigError(f"{PROGRESS_ENV}={value!r} must be a number of seconds >= 0")
+    return seconds
+
+
 class Progress:
-    """Log ``done/total`` with rate and ETA at most every ``every_s`` seconds (for long loops)."""
+    """Log ``done/total`` with rate and ETA at most every ``every_s`` seconds (for long loops).
+
+    ``every_s`` defaults to :func:`progress_interval` (10 s unless the environment says otherwise).
+    """
 
     def __init__(
-        self, total: int, what: str, every_s: float = 10.0, logger: logging.Logger = log
+        self,
+        total: int,
+        what: str,
+        every_s: float | None = None,
+        logger: logging.Logger = log,
     ) -> None:
+        every_s = progress_interval() if every_s is None else every_s
         self.total, self.what, self.every_s, self.logger = total, what, every_s, logger
         self.start = self.last = time.monotonic()
         self.done = 0

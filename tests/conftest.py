@@ -41,15 +41,37 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
-def snakemake(
-    workdir: Path, *args: str, check: bool = True, timeout: int = 1800
-) -> subprocess.CompletedProcess:
-    """Run the venv's snakemake in ``workdir`` on config/test.yaml; output captured as text."""
+def snakemake_command(*args: str) -> list[str]:
+    """The venv's snakemake on config/test.yaml with 2 cores, then ``args``."""
     exe = Path(sys.executable).with_name("snakemake")
-    cmd = [str(exe), "--cores", "2", "--configfile=config/test.yaml", *args]
-    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    return [str(exe), "--cores", "2", "--configfile=config/test.yaml", *args]
+
+
+def snakemake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", **(extra or {})}
+
+
+def snakemake(
+    workdir: Path,
+    *args: str,
+    check: bool = True,
+    timeout: int = 1800,
+    env: dict[str, str] | None = None,
+    start_new_session: bool = False,
+) -> subprocess.CompletedProcess:
+    """Run the venv's snakemake in ``workdir`` on config/test.yaml; output captured as text.
+
+    ``env`` adds variables to the environment; ``start_new_session`` makes Snakemake the leader
+    of a new session (the fault-injection tests kill that session).
+    """
     proc = subprocess.run(
-        cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env
+        snakemake_command(*args),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=snakemake_env(env),
+        start_new_session=start_new_session,
     )
     if check and proc.returncode != 0:
         logs = (
