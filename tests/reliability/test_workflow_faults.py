@@ -1,4 +1,8 @@
-"""SIGKILL in the middle of each long stage: the rerun completes and equals an uninterrupted run.
+"""Faults of whole workflow runs, on config/test.yaml with slightly longer stages.
+
+- SIGKILL in the middle of each long stage: the rerun completes and equals an uninterrupted run;
+- a second run started on the same directory while the first runs: refused by Snakemake's lock;
+- the same config and seed twice: bitwise identical outputs, with provenance.
 
 Fault points are deterministic (``killpoints/sitecustomize.py``): the job kills itself at a
 chosen training step, image count, Jacobian chunk or store write. Two scopes: the job process
@@ -8,15 +12,26 @@ whole run (node failure: Snakemake dies too, its lock and incomplete markers sta
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import zarr
 
 from repdiag.errors import StoreError
 from repdiag.store import open_store
-from tests.conftest import copy_workflow, edit_config, snakemake
+from tests.conftest import (
+    REPO,
+    copy_workflow,
+    edit_config,
+    snakemake,
+    snakemake_command,
+    snakemake_env,
+)
 from tests.reliability.outputs import assert_same_output
 
 KILLPOINTS = Path(__file__).resolve().parent / "killpoints"
@@ -161,3 +176,60 @@ def test_killed_stage_reruns_to_the_uninterrupted_result(
         log = (workdir / "logs" / "jacobian_spectra" / "mae.log").read_text()
         assert "reused 2 cached chunks of 4" in log
         assert not (workdir / JACOBIAN_CACHE / "mae").exists()  # dropped once the store is written
+
+
+def test_a_second_run_on_the_same_directory_is_refused_by_the_lock(
+    reference: Path, tmp_path: Path
+) -> None:
+    stage = STAGES["alignment_cell"]
+    workdir = without_outputs(reference, stage, tmp_path / "run")
+    running, release = tmp_path / "running", tmp_path / "release"
+    env = fault_env(stage, "job", running, fault="pause", REPDIAG_FAULT_RELEASE=str(release))
+    first = subprocess.Popen(
+        snakemake_command(stage.target),
+        cwd=workdir,
+        env=snakemake_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not running.exists():  # the first run's job is paused mid-training
+            assert first.poll() is None, first.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the first run never reached its job"
+            time.sleep(0.1)
+        second = snakemake(workdir, stage.target, check=False)
+        assert second.returncode != 0
+        assert "cannot be locked" in second.stdout + second.stderr
+    finally:
+        release.touch()
+        first_output = first.communicate(timeout=600)[0]
+    assert first.returncode == 0, first_output[-3000:]
+    for out in stage.outputs:
+        assert_same_output(reference / out, workdir / out)
+    assert "Nothing to be done" in snakemake(workdir, stage.target, "-n").stdout
+
+
+def test_same_config_and_seed_give_bitwise_identical_outputs(
+    reference: Path, tmp_path: Path
+) -> None:
+    workdir = prepare(tmp_path / "again")
+    snakemake(workdir, *REFERENCE_TARGETS)
+    for out in ["results/datasets/binding.zarr", *REFERENCE_TARGETS]:
+        assert_same_output(reference / out, workdir / out)
+
+
+@pytest.mark.parametrize("store", ["datasets/binding", "embeddings/mae", "jacobians/mae"])
+def test_stores_record_package_versions_and_the_git_commit(reference: Path, store: str) -> None:
+    provenance = zarr.open_group(reference / "results" / f"{store}.zarr", mode="r").attrs[
+        "provenance"
+    ]
+    assert {"numpy", "torch", "zarr", "xarray"} <= set(provenance["packages"])
+    for package, version in provenance["packages"].items():
+        assert version == importlib.metadata.version(package)
+    if (REPO / ".git").exists():
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        assert provenance["git_commit"] == head

@@ -1,0 +1,185 @@
+"""Untrusted files never run code, and config strings never reach a shell.
+
+Every weights file a config can name, and the CIFAR-10 pickle batches, is tried with a payload
+whose unpickling would create a marker directory: each is refused (or read without unpickling
+code), with a message naming the entry, and the marker never appears. The payload itself is live:
+a plain ``torch.load(weights_only=False)`` does create the marker.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from repdiag.encoders.registry import build_encoder
+from repdiag.errors import EncoderError, StoreError
+from tests.conftest import REPO, copy_workflow, snakemake
+
+
+class Payload:
+    """Unpickling this object calls ``os.mkdir(marker)``: harmless proof that code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def torch_save_payload(path: Path, marker: Path) -> Path:
+    torch.save({"weight": torch.zeros(2), "extra": Payload(marker)}, path)
+    return path
+
+
+def raw_pickle_payload(path: Path, marker: Path) -> Path:
+    path.write_bytes(pickle.dumps({"weight": Payload(marker)}, protocol=4))
+    return path
+
+
+def hub_repo(root: Path) -> Path:
+    repo = root / "hub"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text(
+        "import torch\n\n"
+        "def tiny(pretrained=False):\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1))\n"
+    )
+    return repo
+
+
+def zoo_dir(root: Path, weights: Path) -> Path:
+    run = root / "zoo" / "evil"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    os.replace(weights, run / "model.safetensors")
+    return root / "zoo"
+
+
+# entry of models.<key> given the payload file -> (entry, zoo_dir or None)
+ENTRIES = {
+    "checkpoint, .safetensors name": lambda f, tmp: {
+        "source": "checkpoint",
+        "id": "resnet18",
+        "family": "other",
+        "weights": str(f("model.safetensors")),
+    },
+    "checkpoint, .pt name": lambda f, tmp: {
+        "source": "checkpoint",
+        "id": "resnet18",
+        "family": "other",
+        "weights": str(f("model.pt")),
+    },
+    "zoo checkpoint": lambda f, tmp: {
+        "source": "zoo",
+        "id": "evil",
+        "family": "other",
+        "_zoo_dir": str(zoo_dir(tmp, f("payload"))),
+    },
+    "hub weights": lambda f, tmp: {
+        "source": "hub",
+        "id": "tiny",
+        "family": "other",
+        "repo": str(hub_repo(tmp)),
+        "weights": str(f("hub.pth")),
+    },
+    "timm pretrained file": lambda f, tmp: {
+        "source": "timm",
+        "id": "resnet18",
+        "family": "supervised",
+        "pretrained": str(f("timm.pth")),
+    },
+    "torchvision pretrained file": lambda f, tmp: {
+        "source": "torchvision",
+        "id": "resnet18",
+        "family": "supervised",
+        "pretrained": str(f("tv.pth")),
+    },
+    "open_clip pretrained file": lambda f, tmp: {
+        "source": "open_clip",
+        "id": "RN50",
+        "family": "vision_language",
+        "pretrained": str(f("clip.pt")),
+    },
+}
+WRITERS = {"torch.save archive": torch_save_payload, "raw pickle": raw_pickle_payload}
+
+
+def test_the_payload_runs_code_when_unpickled_without_weights_only(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    torch.load(torch_save_payload(tmp_path / "a.pth", marker), weights_only=False)
+    assert marker.is_dir()
+    marker.rmdir()
+    pickle.loads(raw_pickle_payload(tmp_path / "b.pkl", marker).read_bytes())
+    assert marker.is_dir()
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+@pytest.mark.parametrize("case", list(ENTRIES))
+def test_weights_files_that_would_run_code_are_refused(
+    tmp_path: Path, case: str, writer: str
+) -> None:
+    marker = tmp_path / "marker"
+    entry = ENTRIES[case](lambda name: WRITERS[writer](tmp_path / name, marker), tmp_path)
+    zoo = entry.pop("_zoo_dir", tmp_path / "no-zoo")
+    with pytest.raises(EncoderError, match=r"model 'evil'") as err:
+        build_encoder("evil", entry, zoo_dir=zoo)
+    assert re.search(r"pickle|weights_only|Unsupported global|not a valid", str(err.value))
+    assert not marker.exists(), f"{case}: unpickling ran the payload"
+
+
+def test_cifar_batches_are_unpickled_with_numpy_globals_only(tmp_path: Path) -> None:
+    from repdiag.data.cifar import read_pickle_batch
+
+    marker = tmp_path / "marker"
+    batch = raw_pickle_payload(tmp_path / "data_batch_1", marker)
+    with pytest.raises(StoreError, match=r"data_batch_1.*posix|data_batch_1.*mkdir"):
+        read_pickle_batch(batch)
+    assert not marker.exists()
+
+
+def test_a_workflow_run_refuses_the_payload_naming_the_model(tmp_path: Path) -> None:
+    workdir = copy_workflow(tmp_path / "run")
+    marker = tmp_path / "marker"
+    weights = torch_save_payload(tmp_path / "model.safetensors", marker)
+    config = yaml.safe_load((workdir / "config" / "test.yaml").read_text())
+    config["models"] = {
+        "evil": {
+            "source": "checkpoint",
+            "id": "resnet18",
+            "family": "other",
+            "weights": str(weights),
+        }
+    }
+    config["alignment"]["real"]["pairs"] = []
+    (workdir / "config" / "evil.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(
+        workdir, "--configfile=config/evil.yaml", "results/embeddings/evil.zarr", check=False
+    )
+    logs = "".join(p.read_text() for p in (workdir / "logs").rglob("*.log"))
+    output = proc.stdout + proc.stderr + logs
+    assert proc.returncode != 0
+    assert "model 'evil'" in output and "is a pickle" in output, output[-3000:]
+    assert not marker.exists()
+    assert not (workdir / "results" / "embeddings" / "evil.zarr").exists()
+
+
+def test_no_rule_passes_config_strings_to_a_shell() -> None:
+    """Every rule runs a ``script:``; ``shell:``/``run:`` would be the way config strings reach
+    a shell (the schema also restricts model keys to ``[A-Za-z0-9_.-]``)."""
+    sources = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
+    rules = {}
+    for source in sources:
+        text = source.read_text()
+        assert not re.search(r"^\s+(shell|run):", text, re.MULTILINE), source
+        assert "os.system" not in text and "subprocess" not in text, source
+        for body in re.split(r"^(?=rule \w+:)", text, flags=re.MULTILINE)[1:]:
+            rules[body.split(":")[0]] = body
+    assert len(rules) > 20
+    for rule, body in rules.items():  # targets only (rule all, rule cifar) have no action
+        assert "    script:" in body or "    output:" not in body, rule
