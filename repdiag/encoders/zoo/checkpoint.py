@@ -9,6 +9,7 @@ Every file is written atomically; a missing, truncated or mismatched file is an
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,11 +69,35 @@ def save_zoo_run(
     meta_path: PathLike,
     curve_path: PathLike,
 ) -> None:
-    """Write the three files of a run, each atomically (weights first, meta.json last)."""
+    """Write the three files of a run, each atomically (weights first, meta.json last).
+
+    ``meta.json`` records the SHA-256 of the weights file (``weights_sha256``), so weights and
+    meta of different runs (a write that failed between the two) are never loaded together.
+    """
     with atomic_path(model_path) as tmp:
         save_file(checkpoint_tensors(backbone, head), str(tmp), metadata={"format": "pt"})
+        digest = file_sha256(tmp)
     write_curve(curve_path, losses)
-    write_json(meta_path, meta)
+    write_json(meta_path, {**meta, "weights_sha256": digest})
+
+
+def file_sha256(path: PathLike) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _check_weights_digest(model_path: Path, meta: dict[str, Any]) -> None:
+    """Refuse weights whose SHA-256 differs from the one meta.json recorded (older runs have none)."""
+    expected = meta.get("weights_sha256")
+    if expected is not None and file_sha256(model_path) != expected:
+        raise EncoderError(
+            f"{model_path} is not the file {model_path.parent / 'meta.json'} was written with "
+            "(SHA-256 differs): the run was interrupted or its files were mixed; rerun train_zoo "
+            f"for {model_path.parent.name}"
+        )
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -98,6 +123,7 @@ def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> Zoo
     if missing:
         raise EncoderError(f"{meta_path} lacks {missing}; rerun train_zoo for {run_dir.name}")
     tensors = _read_tensors(model_path)
+    _check_weights_digest(model_path, meta)
     backbone = build_backbone(meta["timm_model"], meta["timm_kwargs"])
     backbone_keys = set(backbone.state_dict())
     head_state = {

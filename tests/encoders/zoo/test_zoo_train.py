@@ -183,3 +183,25 @@ def test_divergence_names_the_run_and_the_fix(tiny_spec):
         FloatingPointError, match=r"zoo run 'simclr'.*lower zoo\.objectives\.simclr\.lr"
     ):
         train(tiny_spec("simclr", lr=1e30, grad_clip=0.0, steps=4))
+
+
+def test_weights_of_another_run_are_refused_by_their_digest(trained, tmp_path):
+    from safetensors.torch import save_file
+
+    from repdiag.encoders.zoo.checkpoint import file_sha256
+
+    _, _, run_dir = trained["supervised_resnet"]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["weights_sha256"] == file_sha256(run_dir / "model.safetensors")
+    mixed = tmp_path / "supervised_resnet"
+    mixed.mkdir()
+    tensors = load_file(run_dir / "model.safetensors")
+    first = next(name for name, t in tensors.items() if t.is_floating_point())
+    tensors[first] = tensors[first] + 1.0  # same shapes, other values: another run's weights
+    save_file(tensors, mixed / "model.safetensors", metadata={"format": "pt"})
+    (mixed / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(EncoderError, match=r"SHA-256 differs.*rerun train_zoo"):
+        load_zoo_model(mixed)
+    del meta["weights_sha256"]  # a run saved before digests were recorded still loads
+    (mixed / "meta.json").write_text(json.dumps(meta))
+    assert load_zoo_model(mixed).meta["objective"] == "supervised"
