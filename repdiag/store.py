@@ -14,6 +14,7 @@ CSV, text, figures, checkpoints) go through :func:`atomic_path` for the same gua
 from __future__ import annotations
 
 import contextlib
+import functools
 import datetime as _dt
 import glob
 import importlib.metadata
@@ -58,11 +59,18 @@ def _git_commit() -> str | None:
 
 def package_versions(names: Iterable[str] = PROVENANCE_PACKAGES) -> dict[str, str]:
     """Installed versions of ``names`` (absent packages are skipped)."""
-    versions = {}
+    return dict(_versions(tuple(names)))
+
+
+@functools.lru_cache(maxsize=8)
+def _versions(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    # Read once per process: the versions of the modules a process has imported cannot change
+    # under it, and the metadata lookups cost ~10 ms per store.
+    versions = []
     for name in names:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[name] = importlib.metadata.version(name)
-    return versions
+            versions.append((name, importlib.metadata.version(name)))
+    return tuple(versions)
 
 
 def provenance(config: Mapping[str, Any] | None = None, seed: int | None = None) -> dict[str, Any]:
