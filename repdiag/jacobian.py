@@ -117,10 +117,12 @@ class Readout:
     """
 
     def __init__(self, model: Any) -> None:
+        self.derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {}
         if hasattr(model, "layers") and hasattr(model, "layer_outputs"):
             self.layers = [str(name) for name in model.layers]
             self._fn = model.layer_outputs
             module = getattr(model, "model", None)
+            self.derived = dict(getattr(model, "derived_taps", None) or {})
         elif callable(model):
             self.layers = ["output"]
             self._fn = lambda x, layers=None: {"output": model(x)}
@@ -140,6 +142,22 @@ class Readout:
         if unknown:
             raise ConfigError(f"unknown layers {unknown}; this model's taps are {self.layers}")
         return [name for name in self.layers if name in set(layers)]
+
+    def chains(self, layers: Sequence[str]) -> dict[str, list[str]]:
+        """``{root: [taps among layers derived from root, directly or through each other]}``.
+
+        A derived tap ``c = fn(p)`` (row by row) has ``J_c = (d fn / d p) J_p``: one small
+        Jacobian instead of ``d_c`` more passes back through the network.
+        """
+        wanted, root_of = set(layers), {}
+        for name in layers:  # depth order: a parent comes before its children
+            parent = self.derived.get(name, (None, None))[0]
+            if parent in wanted:
+                root_of[name] = root_of.get(parent, parent)
+        chains: dict[str, list[str]] = {}
+        for child, root in root_of.items():
+            chains.setdefault(root, []).append(child)
+        return chains
 
     def __call__(self, x: torch.Tensor, layers: Sequence[str]) -> dict[str, torch.Tensor]:
         outputs = self._fn(x, layers=list(layers))
@@ -285,13 +303,30 @@ def _jvps(
     return torch.func.vmap(push, chunk_size=chunk)(tangents)
 
 
-def _exact_spectrum(readout: Readout, layer: str, x: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """All singular values (n, min(d, d_in)) of J: d one-hot cotangents through vmapped VJPs."""
+def _exact_spectra(
+    readout: Readout, layer: str, derived: Sequence[str], x: torch.Tensor, batch_size: int
+) -> dict[str, torch.Tensor]:
+    """All singular values (n, min(d, d_in)) of J for ``layer`` (d one-hot cotangents through
+    vmapped VJPs) and for the taps ``derived`` from it (chain rule, see :meth:`Readout.chains`)."""
     y, vjp_fn = torch.func.vjp(_layer_fn(readout, layer), x)
     n, d = y.shape
     eye = torch.eye(d, dtype=y.dtype, device=y.device)
-    rows = _vjps(vjp_fn, eye[:, None, :].expand(d, n, d), max(1, batch_size // n))
-    return _svdvals(rows.transpose(0, 1))
+    rows = {layer: _vjps(vjp_fn, eye[:, None, :].expand(d, n, d), max(1, batch_size // n))}
+    rows[layer] = rows[layer].transpose(0, 1)
+    values = {layer: y}
+    for child in derived:
+        parent, fn = readout.derived[child]
+        values[child], local = _row_jacobians(fn, values[parent])
+        rows[child] = local @ rows[parent]
+    return {name: _svdvals(jac) for name, jac in rows.items()}
+
+
+def _row_jacobians(
+    fn: Callable[[torch.Tensor], torch.Tensor], v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fn(v)`` (n, d_out) and its Jacobian for each row of ``v``: (n, d_out, d_in)."""
+    local = torch.func.vmap(torch.func.jacrev(lambda row: fn(row[None])[0]))(v)
+    return fn(v), local
 
 
 def _svdvals(matrices: torch.Tensor) -> torch.Tensor:
@@ -429,16 +464,22 @@ def _exact_all(
     x_all: torch.Tensor,
     batch_size: int,
 ) -> dict[str, torch.Tensor]:
+    exact = [name for name, chosen in methods.items() if chosen == "exact"]
+    chains = readout.chains(exact)
+    followers = {child for children in chains.values() for child in children}
     spectra = {}
-    for name, chosen in methods.items():
-        if chosen != "exact":
+    for name in exact:
+        if name in followers:
             continue
         per_pass = max(1, batch_size // d_out[name])
-        parts = [
-            _exact_spectrum(readout, name, x_all[rows], batch_size).cpu()
-            for rows in _batches(len(x_all), per_pass)
-        ]
-        spectra[name] = torch.cat(parts)
+        parts: dict[str, list[torch.Tensor]] = {}
+        for rows in _batches(len(x_all), per_pass):
+            chain = chains.get(name, [])
+            for tap, values in _exact_spectra(
+                readout, name, chain, x_all[rows], batch_size
+            ).items():
+                parts.setdefault(tap, []).append(values.cpu())
+        spectra.update({tap: torch.cat(values) for tap, values in parts.items()})
     return spectra
 
 

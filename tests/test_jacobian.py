@@ -360,3 +360,58 @@ def test_cache_key_changes_with_settings_weights_and_images():
     assert key != jac.cache_key({"k": 5}, weights, pixels)
     assert key != jac.cache_key({"k": 4}, jac.model_fingerprint(small_mlp(seed=1)), pixels)
     assert key != jac.cache_key({"k": 4}, weights, jac.tensor_digest(x + 1e-9))
+
+
+# ------------------------------------------------------------- registry ViT: shortcuts
+
+
+def registry_vit(**kwargs):
+    """A timm ViT through the encoder registry (class-token taps, derived final and head)."""
+    from repdiag.encoders import build_encoder
+
+    torch.manual_seed(4)
+    entry = {
+        "source": "timm",
+        "id": "vit_tiny_patch16_224",
+        "family": "other",
+        "kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 2, "num_heads": 2}
+        | kwargs,
+    }
+    encoder = build_encoder("vit", entry)
+    encoder.model.double()
+    return encoder
+
+
+def test_registry_vit_exact_spectra_match_autograd_through_the_shortcuts():
+    """Class-token-only last blocks and chain-rule final/head give the autograd spectra."""
+    encoder = registry_vit(num_classes=5)
+    assert {tap: parent for tap, (parent, _) in encoder.derived_taps.items()} == {
+        "final": "block01",
+        "head": "final",
+    }
+    x = images(2, (3, 16, 16))
+    spectra = jacobian_spectra(encoder, x, method="exact")
+    for name in encoder.layers:
+        plain = lambda inp, name=name: encoder.plan.run(inp, True)[name == "head"]  # noqa: E731
+        if name.startswith("block"):
+            index = int(name[5:])
+            model = encoder.model
+
+            def plain(inp, index=index, model=model):
+                h = model.norm_pre(model._pos_embed(model.patch_embed(inp)))
+                for block in model.blocks[: index + 1]:
+                    h = block(h)
+                return h[:, 0]
+
+        ref = autograd_spectra(plain, x)
+        relative = (spectra[name] - ref).abs().max() / ref.max()
+        assert relative < 1e-10, (name, relative.item())
+
+
+def test_derived_taps_alone_or_with_their_parent_give_the_same_spectra():
+    encoder = registry_vit(num_classes=5)
+    x = images(2, (3, 16, 16))
+    together = jacobian_spectra(encoder, x, method="exact")
+    for name in ("final", "head"):
+        alone = jacobian_spectra(encoder, x, layers=[name], method="exact")
+        torch.testing.assert_close(alone[name], together[name], rtol=1e-10, atol=1e-12)

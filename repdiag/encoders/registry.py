@@ -89,6 +89,11 @@ class Encoder:
         """Tap names in depth order: blocks or stages, ``final``, then ``head`` when present."""
         return self.plan.layers
 
+    @property
+    def derived_taps(self) -> dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
+        """Taps that are a row-wise function of another tap: ``{tap: (parent, fn)}`` (see TapPlan)."""
+        return dict(self.plan.derived)
+
     def layer_outputs(
         self, x: torch.Tensor, layers: Iterable[str] | None = None
     ) -> dict[str, torch.Tensor]:

@@ -220,3 +220,44 @@ def test_generic_modules_and_errors(x):
     ):
         tap_plan(no_cls, "cls")
     assert tap_plan(no_cls, "mean").layers == ["block00", "final", "head"]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"qkv_bias": False}, {"qk_norm": True}, {"init_values": 0.1}]
+)
+def test_class_token_block_equals_the_full_block(kwargs, x):
+    from repdiag.encoders.taps import cls_token_block
+
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, **kwargs
+    ).eval()
+    h = model.norm_pre(model._pos_embed(model.patch_embed(x)))
+    for block in model.blocks:
+        torch.testing.assert_close(cls_token_block(block, h), block(h)[:, 0])
+        h = block(h)
+
+
+def test_one_block_tap_alone_equals_the_same_tap_of_a_full_pass(vit, x):
+    plan = tap_plan(vit, "cls")
+    assert all(tap.pooled_forward is not None for tap in plan.blocks)
+    full = layer_outputs(vit, x)
+    for name in plan.layers:
+        torch.testing.assert_close(layer_outputs(vit, x, [name])[name], full[name])
+
+
+def test_derived_taps_are_the_function_of_their_parent(vit, x):
+    plan = tap_plan(vit, "cls")
+    full = layer_outputs(vit, x)
+    assert {tap: parent for tap, (parent, _) in plan.derived.items()} == {
+        "final": "block02",
+        "head": "final",
+    }
+    for tap, (parent, fn) in plan.derived.items():
+        torch.testing.assert_close(fn(full[parent]), full[tap])
+
+
+def test_mean_pooling_has_no_class_token_shortcut_and_no_derived_final(vit):
+    plan = tap_plan(vit, "mean")
+    assert all(tap.pooled_forward is None for tap in plan.blocks)
+    assert plan.derived == {}
