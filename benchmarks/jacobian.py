@@ -5,7 +5,8 @@ Runs, on one timm ViT and the same images in one process:
 (a) naive: ``torch.autograd.functional.jacobian`` per image per layer, then ``svdvals``;
 (b) the published one-direction-at-a-time protocol: randomized subspace iteration with k JVP/VJP
     calls per round per layer in a Python loop (same maths as the engine's randomized mode);
-(c) :func:`repdiag.jacobian.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``.
+(c) :func:`repdiag.jacobian.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``, on the
+    same model behind the encoder registry's taps (what the workflow differentiates).
 
 Prints wall time per image, peak memory above the baseline (VmHWM on Linux, or CUDA peak), the
 ratios, JER agreement, and the fraction of the roofline: FLOPs the method performs (counted with
@@ -57,7 +58,11 @@ class ViTTaps:
             num_heads=heads,
             num_classes=0,
         ).eval()
-        self.layers = [f"block{i:02d}" for i in range(depth)] + ["final"]
+        self.layers = self.all_layers(depth)
+
+    @staticmethod
+    def all_layers(depth: int) -> list[str]:
+        return [f"block{i:02d}" for i in range(depth)] + ["final"]
 
     def layer_outputs(self, x: torch.Tensor, layers=None) -> dict[str, torch.Tensor]:
         wanted = set(self.layers if layers is None else layers)
@@ -71,6 +76,23 @@ class ViTTaps:
         if "final" in wanted:
             out["final"] = m.norm(h)[:, 0]
         return out
+
+
+class RegistryTaps:
+    """The same timm model behind the encoder registry's taps (:mod:`repdiag.encoders.taps`), as the
+    workflow runs it: the engine may then compute a lone block's tap from the class-token rows
+    only, and ``final`` by the chain rule from the last block (``derived_taps``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from repdiag.encoders.taps import tap_plan
+
+        self.model, self.plan = model, tap_plan(model, "cls")
+        self.layers, self.derived_taps = self.plan.layers, self.plan.derived
+
+    def layer_outputs(self, x: torch.Tensor, layers=None) -> dict[str, torch.Tensor]:
+        from repdiag.encoders.taps import run_taps
+
+        return run_taps(self.plan, x, layers)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -232,6 +254,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.layers:
         taps.layers = [name for name in taps.layers if name in set(args.layers)]
     taps.model.to(device)
+    engine_taps = RegistryTaps(taps.model)
+    assert engine_taps.layers == ViTTaps.all_layers(args.depth)  # same names, same readouts
     images = torch.randn(
         args.images, 3, args.size, args.size, generator=torch.Generator().manual_seed(1)
     ).to(device)
@@ -250,13 +274,13 @@ def main(argv: list[str] | None = None) -> dict:
         "naive_autograd": lambda x: naive_spectra(taps, x),
         "loop_randomized": lambda x: loop_spectra(taps, x, k, q, seed),
         "engine_exact": lambda x: jacobian_spectra(
-            taps, x, method="exact", k=k, power_iters=q, seed=seed, batch_size=bs
+            engine_taps, x, taps.layers, "exact", k, q, seed, batch_size=bs
         ),
         "engine_randomized": lambda x: jacobian_spectra(
-            taps, x, method="randomized", k=k, power_iters=q, seed=seed, batch_size=bs
+            engine_taps, x, taps.layers, "randomized", k, q, seed, batch_size=bs
         ),
         "engine_auto": lambda x: jacobian_spectra(
-            taps, x, method="auto", k=k, power_iters=q, seed=seed, batch_size=bs
+            engine_taps, x, taps.layers, "auto", k, q, seed, batch_size=bs
         ),
     }
     skip = {"naive": "naive_autograd", "loop": "loop_randomized"}
