@@ -14,8 +14,8 @@ CSV, text, figures, checkpoints) go through :func:`atomic_path` for the same gua
 from __future__ import annotations
 
 import contextlib
-import functools
 import datetime as _dt
+import functools
 import glob
 import importlib.metadata
 import json
@@ -214,6 +214,9 @@ def write_store(
             }
     with atomic_path(path) as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        # Coordinates are fixed-width unicode, which zarr-python reads back exactly but flags on
+        # every write as not yet in the v3 spec: one line per array in every job log otherwise.
+        warnings.filterwarnings("ignore", category=zarr.errors.UnstableSpecificationWarning)
         ds.to_zarr(
             tmp,
             mode="w",
