@@ -382,6 +382,22 @@ def registry_vit(**kwargs):
     return encoder
 
 
+def plain_readout(encoder, name: str):
+    """Tap ``name`` of a registry ViT computed the plain way: full blocks, the model's own head."""
+    model = encoder.model
+    if name in ("final", "head"):
+        return lambda inp: encoder.plan.run(inp, True)[name == "head"]
+    depth = int(name[5:]) + 1
+
+    def block_cls(inp):
+        h = model.norm_pre(model._pos_embed(model.patch_embed(inp)))
+        for block in model.blocks[:depth]:
+            h = block(h)
+        return h[:, 0]
+
+    return block_cls
+
+
 def test_registry_vit_exact_spectra_match_autograd_through_the_shortcuts():
     """Class-token-only last blocks and chain-rule final/head give the autograd spectra."""
     encoder = registry_vit(num_classes=5)
@@ -392,18 +408,7 @@ def test_registry_vit_exact_spectra_match_autograd_through_the_shortcuts():
     x = images(2, (3, 16, 16))
     spectra = jacobian_spectra(encoder, x, method="exact")
     for name in encoder.layers:
-        plain = lambda inp, name=name: encoder.plan.run(inp, True)[name == "head"]  # noqa: E731
-        if name.startswith("block"):
-            index = int(name[5:])
-            model = encoder.model
-
-            def plain(inp, index=index, model=model):
-                h = model.norm_pre(model._pos_embed(model.patch_embed(inp)))
-                for block in model.blocks[: index + 1]:
-                    h = block(h)
-                return h[:, 0]
-
-        ref = autograd_spectra(plain, x)
+        ref = autograd_spectra(plain_readout(encoder, name), x)
         relative = (spectra[name] - ref).abs().max() / ref.max()
         assert relative < 1e-10, (name, relative.item())
 
