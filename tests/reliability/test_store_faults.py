@@ -297,7 +297,8 @@ def test_disk_full_while_writing_a_store(tmp_path, monkeypatch, where, previous)
     keys = _count_sets(monkeypatch, fail_at)
     with pytest.raises(OSError) as err:
         store(target, 2.0)
-    assert err.value.errno == errno.ENOSPC and len(keys) == fail_at
+    # zarr writes chunks concurrently: writes already under way may finish after the failed one
+    assert err.value.errno == errno.ENOSPC and len(keys) >= fail_at
     monkeypatch.undo()
     assert listing(target.parent) == (["s.zarr"] if previous else [])
     if previous:
