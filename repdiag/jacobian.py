@@ -307,18 +307,32 @@ def _exact_spectra(
     readout: Readout, layer: str, derived: Sequence[str], x: torch.Tensor, batch_size: int
 ) -> dict[str, torch.Tensor]:
     """All singular values (n, min(d, d_in)) of J for ``layer`` (d one-hot cotangents through
-    vmapped VJPs) and for the taps ``derived`` from it (chain rule, see :meth:`Readout.chains`)."""
+    vmapped VJPs) and for the taps ``derived`` from it (chain rule, see :meth:`Readout.chains`).
+
+    A tap's rows are kept only until its last derived tap has used them.
+    """
     y, vjp_fn = torch.func.vjp(_layer_fn(readout, layer), x)
     n, d = y.shape
     eye = torch.eye(d, dtype=y.dtype, device=y.device)
     rows = {layer: _vjps(vjp_fn, eye[:, None, :].expand(d, n, d), max(1, batch_size // n))}
     rows[layer] = rows[layer].transpose(0, 1)
     values = {layer: y}
+    uses = {name: 0 for name in (layer, *derived)}
     for child in derived:
-        parent, fn = readout.derived[child]
-        values[child], local = _row_jacobians(fn, values[parent])
-        rows[child] = local @ rows[parent]
-    return {name: _svdvals(jac) for name, jac in rows.items()}
+        uses[readout.derived[child][0]] += 1
+    spectra = {}
+    for name in (layer, *derived):
+        if name != layer:
+            parent, fn = readout.derived[name]
+            values[name], local = _row_jacobians(fn, values[parent])
+            rows[name] = local @ rows[parent]
+            uses[parent] -= 1
+            if not uses[parent]:
+                del rows[parent]
+        spectra[name] = _svdvals(rows[name])
+        if not uses[name]:
+            del rows[name]
+    return spectra
 
 
 def _row_jacobians(
@@ -471,10 +485,10 @@ def _exact_all(
     for name in exact:
         if name in followers:
             continue
-        per_pass = max(1, batch_size // d_out[name])
+        chain = chains.get(name, [])
+        per_pass = max(1, batch_size // max(d_out[tap] for tap in (name, *chain)))
         parts: dict[str, list[torch.Tensor]] = {}
         for rows in _batches(len(x_all), per_pass):
-            chain = chains.get(name, [])
             for tap, values in _exact_spectra(
                 readout, name, chain, x_all[rows], batch_size
             ).items():

@@ -398,15 +398,31 @@ def plain_readout(encoder, name: str):
     return block_cls
 
 
-def test_registry_vit_exact_spectra_match_autograd_through_the_shortcuts():
+def test_registry_vit_exact_spectra_match_autograd_through_the_shortcuts(monkeypatch):
     """Class-token-only last blocks and chain-rule final/head give the autograd spectra."""
+    from repdiag.encoders import taps
+
     encoder = registry_vit(num_classes=5)
     assert {tap: parent for tap, (parent, _) in encoder.derived_taps.items()} == {
         "final": "block01",
         "head": "final",
     }
+    calls = {"cls_token_block": 0, "_row_jacobians": 0}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(taps, "cls_token_block")
+    counted(jac, "_row_jacobians")
     x = images(2, (3, 16, 16))
     spectra = jacobian_spectra(encoder, x, method="exact")
+    assert calls["cls_token_block"] >= 2 and calls["_row_jacobians"] >= 2  # shortcuts taken
     for name in encoder.layers:
         ref = autograd_spectra(plain_readout(encoder, name), x)
         relative = (spectra[name] - ref).abs().max() / ref.max()

@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
+import zarr
 
 from repdiag.encoders.preprocess import load_image_folder
 from repdiag.encoders.registry import Encoder, build_encoder
 from repdiag.errors import EncoderError, StoreError
 from repdiag.runtime import Progress, select_device
-from repdiag.store import check_finite, open_store, store_arrays, write_store
+from repdiag.store import check_finite, open_store, write_store
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,11 @@ def _open_layer(path: Path, variable: str) -> xr.Dataset:
     """
     if not path.exists():
         raise StoreError(f"store {path} does not exist: run the rule extract_embeddings")
-    names = store_arrays(path)
-    if variable not in names:
+    try:  # the consolidated metadata only; open_store checks the whole store once
+        names = list(zarr.open_group(path, mode="r", zarr_format=3).array_keys())
+    except Exception:  # damaged metadata: open_store names what is wrong
+        names = None
+    if names is not None and variable not in names:
         layers = [name[4:] for name in names if name.startswith("emb_")]
         raise StoreError(f"store {path} has no array {variable!r}; its layers are {layers}")
     return open_store(path, variables=[variable, "image_set"])

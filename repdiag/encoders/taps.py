@@ -212,13 +212,18 @@ def cls_token_block(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def _cls_pooled_forward(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if block.training or x.ndim != 3:  # dropout/drop-path draws would differ: run the block
-        return block(x)[:, 0]
+        return block.forward(x)[:, 0]  # .forward: not through this pre-hook again
     return cls_token_block(block, x)
 
 
 def _timm_vit_derived(model: nn.Module, pooling: str, last_block: str, has_head: bool) -> dict:
     """``final`` (and a linear ``head``) as functions of the last block's class token, when exact:
+    timm's own ``VisionTransformer`` (subclasses such as DeiT-distilled pool other tokens too),
     class-token pooling, a per-token final norm and no attention pooling."""
+    from timm.models import vision_transformer as vit
+
+    if type(model) is not vit.VisionTransformer:
+        return {}
     token_pool = getattr(model, "global_pool", None) == "token"
     per_token_norm = isinstance(model.norm, nn.LayerNorm | nn.Identity)
     if pooling != "cls" or not token_pool or getattr(model, "attn_pool", None) is not None:

@@ -261,3 +261,23 @@ def test_mean_pooling_has_no_class_token_shortcut_and_no_derived_final(vit):
     plan = tap_plan(vit, "mean")
     assert all(tap.pooled_forward is None for tap in plan.blocks)
     assert plan.derived == {}
+
+
+def test_a_lone_block_tap_in_train_mode_runs_the_whole_block(x):
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2)
+    model.train()  # no dropout configured: the same numbers as eval, through block.forward
+    full = layer_outputs(model, x)
+    torch.testing.assert_close(layer_outputs(model, x, ["block01"])["block01"], full["block01"])
+
+
+def test_vit_subclasses_that_pool_other_tokens_get_no_derived_final(x):
+    torch.manual_seed(0)
+    deit = timm.create_model(
+        "deit_tiny_distilled_patch16_224", pretrained=False, img_size=32, depth=2
+    ).eval()
+    plan = tap_plan(deit, "cls")
+    assert plan.derived == {}
+    assert all(tap.pooled_forward is not None for tap in plan.blocks)  # block taps still exact
+    full = layer_outputs(deit, x)
+    torch.testing.assert_close(layer_outputs(deit, x, ["block01"])["block01"], full["block01"])

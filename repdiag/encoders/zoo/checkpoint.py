@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save_file
 from torch import nn
 
 from repdiag.encoders.zoo.backbones import build_backbone
@@ -89,22 +90,20 @@ def file_sha256(path: PathLike) -> str:
     return sha.hexdigest()
 
 
-def _check_weights_digest(model_path: Path, meta: dict[str, Any]) -> None:
-    """Refuse weights whose SHA-256 differs from the one meta.json recorded (older runs have none)."""
-    expected = meta.get("weights_sha256")
-    if expected is not None and file_sha256(model_path) != expected:
-        raise EncoderError(
-            f"{model_path} is not the file {model_path.parent / 'meta.json'} was written with "
-            "(SHA-256 differs): the run was interrupted or its files were mixed; rerun train_zoo "
-            f"for {model_path.parent.name}"
-        )
-
-
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+def _read_tensors(path: Path, expected_sha256: str | None) -> dict[str, torch.Tensor]:
+    """The tensors of ``path``, read once: refused when their SHA-256 is not the one meta.json
+    recorded (weights and meta of different runs; runs saved before digests have none)."""
     if not path.is_file():
         raise EncoderError(f"zoo checkpoint {path} does not exist: run the train_zoo rule for it")
     try:
-        return load_file(str(path))
+        data = path.read_bytes()
+        if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
+            raise EncoderError(
+                f"{path} is not the file {path.parent / 'meta.json'} was written with (SHA-256 "
+                f"differs): the run was interrupted or its files were mixed; rerun train_zoo for "
+                f"{path.parent.name}"
+            )
+        return load_bytes(data)
     except (SafetensorError, OSError, ValueError) as err:
         raise EncoderError(
             f"zoo checkpoint {path} is truncated or corrupt ({err}); delete it and rerun train_zoo"
@@ -122,8 +121,7 @@ def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> Zoo
     missing = [key for key in META_KEYS if key not in meta]
     if missing:
         raise EncoderError(f"{meta_path} lacks {missing}; rerun train_zoo for {run_dir.name}")
-    tensors = _read_tensors(model_path)
-    _check_weights_digest(model_path, meta)
+    tensors = _read_tensors(model_path, meta.get("weights_sha256"))
     backbone = build_backbone(meta["timm_model"], meta["timm_kwargs"])
     backbone_keys = set(backbone.state_dict())
     head_state = {
