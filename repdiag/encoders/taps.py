@@ -216,19 +216,20 @@ def _cls_pooled_forward(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cls_token_block(block, x)
 
 
-def _timm_vit_derived(model: nn.Module, pooling: str, last_block: str, has_head: bool) -> dict:
+def _timm_vit_derived(model: nn.Module, last_block: str, has_head: bool) -> dict:
     """``final`` (and a linear ``head``) as functions of the last block's class token, when exact:
-    timm's own ``VisionTransformer`` (subclasses such as DeiT-distilled pool other tokens too),
-    class-token pooling, a per-token final norm and no attention pooling."""
+    timm's own ``VisionTransformer`` (subclasses such as DeiT-distilled pool other tokens too)
+    pooling the class token, a per-token final norm and no attention pooling. The block taps
+    must pool the class token too (the caller's ``pooling == "cls"``)."""
     from timm.models import vision_transformer as vit
 
-    if type(model) is not vit.VisionTransformer:
-        return {}
-    token_pool = getattr(model, "global_pool", None) == "token"
-    per_token_norm = isinstance(model.norm, nn.LayerNorm | nn.Identity)
-    if pooling != "cls" or not token_pool or getattr(model, "attn_pool", None) is not None:
-        return {}
-    if not per_token_norm:
+    exact = (
+        type(model) is vit.VisionTransformer
+        and model.global_pool == "token"
+        and model.attn_pool is None
+        and isinstance(model.norm, nn.LayerNorm | nn.Identity)
+    )
+    if not exact:
         return {}
     derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
         "final": (
@@ -255,7 +256,7 @@ def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
             for n, m in zip(_block_names("block", len(modules)), modules, strict=True)
         ]
         if shortcut and blocks:
-            derived = _timm_vit_derived(model, pooling, blocks[-1].name, has_head)
+            derived = _timm_vit_derived(model, blocks[-1].name, has_head)
     else:
         channels_last = getattr(model, "output_fmt", "NCHW") == "NHWC"
         pool = _pooler(pooling, 0, channels_last=channels_last)

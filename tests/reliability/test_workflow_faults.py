@@ -32,7 +32,7 @@ from tests.conftest import (
     snakemake_command,
     snakemake_env,
 )
-from tests.reliability.outputs import assert_same_output
+from tests.outputs import assert_same_output
 
 KILLPOINTS = Path(__file__).resolve().parent / "killpoints"
 JACOBIAN_CACHE = "results/jacobians/.cache"
