@@ -2,13 +2,23 @@
 balanced Same/Different pairs (the paper in ../shared/seeds/000 and 001, "Attribute Binding").
 
 A scene's *arrangement* is the vector ``a`` over the grid's slots with ``a[s]`` the index of the
-shape in slot ``s`` (-1 when empty); every scene shows ``n_objects`` distinct shapes. For a query
-with arrangement ``a`` the ``n_candidates`` targets are distinct permutations of ``a`` (same shape
-multiset), exactly one equal to ``a``, at a uniformly random index. Query objects take colours from
-the query palette, targets from a disjoint target palette, each scene drawn independently, so
-neither colour nor jitter says which candidate is correct. A Same/Different pair shows arrangement
-``a`` (query palette) next to ``a`` itself (same) or another permutation of ``a`` (different, so
-only the arrangement differs); exactly half the pairs are same.
+shape in slot ``s`` (-1 when empty); every scene shows ``n_objects`` distinct shapes. The task is
+built so that only binding (which shape sits in which slot) can solve it:
+
+* the ``n_candidates`` targets of a query with arrangement ``a`` are distinct permutations of the
+  shapes *among the occupied slots of a*: every candidate has the query's occupied slots and its
+  shape multiset, exactly one equals ``a``, at a uniformly random index. Occupancy, the set of
+  shapes, their count and (the shapes having equal area, ``repdiag.data.render.SHAPE_AREA``) the
+  foreground area per slot are the same across candidates up to the scale jitter;
+* query objects take colours from the query palette, targets from a disjoint target palette,
+  each scene drawn independently, so neither colour nor jitter says which candidate is correct;
+* a Same/Different pair shows arrangement ``a`` (query palette) next to ``a`` itself (same) or
+  another permutation of its shapes among the same occupied slots (different); exactly half the
+  pairs are same.
+
+The number of arrangements a query can be confused with is the number of distinct permutations
+of its shapes over its occupied slots, ``n_objects!`` for distinct shapes; a full grid
+(``n_objects`` = slots) makes occupancy constant over the whole dataset.
 """
 
 from __future__ import annotations
@@ -46,7 +56,8 @@ DEFAULT_TARGET_PALETTE: tuple[RGB, ...] = (
 
 def n_arrangements(shape_counts: Sequence[int], n_slots: int) -> int:
     """Distinct placements of a shape multiset in ``n_slots`` slots (one object per slot):
-    ``n_slots! / (prod_i c_i! * (n_slots - sum_i c_i)!)``."""
+    ``n_slots! / (prod_i c_i! * (n_slots - sum_i c_i)!)``. With ``n_slots = sum_i c_i`` (the
+    occupied slots of a scene) this is the number of binding alternatives, ``n! / prod_i c_i!``."""
     n_objects = sum(shape_counts)
     if n_objects > n_slots:
         return 0
@@ -99,13 +110,13 @@ class BindingParams:
     """Parameters of the binding dataset; defaults equal ``schemas/datasets.schema.yaml``."""
 
     image_size: int = 64
-    n_queries: int = 256
+    n_queries: int = 512
     n_candidates: int = 8
-    n_pairs: int = 256
+    n_pairs: int = 2048
     shapes: tuple[str, ...] = ("circle", "square", "triangle", "cross")
     grid: tuple[int, int] = (2, 2)
-    n_objects: int = 3
-    object_size: float = 0.7
+    n_objects: int = 4
+    object_size: float = 0.85
     query_palette: tuple[RGB, ...] = DEFAULT_QUERY_PALETTE
     target_palette: tuple[RGB, ...] = DEFAULT_TARGET_PALETTE
     background: RGB = (0, 0, 0)
@@ -137,6 +148,11 @@ class BindingParams:
     def n_slots(self) -> int:
         return self.grid[0] * self.grid[1]
 
+    @property
+    def n_arrangements(self) -> int:
+        """Arrangements a query can be confused with: its shapes permuted over its occupied slots."""
+        return n_arrangements([1] * self.n_objects, self.n_objects)
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the ``datasets.binding`` key of any inconsistency."""
         unknown = [s for s in self.shapes if s not in SHAPES]
@@ -160,12 +176,13 @@ class BindingParams:
                 f"{KEY}.n_objects = {self.n_objects} exceeds the {len(self.shapes)} shapes in "
                 f"{KEY}.shapes (a scene shows distinct shapes); add shapes or lower n_objects"
             )
-        arrangements = n_arrangements([1] * self.n_objects, self.n_slots)
+        arrangements = self.n_arrangements
         if not 2 <= self.n_candidates <= arrangements:
             raise ConfigError(
                 f"{KEY}.n_candidates = {self.n_candidates} must be between 2 and the {arrangements} "
-                f"distinct arrangements of {self.n_objects} shapes in {self.n_slots} slots; "
-                "lower n_candidates or enlarge the grid"
+                f"arrangements of {self.n_objects} distinct shapes over their {self.n_objects} "
+                "occupied slots (candidates differ only in which shape sits in which occupied "
+                "slot); lower n_candidates or raise n_objects"
             )
         for key in ("n_queries", "n_pairs"):
             if getattr(self, key) < 1:
@@ -234,12 +251,15 @@ def _arrangement(rng: np.random.Generator, params: BindingParams) -> np.ndarray:
 def _other_arrangements(
     rng: np.random.Generator, arrangement: np.ndarray, count: int
 ) -> list[np.ndarray]:
-    """``count`` distinct permutations of ``arrangement`` other than itself (rejection sampling;
-    ``count`` must not exceed the number of distinct arrangements minus one)."""
+    """``count`` distinct arrangements other than ``arrangement`` with its occupied slots and its
+    shapes, permuted among those slots (rejection sampling; ``count`` must not exceed the number
+    of such permutations minus one)."""
+    occupied = np.flatnonzero(arrangement >= 0)
     seen = {arrangement.tobytes()}
     others: list[np.ndarray] = []
     while len(others) < count:
-        candidate = rng.permutation(arrangement)
+        candidate = arrangement.copy()
+        candidate[occupied] = rng.permutation(arrangement[occupied])
         if candidate.tobytes() not in seen:
             seen.add(candidate.tobytes())
             others.append(candidate)
@@ -442,8 +462,19 @@ def image_sets(ds: xr.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     }
 
 
+def _show(ax: Any, image: np.ndarray, title: str, edge: str, width: float, colour: str) -> None:
+    ax.imshow(image, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=7, color=colour)
+    for spine in ax.spines.values():
+        spine.set_edgecolor(edge)
+        spine.set_linewidth(width)
+
+
 def contact_sheet(ds: xr.Dataset, path: str | os.PathLike[str], n_queries: int = 4) -> None:
-    """PNG of the first ``n_queries`` query/candidate sets, the correct candidate framed in green."""
+    """PNG of the first ``n_queries`` query/candidate sets, the correct candidate framed in green,
+    and a last row of "different" Same/Different pairs (member 0 next to member 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -453,34 +484,48 @@ def contact_sheet(ds: xr.Dataset, path: str | os.PathLike[str], n_queries: int =
     from repdiag.store import atomic_path
 
     correct_colour = "#009E73"  # Okabe-Ito bluish green
+    pair_colour = "#D55E00"  # Okabe-Ito vermillion
     n_rows = min(n_queries, ds.sizes["query"])
     n_c = ds.sizes["candidate"]
+    n_cols = n_c + 1
+    different = np.flatnonzero(np.asarray(ds["pair_same"].values) == 0)[: n_cols // 2]
     fig, axes = plt.subplots(
-        n_rows, n_c + 1, figsize=(1.3 * (n_c + 1), 1.45 * n_rows + 0.9), squeeze=False
+        n_rows + 1, n_cols, figsize=(1.3 * n_cols, 1.45 * (n_rows + 1) + 0.9), squeeze=False
     )
     for row in range(n_rows):
         correct = int(ds["correct_index"].values[row])
-        panels = [("query", ds["query_image"].values[row])] + [
-            (f"c{c}" + (" (correct)" if c == correct else ""), ds["candidate_image"].values[row, c])
-            for c in range(n_c)
-        ]
-        for col, (title, image) in enumerate(panels):
-            ax = axes[row, col]
-            ax.imshow(image, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_title(title, fontsize=7, color=correct_colour if "correct" in title else "black")
-            is_correct = col - 1 == correct
-            for spine in ax.spines.values():
-                spine.set_edgecolor(correct_colour if is_correct else "0.6")
-                spine.set_linewidth(4 if is_correct else 0.5)
+        _show(axes[row, 0], ds["query_image"].values[row], "query", "0.6", 0.5, "black")
+        for c in range(n_c):
+            is_correct = c == correct
+            _show(
+                axes[row, c + 1],
+                ds["candidate_image"].values[row, c],
+                f"c{c}" + (" (correct)" if is_correct else ""),
+                correct_colour if is_correct else "0.6",
+                4 if is_correct else 0.5,
+                correct_colour if is_correct else "black",
+            )
         axes[row, 0].set_ylabel(str(ds["query"].values[row]), fontsize=8)
-    legend = [Patch(facecolor="none", edgecolor=correct_colour, linewidth=3,
-                    label="candidate with the query's shape-to-slot arrangement")]  # fmt: skip
-    fig.legend(handles=legend, loc="lower center", fontsize=8, frameon=False)
+    pair_row = axes[n_rows]
+    for col in range(n_cols):
+        pair_row[col].axis("off")
+    for i, p in enumerate(different):
+        for member in (0, 1):
+            ax = pair_row[2 * i + member]
+            ax.axis("on")
+            title = f"{ds['pair'].values[p]} m{member}"
+            _show(ax, ds["pair_image"].values[p, member], title, pair_colour, 2, pair_colour)
+    pair_row[0].set_ylabel("different", fontsize=8)
+    legend = [
+        Patch(facecolor="none", edgecolor=correct_colour, linewidth=3,
+              label="candidate with the query's shape-to-slot arrangement"),
+        Patch(facecolor="none", edgecolor=pair_colour, linewidth=2,
+              label="a 'different' pair: same shapes and slots, another arrangement"),
+    ]  # fmt: skip
+    fig.legend(handles=legend, loc="lower center", fontsize=8, frameon=False, ncols=2)
     fig.suptitle(
         f"Attribute binding: query (query palette) vs {n_c} candidates (target palette), "
-        f"chance {1 / n_c:.1%}",
+        f"chance {1 / n_c:.1%}; last row: Same/Different pairs labelled different",
         fontsize=9,
     )
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))

@@ -33,11 +33,17 @@ InsideFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 RGB = tuple[int, int, int]
 
 SHAPES: Registry[InsideFn] = Registry("shape")
-"""Shape name -> inside-test ``f(u, v) -> bool array`` on unit-disc coordinates (``v`` up)."""
+"""Shape name -> inside-test ``f(u, v) -> bool array`` on unit-disc coordinates (``v`` up).
+
+Every shape has the same area, :data:`SHAPE_AREA` (in units of the radius squared), so at equal
+scale no shape covers more pixels than another and foreground area says nothing about identity."""
 
 BENCHMARK_SHAPES = ("circle", "square", "triangle", "cross")
 
 SQRT3 = math.sqrt(3.0)
+SHAPE_AREA = 1.2
+"""Common area of every registered shape: a little below the largest equilateral triangle that
+fits in the unit disc (3 sqrt(3) / 4 = 1.299), the smallest of the shapes' maxima."""
 
 
 def _polygon(vertices: np.ndarray) -> InsideFn:
@@ -64,59 +70,86 @@ def _regular_star(points: int, outer: float, inner: float) -> np.ndarray:
     return np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1)
 
 
-@SHAPES.register("circle")
-def circle(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Disc of radius 0.8 (area 2.01, close to the square's 2)."""
-    return u * u + v * v <= 0.64
+def _circle(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Unit disc: area pi."""
+    return u * u + v * v <= 1.0
 
 
-@SHAPES.register("square")
-def square(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _square(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Axis-aligned square inscribed in the unit circle: half-side 1/sqrt(2), area 2."""
     half = math.sqrt(0.5)
     return (np.abs(u) <= half) & (np.abs(v) <= half)
 
 
-@SHAPES.register("triangle")
-def triangle(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _triangle(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Equilateral triangle inscribed in the unit circle, apex up, centroid at 0: area 3 sqrt(3)/4."""
     return (v >= -0.5) & (SQRT3 * u + v <= 1.0) & (-SQRT3 * u + v <= 1.0)
 
 
-@SHAPES.register("cross")
-def cross(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Plus sign: two bars of half-length 0.95 and half-width 0.3 (area 1.92)."""
+def _cross(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Plus sign: two bars of half-length 0.95 and half-width 0.3: area 2 (1.9 * 0.6) - 0.6^2."""
     au, av = np.abs(u), np.abs(v)
     return ((au <= 0.3) & (av <= 0.95)) | ((av <= 0.3) & (au <= 0.95))
 
 
-@SHAPES.register("diamond")
-def diamond(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Square rotated by 45 degrees: ``|u| + |v| <= 1`` (area 2)."""
+def _diamond(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Square rotated by 45 degrees: ``|u| + |v| <= 1``, area 2."""
     return np.abs(u) + np.abs(v) <= 1.0
 
 
-@SHAPES.register("ring")
-def ring(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Annulus with radii 0.5 and 0.9 (area 1.76)."""
+def _ring(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Annulus with radii 0.5 and 0.9: area pi (0.81 - 0.25)."""
     r2 = u * u + v * v
     return (r2 >= 0.25) & (r2 <= 0.81)
 
 
-SHAPES.add("star", _polygon(_regular_star(5, outer=1.0, inner=0.45)))
+def _bar(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Horizontal bar: half-length 0.92, half-width 0.35, area 4 * 0.92 * 0.35."""
+    return (np.abs(u) <= 0.92) & (np.abs(v) <= 0.35)
 
 
-@SHAPES.register("bar")
-def bar(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Horizontal bar: half-length 0.95, half-width 0.3 (area 1.14)."""
-    return (np.abs(u) <= 0.95) & (np.abs(v) <= 0.3)
-
-
-@SHAPES.register("hexagon")
-def hexagon(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _hexagon(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Regular hexagon with circumradius 1, vertices at (+-1, 0): area 3 sqrt(3)/2."""
     au, av = np.abs(u), np.abs(v)
     return (av <= SQRT3 / 2) & (SQRT3 * au + av <= SQRT3)
+
+
+_STAR_OUTER, _STAR_INNER = 1.0, 0.45
+
+# name -> (inside-test of the base shape, its closed-form area, its circumradius)
+BASE_SHAPES: dict[str, tuple[InsideFn, float, float]] = {
+    "circle": (_circle, math.pi, 1.0),
+    "square": (_square, 2.0, 1.0),
+    "triangle": (_triangle, 3 * SQRT3 / 4, 1.0),
+    "cross": (_cross, 2 * 1.9 * 0.6 - 0.36, math.hypot(0.95, 0.3)),
+    "diamond": (_diamond, 2.0, 1.0),
+    "ring": (_ring, math.pi * (0.81 - 0.25), 0.9),
+    # n-pointed star of outer radius R, inner r: area n R r sin(pi / n)
+    "star": (
+        _polygon(_regular_star(5, _STAR_OUTER, _STAR_INNER)),
+        5 * _STAR_OUTER * _STAR_INNER * math.sin(math.pi / 5),
+        _STAR_OUTER,
+    ),
+    "bar": (_bar, 4 * 0.92 * 0.35, math.hypot(0.92, 0.35)),
+    "hexagon": (_hexagon, 3 * SQRT3 / 2, 1.0),
+}
+
+
+def _equal_area(base: InsideFn, area: float) -> InsideFn:
+    """``base`` scaled about the origin by ``sqrt(SHAPE_AREA / area)``: its area becomes SHAPE_AREA."""
+    inverse = float(math.sqrt(area / SHAPE_AREA))  # python float keeps float32 inputs float32
+
+    def inside(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return base(u * inverse, v * inverse)
+
+    inside.__doc__ = f"{base.__doc__} Scaled to area {SHAPE_AREA}."
+    return inside
+
+
+for _name, (_base, _area, _radius) in BASE_SHAPES.items():
+    if _radius * math.sqrt(SHAPE_AREA / _area) > 1.0:
+        raise AssertionError(f"shape {_name} at area {SHAPE_AREA} leaves the unit disc")
+    SHAPES.add(_name, _equal_area(_base, _area))
 
 
 @dataclass(frozen=True)

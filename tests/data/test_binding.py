@@ -127,6 +127,45 @@ def test_candidates_share_the_query_shape_multiset_and_differ_in_arrangement(dat
         assert len(_as_rows(candidates[q])) == params.n_candidates  # all arrangements distinct
 
 
+def _occupancy_and_multiset(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return shapes >= 0, np.sort(shapes, axis=-1)
+
+
+def test_default_candidates_and_pairs_differ_only_in_which_shape_sits_where() -> None:
+    """On the default config's dataset: every candidate of every query has the query's occupied
+    slots and shape multiset, and so has member 1 of every pair; only the binding differs."""
+    defaults = yaml.safe_load((SCHEMA.parents[1] / "config.yaml").read_text())
+    ds = render_binding_dataset(BindingParams.from_config(defaults["datasets"]["binding"]))
+    query, candidates = ds["query_shape"].values, ds["candidate_shape"].values
+    occupied, multiset = _occupancy_and_multiset(query)
+    cand_occupied, cand_multiset = _occupancy_and_multiset(candidates)
+    np.testing.assert_array_equal(
+        cand_occupied, np.broadcast_to(occupied[:, None], cand_occupied.shape)
+    )
+    np.testing.assert_array_equal(
+        cand_multiset, np.broadcast_to(multiset[:, None], cand_multiset.shape)
+    )
+    pairs = ds["pair_shape"].values
+    pair_occupied, pair_multiset = _occupancy_and_multiset(pairs)
+    np.testing.assert_array_equal(pair_occupied[:, 0], pair_occupied[:, 1])
+    np.testing.assert_array_equal(pair_multiset[:, 0], pair_multiset[:, 1])
+    different = ds["pair_same"].values == 0
+    assert np.all(np.any(pairs[different, 0] != pairs[different, 1], axis=-1))
+    assert ds.sizes["pair"] >= 2048
+
+
+def test_candidates_keep_the_occupied_slots_when_the_grid_is_not_full() -> None:
+    params = dataclasses.replace(WIDE, n_objects=3, n_candidates=6)  # 3 of 6 slots, 3! = 6
+    layout = matching_layout(params, np.random.default_rng(5))
+    occupied = layout["query_shape"] >= 0
+    assert not np.all(occupied)  # empty slots vary between queries...
+    np.testing.assert_array_equal(  # ...but never between a query's candidates
+        layout["candidate_shape"] >= 0, np.broadcast_to(occupied[:, None], (12, 6, 6))
+    )
+    pairs = pair_layout(params, np.random.default_rng(5))["pair_shape"]
+    np.testing.assert_array_equal(pairs[:, 0] >= 0, pairs[:, 1] >= 0)
+
+
 def test_exactly_one_candidate_has_the_query_arrangement(dataset) -> None:
     _, ds = dataset
     matches = np.all(ds["candidate_shape"].values == ds["query_shape"].values[:, None], axis=-1)
@@ -304,13 +343,15 @@ def test_store_round_trip_with_provenance(tmp_path: Path) -> None:
 def test_contact_sheet_is_a_png_with_the_correct_candidates_framed(tmp_path: Path) -> None:
     import matplotlib.image
 
-    ds = render_binding_dataset(dataclasses.replace(SMALL, n_queries=3, n_pairs=2))
+    ds = render_binding_dataset(dataclasses.replace(SMALL, n_queries=3, n_pairs=8))
     path = tmp_path / "sheet.png"
     contact_sheet(ds, path, n_queries=3)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     pixels = (matplotlib.image.imread(path)[..., :3] * 255).round().astype(int)
     frame = np.all(np.abs(pixels - np.array([0, 158, 115])) <= 2, axis=-1)  # the green frame
     assert frame.sum() > 100
+    pair_frame = np.all(np.abs(pixels - np.array([213, 94, 0])) <= 2, axis=-1)  # different pairs
+    assert pair_frame.sum() > 100
     assert list(tmp_path.iterdir()) == [path]
 
 
@@ -331,7 +372,8 @@ def test_semantic_check_is_registered() -> None:
     ("binding", "key"),
     [
         ({"n_objects": 1, "n_candidates": 8}, "datasets.binding.n_candidates"),
-        ({"grid": [3, 3], "n_objects": 1, "n_candidates": 10}, "datasets.binding.n_candidates"),
+        ({"n_objects": 3, "n_candidates": 8}, "datasets.binding.n_candidates"),  # 3! = 6 < 8
+        ({"grid": [3, 3], "n_objects": 3, "n_candidates": 7}, "datasets.binding.n_candidates"),
         ({"n_objects": 5, "grid": [1, 4]}, "datasets.binding.n_objects"),
         ({"n_objects": 5, "grid": [3, 3]}, "datasets.binding.n_objects"),
         ({"shapes": ["circle", "blob", "square"]}, "datasets.binding.shapes"),

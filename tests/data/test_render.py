@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from repdiag.data.render import (
+    BASE_SHAPES,
     BENCHMARK_SHAPES,
+    SHAPE_AREA,
     SHAPES,
     Jitter,
     SceneObject,
@@ -51,7 +53,9 @@ def test_every_shape_lies_in_the_unit_disc_and_is_not_degenerate(name: str) -> N
 def test_axis_aligned_square_has_exact_area_and_centroid() -> None:
     # a 20 px square centred on pixel edge 32 covers pixels 22..41 exactly
     side = 20.0
-    size = side / math.sqrt(2.0) / max_radius(64, (1, 1))
+    size = (
+        side / math.sqrt(SHAPE_AREA) / max_radius(64, (1, 1))
+    )  # a square of area A has side sqrt(A)
     image = render_scene([SceneObject("square", 0, WHITE)], 64, (1, 1), object_size=size)
     expected = np.zeros((64, 64))
     expected[22:42, 22:42] = 1.0
@@ -66,21 +70,41 @@ def test_square_in_a_slot_sits_at_the_cell_centre() -> None:
     assert cy == pytest.approx((y0 + y1) / 2, abs=0.05)
     assert cx == pytest.approx((x0 + x1) / 2, abs=0.05)
     radius = 0.7 * max_radius((60, 90), (2, 3))
-    side = math.sqrt(2.0) * radius  # 4x4 supersampling places axis-aligned edges to 1/4 px
+    side = math.sqrt(SHAPE_AREA) * radius  # 4x4 supersampling places axis-aligned edges to 1/4 px
     assert _coverage(image).sum() == pytest.approx(side**2, abs=2 * side * 0.25)
 
 
-@pytest.mark.parametrize(
-    ("name", "unit_area"),
-    [("circle", math.pi * 0.64), ("triangle", 3 * math.sqrt(3) / 4), ("diamond", 2.0),
-     ("hexagon", 3 * math.sqrt(3) / 2), ("ring", math.pi * (0.81 - 0.25))],
-)  # fmt: skip
-def test_antialiased_area_matches_the_closed_form(name: str, unit_area: float) -> None:
+@pytest.mark.parametrize("name", SHAPES.names())
+def test_every_shape_has_the_common_area_in_closed_form(name: str) -> None:
+    _, base_area, circumradius = BASE_SHAPES[name]
+    axis = np.linspace(-1.0, 1.0, 2001) + 0.5 / 2001  # off the grid's symmetry lines
+    u, v = np.meshgrid(axis, axis)
+    scale = math.sqrt(SHAPE_AREA / base_area)
+    assert SHAPES.get(name)(u, v).mean() * 4.0 == pytest.approx(SHAPE_AREA, rel=0.005)
+    assert BASE_SHAPES[name][0](u / scale, v / scale).mean() * 4.0 == pytest.approx(
+        SHAPE_AREA, rel=0.005
+    )
+    assert circumradius * scale <= 1.0
+
+
+@pytest.mark.parametrize("name", SHAPES.names())
+def test_antialiased_area_matches_the_closed_form(name: str) -> None:
     image = render_scene([SceneObject(name, 0, WHITE, rotation=17.0)], 96, (1, 1), object_size=0.9)
     radius = 0.9 * max_radius(96, (1, 1))
     cover = _coverage(image)
-    assert cover.sum() == pytest.approx(unit_area * radius**2, rel=0.01)
+    assert cover.sum() == pytest.approx(SHAPE_AREA * radius**2, rel=0.01)
     assert np.any((cover > 0.05) & (cover < 0.95)), "edges should be anti-aliased"
+
+
+def test_benchmark_shapes_cover_equal_pixel_areas_at_the_default_size() -> None:
+    """At 64 px on a 2x2 grid, with rotation, every shape covers the same area within 5%."""
+    areas = {}
+    for name in SHAPES.names():
+        scenes = [[SceneObject(name, 0, WHITE, rotation=angle)] for angle in (-15.0, 0.0, 9.0)]
+        images = render_scenes(scenes, 64, (2, 2), object_size=0.7)
+        areas[name] = _coverage(images.mean(axis=0)).sum()
+    smallest, largest = min(areas.values()), max(areas.values())
+    assert largest / smallest < 1.05, areas
 
 
 def test_rotation_by_180_degrees_flips_the_triangle() -> None:
