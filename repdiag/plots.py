@@ -34,6 +34,7 @@ FAMILY_COLOURS = {
     "vision_language": "#D55E00",  # vermillion
     "supervised": "#56B4E9",  # sky blue
     "other": "#000000",  # black
+    "control": "#999999",  # grey: controls, apart from the families
 }
 READOUT_STYLES = {
     "cosine": {"color": "#333333", "hatch": ""},

@@ -20,7 +20,8 @@ FAMILY_COLOURS = {
     "clustering_distillation": "#009E73",
     "contrastive": "#CC79A7",
     "vision_language": "#D55E00",
-    "supervised": "#000000",
+    "supervised": "#56B4E9",  # as in repdiag.plots
+    "control": "#999999",  # grey: controls, apart from the families
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from repdiag.errors import ConfigError
 
+CONTROL_FAMILY = "control"  # a zoo run of 0 steps: the backbone at random initialisation
 FAMILIES: dict[str, str] = {
     "barlow_twins": "variance_decorrelation",
     "vicreg": "variance_decorrelation",
@@ -93,7 +94,13 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
                 f"(defined: {', '.join(sorted(objectives)) or 'none'}); add it there or fix the id"
             )
         family = FAMILIES[objective_of(run, objectives[run])]
-        if entry.get("family") != family:
+        untrained = objectives[run].get("steps") == 0
+        if untrained and entry.get("family") != CONTROL_FAMILY:
+            raise ConfigError(
+                f"models.{key}.family: zoo run {run!r} has steps: 0 (the random-initialised "
+                f"network), so it is a control; set family: {CONTROL_FAMILY}"
+            )
+        if not untrained and entry.get("family") != family:
             raise ConfigError(
                 f"models.{key}.family: zoo run {run!r} trains a {family} objective, "
                 f"but the model says {entry.get('family')!r}; set family: {family}"

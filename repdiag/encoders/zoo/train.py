@@ -130,6 +130,20 @@ def train_step(
     return float(loss.detach())
 
 
+def initial_loss(objective: Objective, spec: Mapping[str, Any], gen: torch.Generator) -> float:
+    """The loss on batch 0 at initialisation, leaving the weights and buffers (BatchNorm running
+    statistics, EMA teachers, centres) exactly as initialised: the record of a zero-step run."""
+    state = {name: value.clone() for name, value in objective.state_dict().items()}
+    device = objective.pixel_mean.device
+    batch = to_batch(
+        scene_batch(objective.scenes, spec["scenes"]["seed"], 0, spec["batch_size"]), device
+    )
+    with torch.no_grad():
+        loss = float(objective.loss(batch, gen))
+    objective.load_state_dict(state)
+    return loss
+
+
 def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainResult:
     """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress."""
     start = time.monotonic()
@@ -142,6 +156,8 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
     for step in range(spec["steps"]):
         losses.append(train_step(objective, optimizer, spec, step, gen))
         progress.update()
+    if not losses:  # zero steps: the random-initialised network, a control
+        losses.append(initial_loss(objective, spec, gen))
     backbone, head = objective.export()
     backbone.eval()
     if head is not None:

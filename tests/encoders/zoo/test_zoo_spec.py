@@ -55,6 +55,8 @@ def edit(change):
     [
         (lambda c: c["models"]["mae"].update(id="nope"), r"models\.mae\.id: zoo run 'nope' is not defined"),
         (lambda c: c["models"]["mae"].update(family="contrastive"), r"models\.mae\.family: .*set family: masked_modeling"),
+        (lambda c: c["zoo"]["objectives"]["mae"].update(steps=0), r"models\.mae\.family: .*steps: 0 .*set family: control"),
+        (lambda c: c["models"]["mae"].update(family="control"), r"models\.mae\.family: .*set family: masked_modeling"),
         (lambda c: c["zoo"]["objectives"].update(byol={}), r"zoo\.objectives\.byol: the run name is not an objective"),
         (lambda c: c["zoo"]["objectives"]["dino"].update(backbone="convnext"), r"zoo\.objectives\.dino\.backbone: 'convnext'"),
         (lambda c: c["zoo"]["objectives"]["mae"].update(backbone="resnet"), r"zoo\.objectives\.mae\.backbone: mae .* needs a ViT"),

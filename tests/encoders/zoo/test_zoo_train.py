@@ -205,3 +205,20 @@ def test_weights_of_another_run_are_refused_by_their_digest(trained, tmp_path):
     del meta["weights_sha256"]  # a run saved before digests were recorded still loads
     (mixed / "meta.json").write_text(json.dumps(meta))
     assert load_zoo_model(mixed).meta["objective"] == "supervised"
+
+
+@pytest.mark.parametrize("objective", ["supervised", "dino"])
+def test_a_zero_step_run_is_the_random_initialised_network(tiny_spec, objective):
+    """steps: 0 saves the backbone exactly as initialised (BatchNorm statistics and EMA teachers
+    untouched) with the loss at step 0 as its one-point curve: the random-init control."""
+    from repdiag.encoders.zoo.train import build_objective
+
+    spec = tiny_spec(objective, steps=0)
+    result = train(spec)
+    fresh, _ = build_objective(spec)
+    expected = fresh.export()[0].state_dict()
+    for name, value in result.backbone.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+    assert len(result.losses) == 1 and math.isfinite(result.losses[0])
+    assert result.meta["steps"] == 0
+    assert result.meta["initial_loss"] == result.meta["final_loss"] == result.losses[0]
