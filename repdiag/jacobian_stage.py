@@ -8,13 +8,15 @@ valid values (0 for randomized layers). Coordinates ``layer``, ``image``, ``prob
 ``rank``; attrs ``model``, ``method`` (requested), ``methods`` (per layer), ``k``,
 ``power_iters``, ``seed``, ``device``, ``d_in``, ``d_out``, ``probe_sets``, ``batch_size``,
 ``chunk_size``. ``results/jacobians/<model>.json`` holds the depth profile: per layer, probe set
-and formula, the mean JER with a 95% t confidence interval.
+and formula, the mean JER with a 95% t confidence interval, and the drop into each layer from the
+one before, paired over images, with its 95% t interval (``depth_drops``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import shutil
 import time
@@ -201,6 +203,33 @@ def depth_profile(ds: xr.Dataset, formulas: Sequence[str]) -> dict[str, dict[str
     return profile
 
 
+def depth_drops(ds: xr.Dataset, formulas: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The drop into each layer after the first, paired over the probe images of each set.
+
+    ``{layer: {probe_set: {formula: {from, mean, ci_low, ci_high, std, n, relative}}}}``:
+    ``mean`` is the mean over images x of ``JER_from(x) - JER_layer(x)`` (positive = JER falls)
+    with its Student-t interval (:func:`mean_ci`); ``relative`` is that mean over the mean JER of
+    ``from`` (null when that is not positive). What the collapse rule of ``repdiag.report`` tests.
+    """
+    sets = np.asarray(ds["probe_set"].values, dtype=object).astype(str)
+    layers = np.asarray(ds["layer"].values, dtype=object).astype(str)
+    drops: dict[str, dict[str, dict[str, Any]]] = {}
+    for previous, layer in itertools.pairwise(layers):
+        drops[layer] = {}
+        for name in dict.fromkeys(sets):
+            rows = sets == name
+            drops[layer][name] = {}
+            for formula in formulas:
+                values = ds[f"jer_{formula}"]
+                before = np.asarray(values.sel(layer=previous).values[rows], dtype=np.float64)
+                after = np.asarray(values.sel(layer=layer).values[rows], dtype=np.float64)
+                entry = mean_ci(before - after)
+                base = float(before.mean())
+                entry["relative"] = entry["mean"] / base if base > 0 else None
+                drops[layer][name][formula] = {"from": str(previous), **entry}
+    return drops
+
+
 def summary(ds: xr.Dataset, model: str, formulas: Sequence[str]) -> dict[str, Any]:
     """The JSON beside the store: settings, methods per layer and the depth profile."""
     keys = (
@@ -221,6 +250,7 @@ def summary(ds: xr.Dataset, model: str, formulas: Sequence[str]) -> dict[str, An
         "formulas": list(formulas),
         "ci_level": CI_LEVEL,
         "depth_profile": depth_profile(ds, formulas),
+        "depth_drops": depth_drops(ds, formulas),
     }
 
 

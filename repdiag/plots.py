@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from repdiag.binding import CONTROL_FAMILY
 from repdiag.report import metric_label
 from repdiag.stats import pearson
 from repdiag.store import atomic_path
@@ -85,9 +86,16 @@ def save_figure(fig: Figure, *paths: str | Path) -> list[Path]:
 
 
 def family_handles(families: Sequence[str]) -> list[Line2D]:
-    """Legend entries: one marker in each family's colour."""
+    """Legend entries: one marker in each family's colour (a cross for the controls)."""
     return [
-        Line2D([], [], color=family_colour(f), marker="o", linestyle="", label=f.replace("_", " "))
+        Line2D(
+            [],
+            [],
+            color=family_colour(f),
+            marker="x" if f == CONTROL_FAMILY else "o",
+            linestyle="",
+            label="control (not in fits)" if f == CONTROL_FAMILY else f.replace("_", " "),
+        )
         for f in families
     ]
 
@@ -115,21 +123,24 @@ def scatter_grid(
         nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows + 0.6), squeeze=False, layout="constrained"
     )
     y_all = table[target].to_numpy(float)
+    trained = (table["family"] != CONTROL_FAMILY).to_numpy()
     for ax, metric in zip(axes.flat, metrics, strict=False):
         x_all = table[metric].to_numpy(float)
         for family in _families(table):
             rows = (table["family"] == family).to_numpy()
+            control = family == CONTROL_FAMILY
             ax.scatter(
                 x_all[rows],
                 y_all[rows],
                 color=family_colour(family),
+                marker="x" if control else "o",
                 s=28,
-                edgecolor="white",
-                linewidth=0.5,
+                edgecolor=None if control else "white",
+                linewidth=1.0 if control else 0.5,
                 zorder=3,
             )
-        r, p, n = pearson(x_all, y_all)
-        mask = np.isfinite(x_all) & np.isfinite(y_all)
+        r, p, n = pearson(x_all[trained], y_all[trained])  # controls never enter the fit
+        mask = np.isfinite(x_all) & np.isfinite(y_all) & trained
         if np.isfinite(r):
             slope, intercept = np.polyfit(x_all[mask], y_all[mask], 1)
             xs = np.linspace(x_all[mask].min(), x_all[mask].max(), 50)
@@ -141,7 +152,7 @@ def scatter_grid(
                 zorder=2,
                 label="OLS fit",
             )
-            text = f"r = {r:.2f}, p = {p:.2g}\nn = {n}"
+            text = f"r = {r:.2f}, p = {p:.2g}\nn = {n} trained models"
         else:
             text = f"r undefined\nn = {n}"
         ax.text(
@@ -269,7 +280,12 @@ def readout_figure(
 ) -> Figure:
     """Binding accuracy per model for each readout (bars, binomial CI whiskers), chance line."""
     readouts = [r for r in readouts if f"binding_{r}" in table]
+    # trained models first, controls after them, apart
+    table = pd.concat(
+        [table[table["family"] != CONTROL_FAMILY], table[table["family"] == CONTROL_FAMILY]]
+    )
     n = len(table)
+    n_trained = int((table["family"] != CONTROL_FAMILY).sum())
     fig, ax = plt.subplots(
         figsize=(max(6.5, round(0.75 * n + 2.0) + 0.5), 4.4), layout="constrained"
     )
@@ -303,6 +319,9 @@ def readout_figure(
         ax.axhline(
             chance, color="#000000", linestyle="--", linewidth=1.2, label=f"chance ({chance:.3f})"
         )
+    if 0 < n_trained < n:
+        ax.axvline(n_trained - 0.5, color="#999999", linewidth=1.0)
+        ax.text(n_trained - 0.4, 0.97, "controls", fontsize=8, color="#666666", va="top")
     ax.set_xticks(x, table["model"].astype(str), rotation=35, ha="right", fontsize=8)
     for tick, family in zip(ax.get_xticklabels(), table["family"], strict=True):
         tick.set_color(family_colour(str(family)))

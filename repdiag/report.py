@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag import stats
+from repdiag.binding import CONTROL_FAMILY
 from repdiag.errors import ConfigError, StoreError
 from repdiag.stats_options import (
     GEOMETRY,
@@ -137,14 +138,19 @@ def metrics_row(metrics: Mapping[str, Any]) -> dict[str, float | str | int]:
     for k in sorted(geometry.get("l_iso", {}), key=lambda k: int(k)):
         row[f"l_iso_k{int(k)}"] = _number(geometry["l_iso"][k])
     binding = layer.get("binding", {})
+    notes = []
     for readout in READOUTS:
         result = binding.get(readout) or {}
         row[f"binding_{readout}"] = _number(result.get("accuracy"))
         row[f"binding_{readout}_ci_low"] = _number(result.get("ci_low"))
         row[f"binding_{readout}_ci_high"] = _number(result.get("ci_high"))
+        if result.get("skipped"):  # a readout that cannot apply to the layer: NaN plus its note
+            notes.append(f"binding_{readout}: {result.get('note') or 'skipped'}")
+    row["note"] = "; ".join(notes)
     probe = layer.get("same_different", {})
-    row["same_different"] = _number(probe.get("accuracy_mean"))
-    row["same_different_std"] = _number(probe.get("accuracy_std"))
+    row["same_different"] = _number(probe.get("accuracy"))
+    row["same_different_ci_low"] = _number(probe.get("ci_low"))
+    row["same_different_ci_high"] = _number(probe.get("ci_high"))
     return row
 
 
@@ -174,7 +180,12 @@ def _select_images(ds: Any, probe_set: str, path: str | Path) -> np.ndarray:
 def depth_profile(
     ds: Any, model: str, family: str, *, path: str | Path = "", confidence: float = 0.95
 ) -> pd.DataFrame:
-    """Mean JER per layer, formula and probe set (plus ``all``) with a t-interval over images."""
+    """Mean JER per layer, formula and probe set (plus ``all``) with a t-interval over images.
+
+    ``drop_mean``, ``drop_ci_low``, ``drop_ci_high``: the drop from the previous layer, the mean
+    over images of ``JER_{l-1}(x) - JER_l(x)`` with its paired t-interval (positive = JER falls;
+    NaN at the first layer), which :func:`collapse_layer` tests.
+    """
     layers = [str(name) for name in ds["layer"].values]
     labels = probe_sets(ds)
     rows = []
@@ -186,6 +197,10 @@ def depth_profile(
             mask = _select_images(ds, probe_set, path)
             for index, layer in enumerate(layers):
                 mean, _, low, high = stats.mean_interval(values[index, mask], confidence)
+                drop = (math.nan,) * 4
+                if index > 0:
+                    paired = values[index - 1, mask] - values[index, mask]
+                    drop = stats.mean_interval(paired, confidence)
                 rows.append(
                     {
                         "model": model,
@@ -199,6 +214,9 @@ def depth_profile(
                         "jer_ci_low": low,
                         "jer_ci_high": high,
                         "n_images": int(mask.sum()),
+                        "drop_mean": drop[0],
+                        "drop_ci_low": drop[2],
+                        "drop_ci_high": drop[3],
                     }
                 )
     return pd.DataFrame(rows)
@@ -370,22 +388,45 @@ def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]
     return [stats.fit_ols(table, "binding", p, **kwargs) for p in predictor_sets]
 
 
+TRAINED = "trained"
+WITH_CONTROLS = "trained + controls"
+
+
+def trained_models(table: pd.DataFrame) -> pd.DataFrame:
+    """The models that are not controls: the population of every correlation and fit."""
+    return table[table["family"] != CONTROL_FAMILY].reset_index(drop=True)
+
+
 def statistics_tables(
     table: pd.DataFrame, depth: pd.DataFrame, settings: StatsSettings
 ) -> dict[str, pd.DataFrame | str]:
-    """Every table of the analysis, keyed by output name (``correlations``, ``ols``, ...)."""
+    """Every table of the analysis, keyed by output name (``correlations``, ``ols``, ...).
+
+    Correlations, fits, partial correlations, robustness and the paper comparison are over the
+    trained models only; ``correlations`` repeats every metric over trained models and controls
+    (``models`` column), and ``families`` lists the controls as a family of their own."""
     options = settings.options()
+    everything, table = table, trained_models(table)
     n = len(table)
     correlations = stats.correlation_table(
         table, "binding", headline_metrics(table, settings), **options
     )
+    correlations.insert(0, "models", TRAINED)
+    if len(everything) > n:
+        with_controls = stats.correlation_table(
+            everything, "binding", headline_metrics(everything, settings), **options
+        )
+        with_controls.insert(0, "models", WITH_CONTROLS)
+        correlations = pd.concat([correlations, with_controls], ignore_index=True)
     fits = ols_fits(table, settings)
     control_sets = [["same_different"]] + [[c] for c in settings.covariates]
     if len(settings.covariates) > 1:
         control_sets.append(list(settings.covariates))
     partial = stats.partial_table(table, "jer", "binding", control_sets, **options)
     families = stats.family_table(
-        table, [m for m in FAMILY_METRICS if m in table.columns], confidence=settings.confidence
+        everything,
+        [m for m in FAMILY_METRICS if m in everything.columns],
+        confidence=settings.confidence,
     )
     robustness = stats.robustness_table(
         table,
@@ -417,24 +458,65 @@ def statistics_tables(
 # --------------------------------------------------------------------------- paper comparison
 
 
-def collapse_layer(profile: pd.DataFrame) -> tuple[str, float, float] | None:
-    """Layer after the largest relative drop of mean JER between consecutive layers.
+DROP_COLUMNS = ("drop_mean", "drop_ci_low", "drop_ci_high")
 
-    Returns (layer, relative depth, relative drop), or None when JER never drops.
+
+@dataclass(frozen=True)
+class Collapse:
+    """Where JER collapses: the layer after the drop, its depth and the drop's size."""
+
+    layer: str
+    relative_depth: float
+    relative_drop: float  # (JER_{l-1} - JER_l) / JER_{l-1}, of the layer means
+    drop_mean: float  # mean over images of JER_{l-1}(x) - JER_l(x)
+    drop_ci_low: float  # paired t-interval of that mean
+    drop_ci_high: float
+
+    def text(self, model: str, confidence: float = 0.95) -> str:
+        return (
+            f"{model}: {self.layer} (depth {self.relative_depth:.2f}, -{self.relative_drop:.0%}, "
+            f"drop {confidence:.0%} CI [{self.drop_ci_low:.3g}, {self.drop_ci_high:.3g}])"
+        )
+
+
+def collapse_layer(profile: pd.DataFrame, threshold: float = 0.2) -> Collapse | None:
+    """The layer after the largest JER drop that is both large and real, else None.
+
+    A drop between consecutive layers counts only when the layer mean falls by more than
+    ``threshold`` of the earlier value AND the paired per-image interval of the drop
+    (``drop_ci_low``, from :func:`depth_profile`) lies above 0. ``profile``: one model, formula
+    and probe set of the depth table. A flat or noisy profile, a small drop, or a large mean drop
+    that only a few images carry gives None ("no collapse").
     """
+    missing = [
+        c
+        for c in ("layer", "layer_index", "relative_depth", "jer_mean", *DROP_COLUMNS)
+        if c not in profile
+    ]
+    if missing:
+        raise StoreError(
+            f"the depth table has no column {', '.join(missing)}: it predates the collapse rule; "
+            "rerun aggregate_models"
+        )
     profile = profile.sort_values("layer_index")
     jer = profile["jer_mean"].to_numpy(float)
     if len(jer) < 2:
         return None
     with np.errstate(invalid="ignore", divide="ignore"):
-        drop = (jer[:-1] - jer[1:]) / jer[:-1]
-    if not np.isfinite(drop).any() or np.nanmax(drop) <= 0:
+        relative = np.where(jer[:-1] > 0, (jer[:-1] - jer[1:]) / jer[:-1], np.nan)
+    low = profile["drop_ci_low"].to_numpy(float)[1:]
+    real = np.isfinite(relative) & (relative > threshold) & np.isfinite(low) & (low > 0)
+    if not real.any():
         return None
-    i = int(np.nanargmax(drop)) + 1
-    return (
-        str(profile["layer"].iloc[i]),
-        float(profile["relative_depth"].iloc[i]),
-        float(drop[i - 1]),
+    i = int(np.nanargmax(np.where(real, relative, np.nan))) + 1
+    row = profile.iloc[i]
+    return Collapse(
+        layer=str(row["layer"]),
+        relative_depth=float(row["relative_depth"]),
+        relative_drop=float(relative[i - 1]),
+        drop_mean=float(row["drop_mean"]),
+        drop_ci_low=float(row["drop_ci_low"]),
+        drop_ci_high=float(row["drop_ci_high"]),
     )
 
 
@@ -449,11 +531,9 @@ def _collapse_text(
             & (depth["formula"] == settings.jer_formula)
             & (depth["probe_set"] == settings.probe_set)
         ]
-        found = collapse_layer(part)
+        found = collapse_layer(part, settings.collapse_threshold)
         parts.append(
-            f"{model}: no drop"
-            if found is None
-            else f"{model}: {found[0]} (depth {found[1]:.2f}, -{found[2]:.0%})"
+            f"{model}: no collapse" if found is None else found.text(model, settings.confidence)
         )
     return "; ".join(parts), len(chosen)
 
@@ -701,13 +781,19 @@ def summary_markdown(
     zoo: pd.DataFrame | None = None,
 ) -> str:
     """``results/summary.md``: the headline numbers of this run, generated from the tables."""
+    everything, table = table, trained_models(table)
+    controls = everything[everything["family"] == CONTROL_FAMILY]
     n = len(table)
-    corr = tables["correlations"]
+    all_corr = tables["correlations"]
+    models_column = all_corr.get("models", pd.Series(TRAINED, index=all_corr.index))
+    corr = all_corr[models_column == TRAINED]
+    corr_with_controls = all_corr[models_column == WITH_CONTROLS]
     ols = tables["ols"]
     lines = [
         "# repdiag binding study: summary",
         "",
-        f"{n} models in {table['family'].nunique()} families; binding readout `{settings.readout}`, "
+        f"{n} trained models in {table['family'].nunique()} families and {len(controls)} controls "
+        f"(kept out of every correlation and fit); binding readout `{settings.readout}`, "
         f"JER formula `{settings.jer_formula}` at the `{settings.jer_at}` layer on the "
         f"`{settings.probe_set}` probe images; {settings.n_bootstrap} bootstrap resamples of models, "
         f"seed {settings.seed}, {settings.confidence:.0%} intervals.",
@@ -722,6 +808,14 @@ def summary_markdown(
             f"- JER vs binding: Pearson r = {_fmt(row['pearson_r'])} (p = {_fmt(row['pearson_p'], '.3g')}, "
             f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}]), "
             f"Spearman rho = {_fmt(row['spearman_rho'])}. {row['note'] or ''}".rstrip()
+        )
+    jer_all = corr_with_controls[corr_with_controls["metric"] == "jer"]
+    if len(jer_all):
+        row = jer_all.iloc[0]
+        lines.append(
+            f"- The same over trained models and controls (n = {int(row['n'])}): r = "
+            f"{_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
+            f"{_fmt(row['pearson_ci_high'])}]."
         )
     fit = ols[ols["formula"] == "binding ~ jer + same_different"]
     if len(fit):
@@ -756,6 +850,9 @@ def summary_markdown(
         if c in table
     ]
     lines += [markdown_table(table[columns]), ""]
+    if len(controls):
+        lines += ["## Controls (final layer; scores known in advance)", ""]
+        lines += [markdown_table(controls[columns]), ""]
     if zoo is not None and len(zoo):
         last = (
             zoo.sort_values("step")

@@ -33,6 +33,7 @@ class StatsSettings:
     jer_at: str = "final"
     probe_set: str = "binding"
     covariates: tuple[str, ...] = ()
+    collapse_threshold: float = 0.2
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any], global_seed: int = 0) -> StatsSettings:

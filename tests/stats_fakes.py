@@ -130,9 +130,18 @@ def fake_metrics(
             },
             "binding": binding,
             "same_different": {
-                "accuracy_mean": float(0.55 + 0.35 * quality + rng.normal(0, 0.03)),
-                "accuracy_std": 0.02,
+                "accuracy": (same := float(0.55 + 0.35 * quality + rng.normal(0, 0.03))),
+                "ci_low": same - 0.04,
+                "ci_high": same + 0.04,
+                "ci_method": "wilson",
+                "n": 512,
+                "hits": round(512 * same),
+                "p_value": 0.01,
+                "above_chance": same - 0.04 > 0.5,
                 "folds": 5,
+                "inner_folds": 3,
+                "fold_accuracy": [same] * 5,
+                "fold_C": [0.1] * 5,
             },
         }
     return {

@@ -17,6 +17,7 @@ from repdiag.jacobian import Spectra, jer
 from repdiag.jacobian_options import check_jacobians_config
 from repdiag.jacobian_stage import (
     Probes,
+    depth_drops,
     depth_profile,
     load_probes,
     mean_ci,
@@ -158,7 +159,42 @@ def test_depth_profile_summarises_each_layer_probe_set_and_formula():
     assert profile["block00"]["binding"]["pr2"]["n"] == 1
     report = summary(ds, "toy", ["pr", "pr2"])
     assert report["methods"]["head"] == "randomized" and report["layers"] == ["block00", "head"]
+    assert report["depth_drops"] == depth_drops(ds, ["pr", "pr2"])
+    assert report["depth_drops"]["head"]["noise"]["pr"]["from"] == "block00"
     json.dumps(report, allow_nan=False)  # valid JSON
+
+
+def test_depth_drops_are_paired_per_image_differences_with_a_t_interval():
+    import xarray as xr
+
+    jer_pr = np.array([[10.0, 12.0, 11.0, 5.0], [6.0, 7.5, 6.0, 5.0], [6.0, 7.5, 6.0, 5.0]])
+    ds = xr.Dataset(
+        {"jer_pr": (("layer", "image"), jer_pr)},
+        coords={
+            "layer": ["a", "b", "c"],
+            "image": ["q0", "q1", "q2", "n0"],
+            "probe_set": ("image", ["binding", "binding", "binding", "noise"]),
+        },
+    )
+    drops = depth_drops(ds, ["pr"])
+    assert list(drops) == ["b", "c"]  # the first layer has nothing before it
+    entry = drops["b"]["binding"]["pr"]
+    paired = np.array([4.0, 4.5, 5.0])  # JER_a(x) - JER_b(x), image by image
+    low, high = stats.t.interval(0.95, 2, loc=paired.mean(), scale=stats.sem(paired))
+    assert entry["from"] == "a" and entry["n"] == 3
+    assert entry["mean"] == pytest.approx(4.5) and entry["relative"] == pytest.approx(4.5 / 11)
+    assert (entry["ci_low"], entry["ci_high"]) == pytest.approx((low, high))
+    flat = drops["c"]["binding"]["pr"]
+    assert flat["mean"] == 0.0 and flat["ci_low"] == flat["ci_high"] == 0.0
+    assert drops["b"]["noise"]["pr"] == {
+        "from": "a",
+        "mean": 0.0,
+        "ci_low": None,
+        "ci_high": None,
+        "std": None,
+        "n": 1,
+        "relative": 0.0,
+    }
 
 
 def test_run_stage_writes_store_and_json_and_drops_its_cache(tmp_path):

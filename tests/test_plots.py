@@ -178,6 +178,8 @@ def test_palette_is_okabe_ito_and_distinct():
         "#D55E00",
         "#CC79A7",
     }
-    colours = list(plots.FAMILY_COLOURS.values())
+    families = {f: c for f, c in plots.FAMILY_COLOURS.items() if f != "control"}
+    colours = list(families.values())
     assert set(colours) <= okabe_ito and len(set(colours)) == len(colours)
+    assert plots.FAMILY_COLOURS["control"] == "#999999"  # neutral grey, apart from the families
     assert plots.family_colour("unknown") == "#000000"

@@ -21,14 +21,16 @@ import xarray as xr
 from repdiag.errors import ConfigError, StoreError
 from repdiag.metrics.geometry import geometry_metrics
 from repdiag.metrics.options import merge_options
-from repdiag.metrics.probes import same_different_probe
-from repdiag.metrics.readouts import binding_accuracy
+from repdiag.metrics.probes import PROBE_FIELDS, same_different_probe
+from repdiag.metrics.readouts import CI_METHOD, binding_accuracy
 from repdiag.runtime import Progress
 from repdiag.store import open_store
 
 log = logging.getLogger("repdiag.metrics")
 
 DATASET_ARRAYS = ("correct_index", "pair_same")
+# Every binding entry has these plus ``skipped`` (bool); a skipped readout (one that cannot apply
+# to a layer, see :func:`readout_skip_note`) has null accuracy, interval and hits and a ``note``.
 BINDING_FIELDS = ("accuracy", "ci_low", "ci_high", "n", "hits", "ci_method")
 
 
@@ -133,7 +135,10 @@ def binding_task(
 
 
 def _check_sizes(task: BindingTask, options: Mapping[str, Any], path: Path, dataset: Path) -> None:
-    """Neighbourhood sizes and probe folds that the stores' actual sizes cannot satisfy."""
+    """Neighbourhood sizes and probe folds that the stores' actual sizes cannot satisfy.
+
+    Readouts are not checked here: one that cannot apply is skipped per layer (``layer_metrics``).
+    """
     folds = options["probe"]["folds"]
     smallest = int(np.bincount(task.pair_same, minlength=2).min())
     if smallest < folds:
@@ -148,12 +153,6 @@ def _check_sizes(task: BindingTask, options: Mapping[str, Any], path: Path, data
             raise ConfigError(
                 f"metrics.geometry.l_iso_k: k={k} needs more than k points, but {where}"
             )
-    for name in ("knn", "local_pca"):
-        k = options["readouts"][name]["k"]
-        if name in options["readouts"]["names"] and k > n_reference:
-            raise ConfigError(
-                f"metrics.readouts.{name}.k={k} is larger than the reference set: {where}"
-            )
 
 
 def select_layers(layers: Sequence[str], which: str) -> list[str]:
@@ -165,6 +164,28 @@ def select_layers(layers: Sequence[str], which: str) -> list[str]:
     raise ConfigError(f"metrics.layers must be 'all' or 'final', got {which!r}")
 
 
+def readout_skip_note(
+    name: str, options: Mapping[str, Any], width: int, n_reference: int
+) -> str | None:
+    """Why readout ``name`` cannot apply to a layer of ``width`` dims (None when it can).
+
+    ``knn`` and ``local_pca`` need ``k <= n_reference``; ``local_pca`` also ``dim <= k - 1`` and
+    ``dim <= width`` (a centred set of ``k`` points in ``width`` dims spans at most that many).
+    """
+    if name not in ("knn", "local_pca"):
+        return None
+    k = int(options["k"])
+    if k > n_reference:
+        return f"{name} needs k={k} <= reference size {n_reference}; skipped for this layer"
+    if name == "local_pca":
+        dim = int(options["dim"])
+        if dim > width:
+            return f"local_pca needs dim={dim} <= embedding width {width}; skipped for this layer"
+        if dim > k - 1:
+            return f"local_pca needs dim={dim} <= k - 1 = {k - 1}; skipped for this layer"
+    return None
+
+
 def layer_metrics(
     features: np.ndarray, task: BindingTask, options: Mapping[str, Any], seed: int
 ) -> dict[str, Any]:
@@ -173,31 +194,36 @@ def layer_metrics(
     query, candidates = features[task.query_rows], features[task.candidate_rows]
     binding = {}
     for name in options["readouts"]["names"]:
+        readout_options = options["readouts"].get(name, {})
+        note = readout_skip_note(name, readout_options, features.shape[1], reference.shape[0])
+        if note is not None:
+            log.warning("readout %s: %s", name, note)
+            binding[name] = {
+                **dict.fromkeys(BINDING_FIELDS),
+                "n": int(query.shape[0]),
+                "ci_method": CI_METHOD,
+                "skipped": True,
+                "note": note,
+            }
+            continue
         result = binding_accuracy(
-            query,
-            candidates,
-            task.correct_index,
-            name,
-            reference,
-            **options["readouts"].get(name, {}),
+            query, candidates, task.correct_index, name, reference, **readout_options
         )
-        binding[name] = {key: result[key] for key in BINDING_FIELDS}
+        binding[name] = {key: result[key] for key in BINDING_FIELDS} | {"skipped": False}
     probe = options["probe"]
     same_different = same_different_probe(
         features[task.pair_rows],
         task.pair_same,
         folds=probe["folds"],
-        C=probe["C"],
+        inner_folds=probe["inner_folds"],
+        Cs=probe["Cs"],
         max_iter=probe["max_iter"],
         seed=seed,
     )
     return {
         "geometry": geometry_metrics(reference, options["geometry"]["l_iso_k"]),
         "binding": binding,
-        "same_different": {
-            k: same_different[k]
-            for k in ("accuracy_mean", "accuracy_std", "folds", "fold_accuracy")
-        },
+        "same_different": {k: same_different[k] for k in PROBE_FIELDS},
     }
 
 

@@ -20,7 +20,12 @@ DEFAULT_OPTIONS: dict[str, Any] = {
         "local_pca": {"k": 20, "dim": 5},
     },
     "geometry": {"l_iso_k": [5, 10, 20, 50]},
-    "probe": {"folds": 5, "C": 1.0, "max_iter": 1000},
+    "probe": {
+        "folds": 5,
+        "inner_folds": 3,
+        "Cs": [0.001, 0.01, 0.1, 1.0, 10.0],
+        "max_iter": 1000,
+    },
 }
 
 
@@ -53,7 +58,8 @@ def check_metrics_config(config: Mapping[str, Any]) -> None:
     """Semantic checks of ``metrics`` (registered in ``repdiag.config.SEMANTIC_CHECKS``).
 
     Neighbourhood sizes must fit in the reference set, the local PCA dimension below its k, and
-    the probe folds within each Same/Different class (``datasets.binding.n_pairs / 2``).
+    the probe folds within each Same/Different class (``datasets.binding.n_pairs / 2``), and the
+    inner folds of the C search within each class of an outer training fold.
     """
     options = merge_options(config.get("metrics") or {})
     max_size = options["reference"]["max_size"]
@@ -83,3 +89,13 @@ def check_metrics_config(config: Mapping[str, Any]) -> None:
             f"metrics.probe.folds={folds} exceeds the {n_pairs // 2} pairs of each "
             "Same/Different class (datasets.binding.n_pairs / 2)"
         )
+    inner = options["probe"]["inner_folds"]
+    if isinstance(n_pairs, int):
+        per_class = n_pairs // 2
+        training = per_class - -(-per_class // folds)  # fewest per class in an outer training fold
+        if inner > training:
+            raise ConfigError(
+                f"metrics.probe.inner_folds={inner} exceeds the {training} pairs of each "
+                f"Same/Different class in an outer training fold (datasets.binding.n_pairs / 2 "
+                f"= {per_class} minus one of metrics.probe.folds={folds} test folds)"
+            )

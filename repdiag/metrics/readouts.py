@@ -2,24 +2,42 @@
 
 The binding task (the binding paper, "Global geometry is not enough for vision representations"):
 each query image has ``n_candidates`` target images, exactly one with the query's shape-to-slot
-arrangement. A readout scores every (query, candidate) pair; a query is a hit when its correct
-candidate scores strictly highest (a tie with any other candidate is a miss, so a readout that
-cannot tell the candidates apart scores 0, never chance by luck of tie-breaking).
+arrangement. A readout scores every (query, candidate) pair. Tie rule: a query whose correct
+candidate shares the top score with ``m - 1`` other candidates counts ``1/m`` of a hit (1 when
+it is alone at the top, 0 when it is below it); scores within ``TIE_RTOL * max(1, |top|)`` of the
+top count as tied, so floating-point noise between identical embeddings is a tie, and NaN scores
+are never top. Accuracy is the mean credit (the expected accuracy under uniform random
+tie-breaking), so a readout that cannot tell the candidates apart scores exactly chance,
+``1 / n_candidates``; ``hits`` is the expected number of hits (a float) and the Wilson interval
+is computed from it.
 
 Readouts, all ``(query (n_q, d), candidates (n_q, n_c, d), reference (n_r, d) | None, **options)
 -> scores (n_q, n_c)``, registered in :data:`READOUTS`:
 
 - ``cosine``: ``<q, c> / (|q| |c|)``, the paper's main readout; no reference set.
-- ``knn``: shared-nearest-neighbour similarity in a reference set. Each embedding ``x`` becomes a
-  vector over the reference set, ``a_r(x) = w(x, r)`` for its ``k`` nearest reference embeddings
-  ``r`` (cosine similarity) and 0 elsewhere; the score is the cosine of ``a(q)`` and ``a(c)``.
-  ``weights="binary"`` (``w = 1``) gives the shared-neighbour overlap ``|N_k(q) ∩ N_k(c)| / k``;
-  ``weights="similarity"`` (default, ``w = (1 + cos(x, r)) / 2``) weighs each shared neighbour
-  by how close both points are to it, which makes ties rare.
-- ``local_pca``: compare query and candidate inside the principal subspace of the query's local
-  neighbourhood: take the ``k`` nearest reference embeddings of ``q`` (cosine), their mean ``m``
-  and top-``dim`` principal directions ``U`` (d, dim); the score is
-  ``cos(U^T (q - m), U^T (c - m))``.
+- ``knn``: cosine after kNN smoothing over a reference set (one step of feature propagation on
+  the kNN graph with self-loops, as in kNN-smoothing, Wagner et al. 2017, or SGC, Wu et al. 2019):
+  each embedding ``x`` becomes ``s(x) = x + sum_{r in N_k(x)} w(x, r) r``, its ``k`` nearest
+  reference embeddings ``N_k(x)`` (cosine) added to it, and the score is ``cos(s(q), s(c))``.
+  ``weights="similarity"`` (default): ``w = (1 + cos(x, r)) / 2`` (so ``x`` itself, at cosine 1,
+  has weight 1); ``weights="binary"``: ``w = 1``. This replaces the shared-nearest-neighbour
+  similarity used before (``cos`` of the neighbour-indicator vectors over the reference set),
+  which sees only *which* reference points are neighbours: two close points whose neighbourhoods
+  are different copies of the same embedding score 0, like unrelated points. On the colour-blind
+  layout-mask encoder (default dataset: 512 queries, 2000 references, k=10), whose masks repeat
+  exactly, it scored 0.57 against cosine's 0.75; the smoothed score keeps each point's own
+  position and scored 0.87 (and, like every readout here, chance on random features).
+- ``local_pca``: distance from the query in the metric of its local principal components. The
+  ``k`` nearest reference embeddings of ``q`` (cosine) give the top-``dim`` principal
+  directions ``u_j`` with variances ``l_j`` and the mean variance ``s2`` of the other
+  directions (the covariance of a probabilistic PCA of the neighbourhood, Tipping and Bishop
+  1999). With ``r = c - q`` the score is minus the squared Mahalanobis distance under it,
+  ``-(sum_j (u_j . r)^2 / l_j + (|r|^2 - sum_j (u_j . r)^2) / s2)``, variances floored at
+  ``VARIANCE_FLOOR``: differences along the directions in which the neighbourhood varies (the
+  nuisance of nearby images) count less than differences across them. It replaces the cosine
+  of ``U^T (q - m)`` and ``U^T (c - m)`` used before, which compared only the directions of
+  local jitter: it scored below chance (0.06) on the layout-mask encoder and 0.55 on the
+  per-slot shape oracle of the default dataset, where cosine scores 0.77 and 1.0.
 
 ``knn`` and ``local_pca`` work on unit-normalised embeddings (the sphere on which cosine lives).
 """
@@ -42,6 +60,9 @@ CI_METHOD = "wilson"
 # Query blocks are sized so that a (rows, n_reference) float64 block stays about this big.
 CHUNK_VALUES = 4_000_000
 EPS = 1e-12
+VARIANCE_FLOOR = 1e-9  # local_pca: variances of unit vectors below this count as this
+# Scores within TIE_RTOL * max(1, |top|) of a row's top score share the top (tie credit).
+TIE_RTOL = 1e-9
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -91,11 +112,10 @@ def knn_scores(
     k: int = 10,
     weights: str = "similarity",
 ) -> np.ndarray:
-    """score(q, c) = cos(a(q), a(c)), ``a_r(x) = w(x, r) 1[r in N_k(x)]`` over the reference set.
+    """score(q, c) = cos(s(q), s(c)), ``s(x) = x + sum_{r in N_k(x)} w(x, r) r`` (kNN smoothing).
 
-    ``N_k(x)``: the ``k`` reference embeddings most cosine-similar to ``x``. ``weights="binary"``:
-    ``w = 1`` (score = shared-neighbour fraction |N_k(q) ∩ N_k(c)| / k, Jarvis & Patrick 1973);
-    ``weights="similarity"``: ``w = (1 + cos(x, r)) / 2``.
+    ``N_k(x)``: the ``k`` reference embeddings most cosine-similar to ``x``; all on unit vectors.
+    ``weights="similarity"``: ``w = (1 + cos(x, r)) / 2``; ``weights="binary"``: ``w = 1``.
     """
     if weights not in ("binary", "similarity"):
         raise ValueError(
@@ -105,19 +125,17 @@ def knn_scores(
     reference = _unit(_need_reference("knn", reference, k, d))
     points = _unit(np.concatenate([query[:, None, :], candidates], axis=1))  # (n_q, 1 + n_c, d)
     scores = np.empty((n_q, n_c))
-    starts, step = _blocks(n_q, 1 + n_c, reference.shape[0])
+    starts, step = _blocks(n_q, 1 + n_c, k * d)
     for start in starts:
         block = points[start : start + step].reshape(-1, d)
-        nbrs = knn_indices(block, reference, k, metric="cosine")
+        hood = reference[knn_indices(block, reference, k, metric="cosine")]  # (m, k, d)
         if weights == "binary":
-            values = np.ones(nbrs.shape)
+            smoothed = block + hood.sum(axis=1)
         else:
-            sims = np.einsum("md,mkd->mk", block, reference[nbrs])
-            values = (1.0 + sims) / 2.0
-        affinity = np.zeros((block.shape[0], reference.shape[0]))
-        np.put_along_axis(affinity, nbrs, values, axis=1)
-        affinity = _unit(affinity).reshape(-1, 1 + n_c, reference.shape[0])
-        scores[start : start + step] = np.einsum("br,bcr->bc", affinity[:, 0], affinity[:, 1:])
+            values = (1.0 + np.einsum("md,mkd->mk", block, hood)) / 2.0
+            smoothed = block + np.einsum("mk,mkd->md", values, hood)
+        smoothed = _unit(smoothed).reshape(-1, 1 + n_c, d)
+        scores[start : start + step] = np.einsum("bd,bcd->bc", smoothed[:, 0], smoothed[:, 1:])
     return scores
 
 
@@ -130,11 +148,13 @@ def local_pca_scores(
     k: int = 20,
     dim: int = 5,
 ) -> np.ndarray:
-    """score(q, c) = cos(U^T (q - m), U^T (c - m)) in the query's local principal subspace.
+    """score(q, c) = -(sum_j (u_j . r)^2 / l_j + (|r|^2 - sum_j (u_j . r)^2) / s2), r = c - q.
 
-    ``m`` and ``U`` (d, dim): mean and top-``dim`` principal directions (SVD of the centred
-    neighbourhood) of the ``k`` reference embeddings most cosine-similar to ``q``; all on unit
-    vectors. A centred set of ``k`` points spans at most ``k - 1`` directions, so ``dim < k``.
+    ``u_j``, ``l_j`` (j <= ``dim``): principal directions and variances of the ``k`` reference
+    embeddings most cosine-similar to ``q``; ``s2``: mean variance of the remaining
+    ``d - dim`` directions (probabilistic PCA, Tipping and Bishop 1999); every variance at least
+    VARIANCE_FLOOR. All on unit vectors. A centred set of ``k`` points spans at most ``k - 1``
+    directions, so ``dim < k``.
     """
     n_q, n_c, d = candidates.shape
     reference = _unit(_need_reference("local_pca", reference, k, d))
@@ -149,10 +169,18 @@ def local_pca_scores(
     for start in starts:
         hood = reference[nbrs[start : start + step]]  # (b, k, d)
         centre = hood.mean(axis=1, keepdims=True)
-        basis = np.linalg.svd(hood - centre, full_matrices=False)[2][:, :dim]  # (b, dim, d)
-        z_query = np.einsum("bjd,bd->bj", basis, query[start : start + step] - centre[:, 0])
-        z_cand = np.einsum("bjd,bcd->bcj", basis, candidates[start : start + step] - centre)
-        scores[start : start + step] = np.einsum("bj,bcj->bc", _unit(z_query), _unit(z_cand))
+        _, singular, directions = np.linalg.svd(hood - centre, full_matrices=False)
+        variances = singular**2 / (k - 1)  # (b, min(k, d))
+        top = np.maximum(variances[:, :dim], VARIANCE_FLOOR)
+        rest = variances[:, dim:].sum(axis=1) / max(d - dim, 1)
+        noise = np.maximum(rest, VARIANCE_FLOOR)[:, None]  # (b, 1)
+        residual = candidates[start : start + step] - query[start : start + step, None]
+        along = np.einsum("bjd,bcd->bcj", directions[:, :dim], residual)  # (b, n_c, dim)
+        in_plane = (along**2).sum(axis=2)
+        off_plane = np.maximum((residual**2).sum(axis=2) - in_plane, 0.0)
+        scores[start : start + step] = -(
+            (along**2 / top[:, None, :]).sum(axis=2) + off_plane / noise
+        )
     return scores
 
 
@@ -182,10 +210,11 @@ def _check_features(query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarr
     return query, candidates
 
 
-def hits_from_scores(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
-    """Boolean (n_queries,): the correct candidate's score is strictly above every other score.
+def hit_credit(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
+    """Tie credit (n_queries,) in [0, 1]: ``1/m`` when the correct candidate is one of ``m`` tops.
 
-    Ties are misses; NaN scores are misses.
+    A score is at the top when it lies within ``TIE_RTOL * max(1, |top|)`` of the row's largest
+    non-NaN score; NaN scores are never at the top (an all-NaN row gives 0).
     """
     scores = np.asarray(scores, dtype=np.float64)
     correct_index = np.asarray(correct_index)
@@ -194,18 +223,21 @@ def hits_from_scores(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarra
         raise ValueError(f"correct_index must be ({n_q},) integers, got {correct_index.shape}")
     if np.any((correct_index < 0) | (correct_index >= n_c)):
         raise ValueError(f"correct_index values must lie in [0, {n_c}) (n_candidates = {n_c})")
-    rows = np.arange(n_q)
-    correct = scores[rows, correct_index]
-    others = scores.copy()
-    others[rows, correct_index] = -np.inf
-    return correct > others.max(axis=1)
+    valid = ~np.isnan(scores)
+    top = np.where(valid, scores, -np.inf).max(axis=1, keepdims=True)
+    tolerance = TIE_RTOL * np.maximum(1.0, np.abs(top))
+    with np.errstate(invalid="ignore"):  # inf - inf when a row's top is infinite
+        at_top = valid & ((scores == top) | (scores >= top - tolerance))
+    n_top = at_top.sum(axis=1)
+    return at_top[np.arange(n_q), correct_index] / np.maximum(n_top, 1)
 
 
-def wilson_interval(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+def wilson_interval(hits: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (Wilson 1927), no continuity correction.
 
     centre = (h + z^2/2) / (n + z^2), half-width = z / (n + z^2) * sqrt(h (n - h) / n + z^2 / 4);
-    identical to ``scipy.stats.binomtest(h, n).proportion_ci(method="wilson")``.
+    identical to ``scipy.stats.binomtest(h, n).proportion_ci(method="wilson")`` for integer
+    ``h``. A float ``h`` (expected hits under tie credit) goes through the same closed form.
     """
     if n <= 0 or not 0 <= hits <= n:
         raise ValueError(f"a binomial interval needs 0 <= hits <= n and n > 0, got {hits}/{n}")
@@ -226,13 +258,15 @@ def binding_accuracy(
     """Binding accuracy of one readout with its Wilson 95% interval and the chance level.
 
     ``query_features`` (n_queries, d), ``candidate_features`` (n_queries, n_candidates, d),
-    ``correct_index`` (n_queries,). A query is a hit when its correct candidate scores strictly
-    highest (ties are misses). Returns ``accuracy``, ``ci_low``, ``ci_high`` (Wilson score
-    interval, 95%), ``n``, ``hits``, ``chance = 1 / n_candidates``, ``ci_method``, ``readout``.
+    ``correct_index`` (n_queries,). Each query earns the tie credit of :func:`hit_credit` (1 for
+    a sole top score, ``1/m`` for an ``m``-way tie at the top, else 0). Returns ``accuracy`` (mean
+    credit), ``ci_low``, ``ci_high`` (Wilson score interval, 95%, of the expected hits), ``n``,
+    ``hits`` (expected hits, float), ``chance = 1 / n_candidates``, ``ci_method``, ``readout``.
     """
     scores = readout_scores(query_features, candidate_features, readout, reference, **options)
-    hits = hits_from_scores(scores, correct_index)
-    n, n_hits = int(hits.size), int(hits.sum())
+    credit = hit_credit(scores, correct_index)
+    n = int(credit.size)
+    n_hits = min(float(credit.sum()), float(n))  # summation rounding never passes n
     low, high = wilson_interval(n_hits, n)
     return {
         "readout": readout,

@@ -100,6 +100,15 @@ def test_blind_controls_sit_at_chance(control_metrics: dict, name: str) -> None:
     assert probe["ci_low"] <= 0.5 <= probe["ci_high"], probe
 
 
+def test_geometry_does_not_order_the_controls_by_binding(control_metrics: dict) -> None:
+    """The paper's point in miniature: random features are isotropic and do not bind; the
+    anisotropic layout mask binds."""
+    mask, noise = (_final(control_metrics[k]) for k in ("layout_mask", "random_features"))
+    assert noise["geometry"]["g_iso"] > mask["geometry"]["g_iso"]
+    assert noise["geometry"]["g_pr"] > mask["geometry"]["g_pr"]
+    assert mask["binding"]["cosine"]["accuracy"] > noise["binding"]["cosine"]["accuracy"] + 0.3
+
+
 def test_random_features_are_a_deterministic_function_of_the_image(dataset) -> None:
     control = build_control("random_features")
     x = torch.from_numpy(dataset["query_image"].values[:6]).permute(0, 3, 1, 2).float() / 255

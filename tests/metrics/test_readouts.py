@@ -1,4 +1,4 @@
-"""Readouts and binding accuracy: loop re-implementations, tie rule, interval, bad input."""
+"""Readouts and binding accuracy: loop re-implementations, tie credit, interval, bad input."""
 
 from __future__ import annotations
 
@@ -15,27 +15,57 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _loop_knn_score(q, c, ref, k, weights):
-    def affinity(x):
+    def smoothed(x):
+        x = x / np.linalg.norm(x)
         sims = [_cos(x, r) for r in ref]
         nbrs = sorted(range(len(ref)), key=lambda j: -sims[j])[:k]
-        vec = np.zeros(len(ref))
+        out = x.copy()
         for j in nbrs:
-            vec[j] = 1.0 if weights == "binary" else (1 + sims[j]) / 2
-        return vec
+            weight = 1.0 if weights == "binary" else (1 + sims[j]) / 2
+            out += weight * ref[j] / np.linalg.norm(ref[j])
+        return out
 
-    return _cos(affinity(q), affinity(c))
+    return _cos(smoothed(q), smoothed(c))
+
+
+def _latent_classes(seed: int, noise: float, n_q: int = 400, n_c: int = 8, d: int = 32):
+    """Each item is its class centre (its 'arrangement', 24 classes) plus Gaussian noise.
+
+    The correct candidate shares the query's class, the distractors have other classes, and the
+    reference set is drawn from the same classes: a layout-like encoder that does bind.
+    """
+    rng = np.random.default_rng(seed)
+    n_classes = 24
+    centres = rng.normal(size=(n_classes, d))
+    query_class = rng.integers(0, n_classes, n_q)
+    others = [np.delete(np.arange(n_classes), c) for c in query_class]
+    candidate_class = np.stack([rng.choice(o, n_c, replace=False) for o in others])
+    correct = rng.integers(0, n_c, n_q)
+    candidate_class[np.arange(n_q), correct] = query_class
+    reference_class = rng.integers(0, n_classes, 512)
+
+    def draw(classes):
+        return centres[classes] + noise * rng.normal(size=(*classes.shape, d))
+
+    return draw(query_class), draw(candidate_class), draw(reference_class), correct
 
 
 def _loop_local_pca_score(q, c, ref, k, dim):
+    """Minus the squared Mahalanobis distance of c - q under the neighbourhood's PPCA covariance,
+    built from eigh of the covariance matrix (independent of the SVD in the readout)."""
     unit = lambda v: v / np.linalg.norm(v)  # noqa: E731
     q, c = unit(q), unit(c)
     ref = np.array([unit(r) for r in ref])
     nbrs = sorted(range(len(ref)), key=lambda j: -float(q @ ref[j]))[:k]
     hood = ref[nbrs]
-    mean = hood.mean(axis=0)
-    cov = (hood - mean).T @ (hood - mean)
-    basis = np.linalg.eigh(cov)[1][:, ::-1][:, :dim]  # top-dim eigenvectors, independent of SVD
-    return _cos(basis.T @ (q - mean), basis.T @ (c - mean))
+    cov = np.cov(hood.T)  # (d, d), ddof = 1
+    values, vectors = np.linalg.eigh(cov)
+    values, vectors = values[::-1], vectors[:, ::-1]
+    noise = max(values[dim:].sum() / (len(q) - dim), ro.VARIANCE_FLOOR)
+    model = vectors[:, :dim] @ np.diag(np.maximum(values[:dim], ro.VARIANCE_FLOOR) - noise)
+    covariance = model @ vectors[:, :dim].T + noise * np.eye(len(q))
+    r = c - q
+    return -float(r @ np.linalg.solve(covariance, r))
 
 
 @pytest.fixture
@@ -74,11 +104,40 @@ def test_knn_matches_loop(task, weights: str) -> None:
             assert scores[i, j] == pytest.approx(expected, abs=1e-12)
 
 
-def test_knn_binary_is_the_shared_neighbour_fraction(task) -> None:
-    scores = ro.readout_scores(
-        task["query"], task["candidates"], "knn", task["reference"], k=5, weights="binary"
+def test_knn_scores_are_scale_free_cosines(task) -> None:
+    scores = ro.readout_scores(task["query"], task["candidates"], "knn", task["reference"], k=5)
+    scaled = ro.readout_scores(
+        3 * task["query"], 0.5 * task["candidates"], "knn", 7 * task["reference"], k=5
     )
-    np.testing.assert_allclose(scores * 5, np.round(scores * 5), atol=1e-12)  # multiples of 1/k
+    np.testing.assert_allclose(scaled, scores, atol=1e-12)
+    assert np.all(np.abs(scores) <= 1 + 1e-12)
+
+
+@pytest.mark.parametrize(("seed", "noise"), [(0, 1.0), (1, 1.5), (2, 2.0)])
+def test_knn_keeps_up_with_cosine_on_a_binding_encoder(seed: int, noise: float) -> None:
+    """Latent-class embeddings bind under cosine; kNN must not lose more than 0.05 of it."""
+    query, candidates, reference, correct = _latent_classes(seed, noise)
+    cosine = ro.binding_accuracy(query, candidates, correct)
+    knn = ro.binding_accuracy(query, candidates, correct, "knn", reference, k=10)
+    assert cosine["ci_low"] > 2 * cosine["chance"]  # clearly above chance
+    assert knn["accuracy"] >= cosine["accuracy"] - 0.05
+
+
+@pytest.mark.parametrize(
+    ("readout", "options"),
+    [
+        ("cosine", {}),
+        ("knn", {"k": 10}),
+        ("knn", {"k": 10, "weights": "binary"}),
+        ("local_pca", {"k": 20, "dim": 5}),
+    ],
+)
+def test_random_features_score_chance_within_the_interval(readout: str, options: dict) -> None:
+    rng = np.random.default_rng(5)
+    query, candidates = rng.normal(size=(400, 64)), rng.normal(size=(400, 8, 64))
+    reference, correct = rng.normal(size=(512, 64)), rng.integers(0, 8, 400)
+    result = ro.binding_accuracy(query, candidates, correct, readout, reference, **options)
+    assert result["ci_low"] <= result["chance"] <= result["ci_high"]
 
 
 def test_local_pca_matches_loop(task) -> None:
@@ -93,15 +152,17 @@ def test_local_pca_matches_loop(task) -> None:
             assert scores[i, j] == pytest.approx(expected, abs=1e-9)
 
 
-def test_local_pca_ignores_directions_outside_the_neighbourhood() -> None:
-    """The correct candidate differs from the query only off the local subspace: cosine fails."""
+def test_local_pca_discounts_the_directions_in_which_the_neighbourhood_varies() -> None:
+    """The correct candidate differs from the query a lot along the local nuisance direction, a
+    distractor a little across it: cosine picks the distractor, local PCA the correct one."""
     rng = np.random.default_rng(1)
     d = 10
     base = np.eye(d)[0]
-    reference = base + rng.normal(size=(40, 2)) @ np.eye(d)[1:3] * 0.1
-    query = base + 0.05 * np.eye(d)[1]
-    correct = query + 0.5 * np.eye(d)[5]  # large nuisance shift outside span(e1, e2)
-    distractor = base - 0.05 * np.eye(d)[1]
+    reference = base + rng.normal(size=(40, 2)) @ np.eye(d)[1:3] * 0.2  # varies along e1, e2
+    reference += 0.002 * rng.normal(size=(40, d))
+    query = base.copy()
+    correct = base + 0.3 * np.eye(d)[1]  # far, but along the local variation
+    distractor = base + 0.1 * np.eye(d)[5]  # near, but across it
     candidates = np.stack([distractor, correct])[None]
     cos = ro.binding_accuracy(query[None], candidates, np.array([1]))
     pca = ro.binding_accuracy(
@@ -123,27 +184,53 @@ def test_exact_copies_are_found_by_every_readout(task) -> None:
         assert result["accuracy"] == 1.0, name
 
 
-def test_accuracy_is_the_fraction_of_strict_winners() -> None:
+def test_tie_credit_is_one_over_the_number_of_top_scores() -> None:
     scores = np.array(
         [
-            [0.9, 0.1, 0.2],  # hit
-            [0.5, 0.5, 0.1],  # tie at the top: miss
-            [0.1, 0.3, 0.2],  # miss
-            [0.1, 0.2, 0.3],  # hit (index 2)
-            [np.nan, 0.0, 0.0],  # NaN: miss
+            [0.9, 0.1, 0.2, 0.0],  # sole top: 1
+            [0.5, 0.5, 0.1, 0.0],  # 2-way tie at the top: 1/2
+            [0.7, 0.7, 0.7, 0.1],  # 3-way tie at the top: 1/3
+            [0.7, 0.7, 0.7, 0.1],  # tie among the others, correct (index 3) below: 0
+            [0.1, 0.3, 0.2, 0.0],  # below: 0
+            [np.nan, 0.0, 0.0, -1],  # NaN is never top: 0
+            [0.4, np.nan, 0.4, 0.1],  # NaN other: a 2-way tie, 1/2
+            [np.nan] * 4,  # nothing is top: 0
+            [1.0, 1.0 - 1e-13, 1.0 + 1e-13, 0.0],  # within the tolerance: a 3-way tie
+            [1.0, 1.0 - 1e-6, 0.0, 0.0],  # beyond it: a sole top
+            [2e12, 2e12 + 1.0, 0.0, 0.0],  # the tolerance is relative for large scores
         ]
     )
-    hits = ro.hits_from_scores(scores, np.array([0, 0, 0, 2, 0]))
-    np.testing.assert_array_equal(hits, [True, False, False, True, False])
+    credit = ro.hit_credit(scores, np.array([0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0]))
+    assert credit.dtype == np.float64
+    expected = [1, 1 / 2, 1 / 3, 0, 0, 0, 1 / 2, 0, 1 / 3, 1, 1 / 2]
+    np.testing.assert_allclose(credit, expected, rtol=0, atol=1e-15)
 
 
-def test_ties_are_misses_so_identical_candidates_score_zero() -> None:
+def test_hand_made_three_way_tie_scores_one_third() -> None:
+    query = np.array([[1.0, 0.0, 0.0]])
+    # Three candidates at the same angle to the query, one far away; the correct one is tied.
+    candidates = np.array([[[1.0, 1.0, 0.0], [1.0, 0.0, 1.0], [1.0, -1.0, 0.0], [-1.0, 0, 0]]])
+    result = ro.binding_accuracy(query, candidates, np.array([1]))
+    assert result["accuracy"] == pytest.approx(1 / 3) and result["hits"] == pytest.approx(1 / 3)
+    low, high = ro.wilson_interval(1 / 3, 1)
+    assert (result["ci_low"], result["ci_high"]) == (low, high)
+
+
+@pytest.mark.parametrize("n_candidates", [8, 3])
+def test_constant_encoder_scores_exactly_chance_under_every_readout(n_candidates: int) -> None:
+    """Every embedding identical: all candidates tie, each query earns 1/n_candidates."""
     rng = np.random.default_rng(3)
-    query = rng.normal(size=(50, 4))
-    candidates = np.repeat(rng.normal(size=(50, 1, 4)), 8, axis=1)
-    result = ro.binding_accuracy(query, candidates, rng.integers(0, 8, size=50))
-    assert result["accuracy"] == 0.0
-    assert result["chance"] == pytest.approx(1 / 8)
+    vector = rng.normal(size=6)
+    query = np.tile(vector, (40, 1))
+    candidates = np.tile(vector, (40, n_candidates, 1))
+    reference = np.tile(vector, (30, 1))
+    correct = rng.integers(0, n_candidates, size=40)
+    options = {"cosine": {}, "knn": {"k": 10}, "local_pca": {"k": 20, "dim": 5}}
+    for name, opts in options.items():
+        result = ro.binding_accuracy(query, candidates, correct, name, reference, **opts)
+        assert result["accuracy"] == pytest.approx(1 / n_candidates, rel=1e-12), name
+        assert result["accuracy"] == pytest.approx(result["chance"], rel=1e-12), name
+        assert result["hits"] == pytest.approx(40 / n_candidates, rel=1e-12), name
 
 
 def test_result_fields_and_interval_match_scipy() -> None:
@@ -153,7 +240,9 @@ def test_result_fields_and_interval_match_scipy() -> None:
     correct = rng.integers(0, 5, size=40)
     candidates[np.arange(25), correct[:25]] = query[:25]  # 25 sure hits, the rest random
     result = ro.binding_accuracy(query, candidates, correct)
-    hits = int(ro.hits_from_scores(ro.readout_scores(query, candidates), correct).sum())
+    hits = float(ro.hit_credit(ro.readout_scores(query, candidates), correct).sum())
+    assert hits == int(hits)  # continuous random scores: no ties, whole hits
+    hits = int(hits)
     assert result["hits"] == hits >= 25
     assert result["n"] == 40
     assert result["accuracy"] == hits / 40
@@ -176,6 +265,26 @@ def test_wilson_interval_matches_scipy(hits: int, n: int) -> None:
     assert (low99, high99) != (low, high)
 
 
+@pytest.mark.parametrize(("hits", "n"), [(0.5, 1), (1 / 3, 10), (2.75, 17), (499.125, 1000)])
+def test_wilson_interval_at_non_integer_hits(hits: float, n: int) -> None:
+    """The bounds solve the Wilson score equation (p_hat - p)^2 = z^2 p (1 - p) / n."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    z, p_hat = norm.ppf(0.975), hits / n
+
+    def equation(p):
+        return (p_hat - p) ** 2 - z * z * p * (1 - p) / n
+
+    low, high = ro.wilson_interval(hits, n)
+    assert low == pytest.approx(brentq(equation, 0.0, p_hat), abs=1e-10)
+    assert high == pytest.approx(brentq(equation, p_hat, 1.0), abs=1e-10)
+    below, above = ro.wilson_interval(np.floor(hits), n), ro.wilson_interval(np.ceil(hits), n)
+    assert below[0] <= low <= above[0] and below[1] <= high <= above[1]
+    with pytest.raises(ValueError, match="0 <= hits <= n"):
+        ro.wilson_interval(n + 0.5, n)
+
+
 def test_candidate_order_does_not_matter(task) -> None:
     correct = np.array([0, 1, 2, 3, 0, 1])
     base = ro.readout_scores(task["query"], task["candidates"], "knn", task["reference"], k=5)
@@ -186,7 +295,7 @@ def test_candidate_order_does_not_matter(task) -> None:
     np.testing.assert_allclose(shuffled, base[:, perm])
     inverse = np.argsort(perm)
     np.testing.assert_array_equal(
-        ro.hits_from_scores(base, correct), ro.hits_from_scores(shuffled, inverse[correct])
+        ro.hit_credit(base, correct), ro.hit_credit(shuffled, inverse[correct])
     )
 
 

@@ -62,7 +62,9 @@ def test_one_metrics_json_per_model(workflow_run: Path) -> None:
             assert set(values["geometry"]["l_iso"]) == {
                 str(k) for k in config["metrics"]["geometry"]["l_iso_k"]
             }
-            assert 0 <= values["same_different"]["accuracy_mean"] <= 1
+            probe = values["same_different"]
+            assert probe["ci_low"] <= probe["accuracy"] <= probe["ci_high"]
+            assert len(probe["fold_C"]) == config["metrics"]["probe"]["folds"]
 
 
 def test_cosine_accuracy_matches_the_embedding_reader(workflow_run: Path) -> None:

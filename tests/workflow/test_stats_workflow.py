@@ -60,7 +60,7 @@ def test_models_table_matches_the_per_model_results(workflow_run: Path) -> None:
         final = metrics["per_layer"][metrics["final_layer"]]
         assert models.loc[key, "binding"] == pytest.approx(final["binding"]["cosine"]["accuracy"])
         assert models.loc[key, "same_different"] == pytest.approx(
-            final["same_different"]["accuracy_mean"]
+            final["same_different"]["accuracy"]
         )
         store = open_store(workflow_run / f"results/jacobians/{key}.zarr")
         values = store["jer_pr"].transpose("layer", "image").values

@@ -9,9 +9,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from repdiag.binding import CONTROL_FAMILY
 from repdiag.errors import ConfigError
 
-CONTROL_FAMILY = "control"  # a zoo run of 0 steps: the backbone at random initialisation
 FAMILIES: dict[str, str] = {
     "barlow_twins": "variance_decorrelation",
     "vicreg": "variance_decorrelation",
