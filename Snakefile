@@ -34,3 +34,30 @@ rule all:
     default_target: True
     input:
         ALL_TARGETS,
+
+
+# One study each: `snakemake binding` (the main study alone), `identifiability`, `alignment`,
+# `cifar` and `sugarcrepe` (when enabled).
+rule binding:
+    input:
+        STUDY_TARGETS["binding"],
+
+
+rule identifiability:
+    input:
+        STUDY_TARGETS["identifiability"],
+
+
+rule alignment:
+    input:
+        STUDY_TARGETS["alignment"],
+
+
+rule cifar:
+    input:
+        STUDY_TARGETS["cifar"],
+
+
+rule sugarcrepe:
+    input:
+        STUDY_TARGETS["sugarcrepe"],

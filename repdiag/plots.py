@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from repdiag.binding import CONTROL_FAMILY
+from repdiag.binding import APART_FAMILIES, BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
 from repdiag.report import metric_label
 from repdiag.stats import pearson
 from repdiag.store import atomic_path
@@ -36,6 +36,7 @@ FAMILY_COLOURS = {
     "supervised": "#56B4E9",  # sky blue
     "other": "#000000",  # black
     "control": "#999999",  # grey: controls, apart from the families
+    "binding_supervised": "#F0E442",  # yellow: told the answer, apart from the families
 }
 READOUT_STYLES = {
     "cosine": {"color": "#333333", "hatch": ""},
@@ -85,6 +86,13 @@ def save_figure(fig: Figure, *paths: str | Path) -> list[Path]:
     return written
 
 
+APART_MARKERS = {CONTROL_FAMILY: "x", BINDING_SUPERVISED_FAMILY: "*"}
+APART_LABELS = {
+    CONTROL_FAMILY: "control (not in fits)",
+    BINDING_SUPERVISED_FAMILY: "told the binding (not in fits)",
+}
+
+
 def family_handles(families: Sequence[str]) -> list[Line2D]:
     """Legend entries: one marker in each family's colour (a cross for the controls)."""
     return [
@@ -92,9 +100,10 @@ def family_handles(families: Sequence[str]) -> list[Line2D]:
             [],
             [],
             color=family_colour(f),
-            marker="x" if f == CONTROL_FAMILY else "o",
+            marker=APART_MARKERS.get(f, "o"),
+            markeredgecolor="black" if f == BINDING_SUPERVISED_FAMILY else None,
             linestyle="",
-            label="control (not in fits)" if f == CONTROL_FAMILY else f.replace("_", " "),
+            label=APART_LABELS.get(f, f.replace("_", " ")),
         )
         for f in families
     ]
@@ -123,7 +132,7 @@ def scatter_grid(
         nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows + 0.6), squeeze=False, layout="constrained"
     )
     y_all = table[target].to_numpy(float)
-    trained = (table["family"] != CONTROL_FAMILY).to_numpy()
+    trained = (~table["family"].isin(APART_FAMILIES)).to_numpy()
     for ax, metric in zip(axes.flat, metrics, strict=False):
         x_all = table[metric].to_numpy(float)
         for family in _families(table):
@@ -133,9 +142,9 @@ def scatter_grid(
                 x_all[rows],
                 y_all[rows],
                 color=family_colour(family),
-                marker="x" if control else "o",
-                s=28,
-                edgecolor=None if control else "white",
+                marker=APART_MARKERS.get(family, "o"),
+                s=60 if family == BINDING_SUPERVISED_FAMILY else 28,
+                edgecolor=None if control else "black" if family in APART_FAMILIES else "white",
                 linewidth=1.0 if control else 0.5,
                 zorder=3,
             )
@@ -282,10 +291,10 @@ def readout_figure(
     readouts = [r for r in readouts if f"binding_{r}" in table]
     # trained models first, controls after them, apart
     table = pd.concat(
-        [table[table["family"] != CONTROL_FAMILY], table[table["family"] == CONTROL_FAMILY]]
+        [table[~table["family"].isin(APART_FAMILIES)], table[table["family"].isin(APART_FAMILIES)]]
     )
     n = len(table)
-    n_trained = int((table["family"] != CONTROL_FAMILY).sum())
+    n_trained = int((~table["family"].isin(APART_FAMILIES)).sum())
     fig, ax = plt.subplots(
         figsize=(max(6.5, round(0.75 * n + 2.0) + 0.5), 4.4), layout="constrained"
     )
@@ -321,7 +330,14 @@ def readout_figure(
         )
     if 0 < n_trained < n:
         ax.axvline(n_trained - 0.5, color="#999999", linewidth=1.0)
-        ax.text(n_trained - 0.4, 0.97, "controls", fontsize=8, color="#666666", va="top")
+        ax.text(
+            n_trained - 0.4,
+            0.97,
+            "controls, told the binding",
+            fontsize=8,
+            color="#666666",
+            va="top",
+        )
     ax.set_xticks(x, table["model"].astype(str), rotation=35, ha="right", fontsize=8)
     for tick, family in zip(ax.get_xticklabels(), table["family"], strict=True):
         tick.set_color(family_colour(str(family)))

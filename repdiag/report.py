@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag import stats
-from repdiag.binding import CONTROL_FAMILY
+from repdiag.binding import APART_FAMILIES
 from repdiag.errors import ConfigError, StoreError
 from repdiag.stats_options import (
     GEOMETRY,
@@ -281,13 +281,29 @@ class Aggregate:
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
+    """``learned`` and the probe accuracies of a zoo run's ``meta.json`` (``learning``); NaN for
+    models the workflow did not train (they have no learning check)."""
+    if meta_path is None:
+        return {"learned": math.nan, "slot_probe_gain": math.nan}
+    learning = read_json(meta_path).get("learning")
+    if not isinstance(learning, Mapping) or "learned" not in learning:
+        raise StoreError(f"{meta_path}: no 'learning' record; rerun train_zoo for this run")
+    return {
+        "learned": float(bool(learning["learned"])),
+        "slot_probe_gain": _number(learning.get("slot_probe_gain")),
+    }
+
+
 def aggregate(
     models: Mapping[str, Mapping[str, Any]],
     metrics_paths: Mapping[str, str | Path],
     jacobian_paths: Mapping[str, str | Path],
     settings: StatsSettings,
+    zoo_meta_paths: Mapping[str, str | Path] | None = None,
 ) -> Aggregate:
-    """One row per model (config order): identity, final-layer metrics, JER, covariates.
+    """One row per model (config order): identity, final-layer metrics, JER, covariates, and for
+    zoo models whether their run learned (``zoo_meta_paths``: model -> its run's meta.json).
 
     ``jer`` is ``jer_<formula>_<at>`` of the settings and ``binding`` is ``binding_<readout>``:
     the two quantities of the headline analysis, named once for every later table.
@@ -303,6 +319,7 @@ def aggregate(
         row = {"model": key, "family": family, "source": str(entry.get("source", ""))}
         row |= metrics_row(metrics)
         row |= jer_columns(profile, metrics["final_layer"], settings.probe_set)
+        row |= learning_columns((zoo_meta_paths or {}).get(key))
         for name in covariates:
             row[name] = _number(entry.get("covariates", {}).get(name))
         rows.append(row)
@@ -389,12 +406,23 @@ def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]
 
 
 TRAINED = "trained"
+LEARNED = "trained, learned"
 WITH_CONTROLS = "trained + controls"
 
 
+def learned_models(table: pd.DataFrame) -> pd.DataFrame:
+    """The models whose zoo run passed its learning check, plus every model not trained by the
+    workflow (``learned`` NaN: pretrained weights, nothing to check)."""
+    if "learned" not in table:
+        return table
+    flags = table["learned"].to_numpy(float)
+    return table[~(flags == 0.0)].reset_index(drop=True)
+
+
 def trained_models(table: pd.DataFrame) -> pd.DataFrame:
-    """The models that are not controls: the population of every correlation and fit."""
-    return table[table["family"] != CONTROL_FAMILY].reset_index(drop=True)
+    """The models of an objective family (not controls, not told the binding): the population of
+    every correlation and fit."""
+    return table[~table["family"].isin(APART_FAMILIES)].reset_index(drop=True)
 
 
 def statistics_tables(
@@ -412,6 +440,13 @@ def statistics_tables(
         table, "binding", headline_metrics(table, settings), **options
     )
     correlations.insert(0, "models", TRAINED)
+    learned = learned_models(table)
+    if 0 < len(learned) < n:
+        only_learned = stats.correlation_table(
+            learned, "binding", headline_metrics(learned, settings), **options
+        )
+        only_learned.insert(0, "models", LEARNED)
+        correlations = pd.concat([correlations, only_learned], ignore_index=True)
     if len(everything) > n:
         with_controls = stats.correlation_table(
             everything, "binding", headline_metrics(everything, settings), **options
@@ -782,7 +817,7 @@ def summary_markdown(
 ) -> str:
     """``results/summary.md``: the headline numbers of this run, generated from the tables."""
     everything, table = table, trained_models(table)
-    controls = everything[everything["family"] == CONTROL_FAMILY]
+    controls = everything[everything["family"].isin(APART_FAMILIES)]
     n = len(table)
     all_corr = tables["correlations"]
     models_column = all_corr.get("models", pd.Series(TRAINED, index=all_corr.index))
@@ -793,7 +828,8 @@ def summary_markdown(
         "# repdiag binding study: summary",
         "",
         f"{n} trained models in {table['family'].nunique()} families and {len(controls)} controls "
-        f"(kept out of every correlation and fit); binding readout `{settings.readout}`, "
+        "or binding-supervised upper bounds (kept out of every correlation and fit); binding "
+        f"readout `{settings.readout}`, "
         f"JER formula `{settings.jer_formula}` at the `{settings.jer_at}` layer on the "
         f"`{settings.probe_set}` probe images; {settings.n_bootstrap} bootstrap resamples of models, "
         f"seed {settings.seed}, {settings.confidence:.0%} intervals.",
@@ -801,6 +837,15 @@ def summary_markdown(
     ]
     if n < settings.min_models:
         lines += [f"**Note:** {stats.too_few_note(n, settings.min_models, 'the statistics')}.", ""]
+    if "learned" in table and table["learned"].notna().any():
+        checked = table[table["learned"].notna()]
+        failed = checked.loc[checked["learned"] == 0, "model"].tolist()
+        lines += [
+            f"Learning check (zoo runs, repdiag.encoders.zoo.learning): "
+            f"{len(checked) - len(failed)} of {len(checked)} trained runs learned"
+            + (f"; not learned: {', '.join(failed)}." if failed else "."),
+            "",
+        ]
     jer = corr[corr["metric"] == "jer"]
     if len(jer):
         row = jer.iloc[0]
@@ -808,6 +853,15 @@ def summary_markdown(
             f"- JER vs binding: Pearson r = {_fmt(row['pearson_r'])} (p = {_fmt(row['pearson_p'], '.3g')}, "
             f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}]), "
             f"Spearman rho = {_fmt(row['spearman_rho'])}. {row['note'] or ''}".rstrip()
+        )
+    corr_learned = all_corr[models_column == LEARNED]
+    jer_learned = corr_learned[corr_learned["metric"] == "jer"]
+    if len(jer_learned):
+        row = jer_learned.iloc[0]
+        lines.append(
+            f"- The same over the runs that learned (n = {int(row['n'])}): r = "
+            f"{_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
+            f"{_fmt(row['pearson_ci_high'])}]."
         )
     jer_all = corr_with_controls[corr_with_controls["metric"] == "jer"]
     if len(jer_all):
@@ -846,12 +900,13 @@ def summary_markdown(
             "jer",
             "g_pr",
             "g_iso",
+            "learned",
         )
         if c in table
     ]
     lines += [markdown_table(table[columns]), ""]
     if len(controls):
-        lines += ["## Controls (final layer; scores known in advance)", ""]
+        lines += ["## Controls and upper bounds (final layer; not in any fit)", ""]
         lines += [markdown_table(controls[columns]), ""]
     if zoo is not None and len(zoo):
         last = (

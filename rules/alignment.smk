@@ -113,7 +113,8 @@ rule alignment_figures:
 
 
 if ALIGNMENT_CELLS or ALIGNMENT_REAL:
-    ALL_TARGETS.extend(
+    add_targets(
+        "alignment",
         [
             "results/tables/alignment.csv",
             "results/tables/alignment_summary.csv",
@@ -122,5 +123,5 @@ if ALIGNMENT_CELLS or ALIGNMENT_REAL:
             "results/figures/alignment_methods.pdf",
             "results/figures/alignment_paired_fraction.png",
             "results/figures/alignment_paired_fraction.pdf",
-        ]
+        ],
     )

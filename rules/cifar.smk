@@ -90,20 +90,13 @@ rule cifar_figure:
         "../workflow_scripts/cifar_figure.py"
 
 
-rule cifar:
-    input:
-        "results/tables/cifar_simclr.csv",
-        "results/tables/cifar_simclr_runs.csv",
-        "results/figures/cifar_simclr.png",
-        "results/figures/cifar_simclr.pdf",
-
-
 if CIFAR_RUNS:
-    ALL_TARGETS.extend(
+    add_targets(
+        "cifar",
         [
             "results/tables/cifar_simclr.csv",
             "results/tables/cifar_simclr_runs.csv",
             "results/figures/cifar_simclr.png",
             "results/figures/cifar_simclr.pdf",
-        ]
+        ],
     )

@@ -34,14 +34,26 @@ onstart:
     )
 
 
-# Each stage file appends the final outputs it contributes to `rule all`.
+# Each stage file adds the final outputs it contributes to its study (`snakemake binding`, ...)
+# and so to `rule all`.
+STUDIES = ("binding", "identifiability", "alignment", "cifar", "sugarcrepe")
+STUDY_TARGETS = {study: [] for study in STUDIES}
 ALL_TARGETS = []
+# Jobs of the main study run first when jobs compete for cores, so its figures and
+# results/summary.md arrive before the other studies finish.
+BINDING_PRIORITY = 10
 
 MODELS = config.get("models", {})
 
 
 wildcard_constraints:
     model="|".join(re.escape(key) for key in MODELS) or "NO_MODELS",
+
+
+def add_targets(study, paths):
+    """Final outputs of ``study``: built by `rule <study>` and by `rule all`."""
+    STUDY_TARGETS[study].extend(paths)
+    ALL_TARGETS.extend(paths)
 
 
 def log_file(rule_name, stem="{model}"):

@@ -10,6 +10,7 @@ rule render_binding:
         log_file("render_binding", "binding"),
     benchmark:
         bench_file("render_binding", "binding")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -19,6 +20,7 @@ rule render_binding:
         "../workflow_scripts/render_binding.py"
 
 
-ALL_TARGETS.extend(
-    ["results/datasets/binding.zarr", "results/figures/binding_contact_sheet.png"]
+add_targets(
+    "binding",
+    ["results/datasets/binding.zarr", "results/figures/binding_contact_sheet.png"],
 )

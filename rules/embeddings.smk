@@ -14,6 +14,7 @@ rule extract_embeddings:
         log_file("extract_embeddings"),
     benchmark:
         bench_file("extract_embeddings")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/torch.yaml"
     threads: 2
@@ -29,4 +30,4 @@ rule extract_embeddings:
         "../workflow_scripts/extract_embeddings.py"
 
 
-ALL_TARGETS.extend(expand("results/embeddings/{model}.zarr", model=MODELS))
+add_targets("binding", expand("results/embeddings/{model}.zarr", model=MODELS))

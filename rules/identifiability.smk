@@ -87,7 +87,8 @@ rule identifiability_figures:
 
 
 if IDENTIFIABILITY_CELLS:
-    ALL_TARGETS.extend(
+    add_targets(
+        "identifiability",
         [
             "results/tables/identifiability.csv",
             "results/tables/identifiability_paper.csv",
@@ -95,5 +96,5 @@ if IDENTIFIABILITY_CELLS:
             "results/figures/identifiability_r2.pdf",
             "results/figures/identifiability_ratio.png",
             "results/figures/identifiability_ratio.pdf",
-        ]
+        ],
     )

@@ -24,6 +24,7 @@ rule jacobian_spectra:
         log_file("jacobian_spectra"),
     benchmark:
         bench_file("jacobian_spectra")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/torch.yaml"
     threads: 2
@@ -37,6 +38,7 @@ rule jacobian_spectra:
         "../workflow_scripts/jacobian_spectra.py"
 
 
-ALL_TARGETS.extend(
-    expand("results/jacobians/{model}.{ext}", model=MODELS, ext=["zarr", "json"])
+add_targets(
+    "binding",
+    expand("results/jacobians/{model}.{ext}", model=MODELS, ext=["zarr", "json"]),
 )

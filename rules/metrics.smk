@@ -12,6 +12,7 @@ rule compute_metrics:
         log_file("compute_metrics"),
     benchmark:
         bench_file("compute_metrics")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -24,4 +25,4 @@ rule compute_metrics:
         "../workflow_scripts/compute_metrics.py"
 
 
-ALL_TARGETS.extend(expand("results/metrics/{model}.json", model=MODELS))
+add_targets("binding", expand("results/metrics/{model}.json", model=MODELS))

@@ -7,6 +7,7 @@ rule aggregate_models:
     input:
         metrics=expand("results/metrics/{model}.json", model=MODELS),
         jacobians=expand("results/jacobians/{model}.zarr", model=MODELS),
+        zoo_meta=[f"results/zoo/{run}/meta.json" for run in ZOO_MODEL_RUNS.values()],
     output:
         models=report(
             "results/tables/models.csv",
@@ -30,6 +31,7 @@ rule aggregate_models:
         log_file("aggregate_models", "all"),
     benchmark:
         bench_file("aggregate_models", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -42,6 +44,7 @@ rule aggregate_models:
             }
             for key, entry in MODELS.items()
         },
+        zoo_models=list(ZOO_MODEL_RUNS),
         readout=config["stats"]["readout"],
         jer_formula=config["stats"]["jer_formula"],
         jer_at=config["stats"]["jer_at"],
@@ -101,6 +104,7 @@ rule stats_tables:
         log_file("stats_tables", "all"),
     benchmark:
         bench_file("stats_tables", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -131,6 +135,7 @@ rule plot_metric_scatter:
         log_file("plot_metric_scatter", "all"),
     benchmark:
         bench_file("plot_metric_scatter", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -155,6 +160,7 @@ rule plot_jacobian_spectra:
         log_file("plot_jacobian_spectra", "all"),
     benchmark:
         bench_file("plot_jacobian_spectra", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -176,6 +182,7 @@ rule plot_depth_profiles:
         log_file("plot_depth_profiles", "all"),
     benchmark:
         bench_file("plot_depth_profiles", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -200,6 +207,7 @@ rule plot_readouts:
         log_file("plot_readouts", "all"),
     benchmark:
         bench_file("plot_readouts", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -230,6 +238,7 @@ rule summarise:
         log_file("summarise", "all"),
     benchmark:
         bench_file("summarise", "all")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -246,7 +255,8 @@ rule summarise:
         "../workflow_scripts/summarise.py"
 
 
-ALL_TARGETS.extend(
+add_targets(
+    "binding",
     [
         "results/tables/models.csv",
         "results/tables/depth_profiles.csv",
@@ -264,5 +274,5 @@ ALL_TARGETS.extend(
             figure=["metric_scatter", "jacobian_spectra", "depth_profiles", "readouts"],
             ext=["png", "pdf"],
         ),
-    ]
+    ],
 )

@@ -162,7 +162,8 @@ rule sugarcrepe_models:
 
 if SUGARCREPE["enabled"]:
 
-    ALL_TARGETS.extend(
+    add_targets(
+        "sugarcrepe",
         [
             *expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS),
             "results/tables/sugarcrepe.csv",
@@ -170,5 +171,5 @@ if SUGARCREPE["enabled"]:
             "results/tables/models_sugarcrepe.csv",
             "results/figures/sugarcrepe_jer.png",
             "results/figures/sugarcrepe_jer.pdf",
-        ]
+        ],
     )

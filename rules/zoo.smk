@@ -5,6 +5,10 @@ import re
 from repdiag.encoders.zoo.spec import run_spec, zoo_runs
 
 ZOO_RUNS = zoo_runs(config)
+# model key -> its zoo run, for the models trained by the workflow
+ZOO_MODEL_RUNS = {
+    key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
+}
 
 
 rule train_zoo:
@@ -18,6 +22,7 @@ rule train_zoo:
         bench_file("train_zoo", "{objective}")
     wildcard_constraints:
         objective="|".join(re.escape(run) for run in ZOO_RUNS) or "NO_ZOO_RUNS",
+    priority: BINDING_PRIORITY
     conda:
         "../envs/torch.yaml"
     threads: config["zoo"]["threads"]
@@ -45,6 +50,7 @@ rule plot_zoo_curves:
         log_file("plot_zoo_curves", "zoo"),
     benchmark:
         bench_file("plot_zoo_curves", "zoo")
+    priority: BINDING_PRIORITY
     conda:
         "../envs/analysis.yaml"
     params:
@@ -54,7 +60,9 @@ rule plot_zoo_curves:
 
 
 if ZOO_RUNS:
-    ALL_TARGETS.extend(expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS))
-    ALL_TARGETS.extend(
-        ["results/figures/zoo_curves.png", "results/figures/zoo_curves.pdf"]
+    add_targets(
+        "binding", expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS)
+    )
+    add_targets(
+        "binding", ["results/figures/zoo_curves.png", "results/figures/zoo_curves.pdf"]
     )

@@ -9,6 +9,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from repdiag import plots
+from repdiag.binding import APART_FAMILIES
 from repdiag.stats import pearson
 
 FAMILIES = [
@@ -178,7 +179,7 @@ def test_palette_is_okabe_ito_and_distinct():
         "#D55E00",
         "#CC79A7",
     }
-    families = {f: c for f, c in plots.FAMILY_COLOURS.items() if f != "control"}
+    families = {f: c for f, c in plots.FAMILY_COLOURS.items() if f not in APART_FAMILIES}
     colours = list(families.values())
     assert set(colours) <= okabe_ito and len(set(colours)) == len(colours)
     assert plots.FAMILY_COLOURS["control"] == "#999999"  # neutral grey, apart from the families

@@ -353,7 +353,7 @@ def test_controls_stay_out_of_the_correlations_and_fits(fake_run):
     assert comparison.loc["number of models", "run_value"] == 6
     text = summary_markdown(table, tables, SETTINGS)
     assert "6 trained models" in text and "2 controls" in text
-    assert "## Controls (final layer" in text
+    assert "## Controls and upper bounds (final layer" in text
 
 
 def test_too_few_models_writes_tables_with_a_note(fake_run):

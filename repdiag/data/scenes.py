@@ -1,16 +1,16 @@
 """Seeded stream of synthetic multi-object scenes for pretraining the embedded zoo.
 
-The scenes use the benchmark's renderer (:mod:`repdiag.data.render`) but their own generative
-space, wider than the attribute-binding benchmark's: every registered shape (the benchmark's four
-plus the extra ones), a 3 x 3 grid by default, 2 to 6 objects, a palette of named colours of its
-own (no RGB value of the benchmark's query or target palettes) with per-object colour noise, grey
-backgrounds, and stronger position / scale / rotation jitter. A pretraining image can therefore
-never be one of the evaluation images.
+The scenes use the benchmark's renderer (:mod:`repdiag.data.render`) and by default its grid
+(2 x 2), object size and jitter ranges, but their own content: every registered shape (the
+benchmark's four plus five more), 2 to 4 objects, a palette of named colours of its own (no RGB
+value of the benchmark's query or target palettes) with per-object colour noise, and grey
+backgrounds. A pretraining image can therefore never be one of the evaluation images.
 
 Each scene comes with
 
-* a caption naming its objects in slot order, "red circle top left, blue square bottom right", for
-  the vision-language objective;
+* a relational caption naming its objects in slot order, "red circle top left, blue square bottom
+  right", for the vision-language objective (which by default uses the position-free
+  :func:`bag_caption` instead, "blue square, red circle");
 * labels for the supervised objective: ``slot_shape[b, s]`` is 0 for an empty slot and
   ``1 + k`` when ``shapes[k]`` sits in slot ``s``; ``slot_colour`` likewise for colour names.
 
@@ -55,17 +55,17 @@ class SceneConfig:
     """Generative settings of the pretraining scenes (the ``zoo.scenes`` config section)."""
 
     image_size: int = 64
-    grid: tuple[int, int] = (3, 3)
+    grid: tuple[int, int] = (2, 2)
     min_objects: int = 2
-    max_objects: int = 6
+    max_objects: int = 4
     shapes: tuple[str, ...] = ()  # empty: every registered shape
     colours: tuple[str, ...] = ()  # empty: every PALETTE colour
     colour_noise: int = 20
     background_levels: tuple[int, ...] = (0, 16, 32, 48)
     jitter: Jitter = field(
-        default_factory=lambda: Jitter(position=0.8, scale=0.3, rotation_deg=180.0)
+        default_factory=lambda: Jitter(position=0.5, scale=0.1, rotation_deg=15.0)
     )
-    object_size: float = 0.7
+    object_size: float = 0.85
     supersample: int = 2
 
     def __post_init__(self) -> None:
@@ -136,6 +136,18 @@ def caption(objects: Sequence[tuple[str, str, int]], grid: tuple[int, int]) -> s
     return ", ".join(
         f"{colour} {shape} {slot_words(slot, grid)}".strip() for colour, shape, slot in ordered
     )
+
+
+def bag_caption(slot_shape: Sequence[int], slot_colour: Sequence[int], cfg: SceneConfig) -> str:
+    """Position-free caption of one scene from its labels (0 = empty, 1 + index otherwise): its
+    objects as "colour shape" in alphabetical order, so the word order says nothing of where
+    they are: "blue circle, red square"."""
+    objects = sorted(
+        f"{cfg.colours[c - 1]} {cfg.shapes[s - 1]}"
+        for s, c in zip(slot_shape, slot_colour, strict=True)
+        if s > 0
+    )
+    return ", ".join(objects)
 
 
 def caption_vocabulary(cfg: SceneConfig) -> list[str]:

@@ -77,7 +77,9 @@ def test_position_words():
     )
 
 
-def test_wider_than_the_benchmark_and_never_its_colours():
+def test_the_benchmark_geometry_but_never_its_colours_or_scenes():
+    """Pretraining scenes follow the benchmark's grid, object size and jitter ranges, but draw
+    all nine shapes, 2-4 objects and colours none of which is a benchmark colour."""
     cfg = SceneConfig()
     assert set(cfg.shapes) == set(SHAPES.names()) and len(cfg.shapes) > 4
     schema = Path(__file__).resolve().parents[2] / "schemas" / "datasets.schema.yaml"
@@ -86,8 +88,13 @@ def test_wider_than_the_benchmark_and_never_its_colours():
         tuple(c) for key in ("query_palette", "target_palette") for c in binding[key]["default"]
     }
     assert benchmark and not benchmark & set(PALETTE.values())
-    assert cfg.max_objects > binding["n_objects"]["default"]
-    assert cfg.grid[0] * cfg.grid[1] > np.prod(binding["grid"]["default"])
+    assert list(cfg.grid) == binding["grid"]["default"]
+    assert cfg.object_size == binding["object_size"]["default"]
+    jitter = binding["jitter"]["properties"]
+    assert (cfg.jitter.position, cfg.jitter.scale, cfg.jitter.rotation_deg) == tuple(
+        jitter[k]["default"] for k in ("position", "scale", "rotation_deg")
+    )
+    assert cfg.min_objects < binding["n_objects"]["default"] == cfg.max_objects
 
 
 def test_channel_statistics_are_the_pixel_moments():
@@ -103,7 +110,7 @@ def test_channel_statistics_are_the_pixel_moments():
         ({"shapes": ("circle", "blob")}, RegistryError, "unknown shape 'blob'"),
         ({"colours": ("red", "teal-ish")}, ValueError, "unknown scene colours"),
         ({"grid": (2, 2), "max_objects": 5}, ValueError, "max_objects"),
-        ({"object_size": 0.9}, ValueError, "objects would leave their cells"),
+        ({"object_size": 0.95}, ValueError, "objects would leave their cells"),
     ],
 )
 def test_bad_settings_are_named(kwargs, error, message):

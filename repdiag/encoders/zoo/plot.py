@@ -84,8 +84,20 @@ def plot_curves(
         steps = np.arange(len(loss))
         ax.plot(steps, loss, color=colour, alpha=0.3, linewidth=0.8)
         ax.plot(steps, moving_average(loss, max(1, len(loss) // 20)), color=colour, linewidth=2)
+        learning = meta.get("learning") or {}
+        if "trivial_loss" in learning and math.isfinite(learning["trivial_loss"]):
+            ax.axhline(learning["trivial_loss"], color="0.4", linestyle=":", linewidth=1)
+        verdict = {True: "learned", False: "NOT learned"}.get(learning.get("learned"), "")
+        probe = learning.get("slot_probe_accuracy")
+        detail = (
+            f"\n{verdict}: slot probe {probe:.2f} vs {learning['slot_probe_accuracy_random_init']:.2f} init"
+            if probe is not None
+            else ""
+        )
         ax.set_title(
-            f"{run} ({meta.get('objective', run)}, {meta.get('backbone', '?')})", fontsize=9
+            f"{run} ({meta.get('objective', run)}, {meta.get('backbone', '?')}){detail}",
+            fontsize=8,
+            color="black" if learning.get("learned", True) else "#D55E00",
         )
         ax.set_xlabel("optimiser step")
         ax.set_ylabel("training loss (objective's units)")
@@ -97,10 +109,15 @@ def plot_curves(
     ]
     handles.append(Line2D([], [], color="grey", alpha=0.4, linewidth=0.8, label="per step"))
     handles.append(Line2D([], [], color="grey", linewidth=2, label="moving average"))
+    handles.append(
+        Line2D([], [], color="0.4", linestyle=":", linewidth=1, label="trivial solution")
+    )
     fig.legend(
         handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False
     )
-    fig.suptitle("Embedded zoo: training loss per objective")
+    fig.suptitle(
+        "Embedded zoo: training loss per run (title: learning check, repdiag.encoders.zoo.learning)"
+    )
     fig.tight_layout(rect=(0, 0.06 + 0.04 * (len(handles) > 4), 1, 1))
     for path, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_path(path) as tmp:

@@ -9,13 +9,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from repdiag.binding import CONTROL_FAMILY
+from repdiag.binding import BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
 from repdiag.errors import ConfigError
 
 FAMILIES: dict[str, str] = {
     "barlow_twins": "variance_decorrelation",
     "vicreg": "variance_decorrelation",
     "mae": "masked_modeling",
+    "simmim": "masked_modeling",
     "dino": "clustering_distillation",
     "simclr": "contrastive",
     "clip": "vision_language",
@@ -24,6 +25,7 @@ FAMILIES: dict[str, str] = {
 """Objective -> the paper's objective family (the ``family`` of models using it)."""
 
 VIT_ONLY = frozenset({"mae"})  # masking drops patch tokens: needs a patch-token transformer
+CNN_ONLY = frozenset({"simmim"})  # decodes the backbone's (B, C, h, w) feature map
 VIT_MARKERS = ("vit", "deit")  # timm names of plain ViTs (class token + absolute positions)
 
 
@@ -36,6 +38,27 @@ def zoo_runs(config: Mapping[str, Any]) -> list[str]:
 def objective_of(name: str, entry: Mapping[str, Any]) -> str:
     """The objective of run ``name``: its ``objective`` key, else the name itself."""
     return entry.get("objective") or name
+
+
+def tells_binding(objective: str, hparams: Mapping[str, Any]) -> bool:
+    """Whether the run's training signal states which shape sits in which slot."""
+    return (objective == "supervised" and hparams.get("label") == "slot_shape") or (
+        objective == "clip" and hparams.get("captions") == "relational"
+    )
+
+
+def run_family(
+    name: str, entry: Mapping[str, Any], hparams: Mapping[str, Mapping[str, Any]]
+) -> str:
+    """The family of the models of run ``name``: ``control`` for 0 steps, ``binding_supervised``
+    when its labels or captions state the binding, else its objective's family."""
+    objective = objective_of(name, entry)
+    effective = {**(hparams.get(objective) or {}), **(entry.get("hparams") or {})}
+    if entry.get("steps") == 0:
+        return CONTROL_FAMILY
+    if tells_binding(objective, effective):
+        return BINDING_SUPERVISED_FAMILY
+    return FAMILIES[objective]
 
 
 def _check_hparams(where: str, overrides: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
@@ -93,17 +116,16 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
                 f"models.{key}.id: zoo run {run!r} is not defined in zoo.objectives "
                 f"(defined: {', '.join(sorted(objectives)) or 'none'}); add it there or fix the id"
             )
-        family = FAMILIES[objective_of(run, objectives[run])]
-        untrained = objectives[run].get("steps") == 0
-        if untrained and entry.get("family") != CONTROL_FAMILY:
+        expected = run_family(run, objectives[run], hparams)
+        if entry.get("family") != expected:
+            why = {
+                CONTROL_FAMILY: "has steps: 0 (the random-initialised network), so it is a control",
+                BINDING_SUPERVISED_FAMILY: "is told the benchmark's answer (slot_shape labels or "
+                "relational captions), so it is an upper bound outside the families",
+            }.get(expected, f"trains a {expected} objective")
             raise ConfigError(
-                f"models.{key}.family: zoo run {run!r} has steps: 0 (the random-initialised "
-                f"network), so it is a control; set family: {CONTROL_FAMILY}"
-            )
-        if not untrained and entry.get("family") != family:
-            raise ConfigError(
-                f"models.{key}.family: zoo run {run!r} trains a {family} objective, "
-                f"but the model says {entry.get('family')!r}; set family: {family}"
+                f"models.{key}.family: zoo run {run!r} {why}, but the model says "
+                f"{entry.get('family')!r}; set family: {expected}"
             )
     for name, entry in objectives.items():
         where = f"zoo.objectives.{name}"
@@ -113,12 +135,17 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
                 f"{where}: the run name is not an objective, so set objective: to one of "
                 f"{', '.join(sorted(FAMILIES))}"
             )
-        backbone = entry.get("backbone", "vit")
+        backbone = entry.get("backbone", "resnet")
         if backbone not in backbones:
             raise ConfigError(
                 f"{where}.backbone: {backbone!r} is not in zoo.backbones ({', '.join(sorted(backbones))})"
             )
         timm_model = backbones[backbone]["timm_model"].lower()
+        if objective in CNN_ONLY and any(m in timm_model for m in VIT_MARKERS):
+            raise ConfigError(
+                f"{where}.backbone: {objective} decodes a feature map and needs a ConvNet "
+                f"backbone, got {backbones[backbone]['timm_model']!r} (use mae for a ViT)"
+            )
         if objective in VIT_ONLY and not any(m in timm_model for m in VIT_MARKERS):
             raise ConfigError(
                 f"{where}.backbone: {objective} masks patch tokens and needs a ViT backbone, "
@@ -154,7 +181,7 @@ def run_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {
         "run": name,
         "objective": objective,
-        "family": FAMILIES[objective],
+        "family": run_family(name, entry, zoo["hparams"]),
         "backbone": entry["backbone"],
         "timm_model": backbone["timm_model"],
         "timm_kwargs": copy.deepcopy(backbone.get("timm_kwargs") or {}),

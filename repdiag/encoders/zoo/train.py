@@ -25,6 +25,7 @@ import repdiag
 from repdiag.data.scenes import SceneBatch, SceneConfig, channel_statistics, scene_batch
 from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, feature_dim, pooling
 from repdiag.encoders.zoo.heads import MLPHead
+from repdiag.encoders.zoo.learning import learning_record, plateau_check, probe_check
 from repdiag.encoders.zoo.objectives import OBJECTIVES, Batch, Objective
 from repdiag.runtime import Progress
 
@@ -144,6 +145,27 @@ def initial_loss(objective: Objective, spec: Mapping[str, Any], gen: torch.Gener
     return loss
 
 
+def check_learning(
+    objective: Objective, spec: Mapping[str, Any], losses: list[float], backbone: nn.Module
+) -> dict[str, Any]:
+    """``meta.json``'s ``learning``: the loss against step 0 and the trivial solution, and a
+    per-slot shape probe against the random-initialised backbone (repdiag.encoders.zoo.learning)."""
+    batch = to_batch(
+        scene_batch(objective.scenes, spec["scenes"]["seed"], 0, spec["batch_size"]), "cpu"
+    )
+    plateau = plateau_check(losses, objective.trivial_loss(batch))
+    fresh, _ = build_objective(spec, "cpu")
+    probe = probe_check(
+        backbone.cpu(),
+        fresh.export()[0],
+        objective.scenes,
+        spec["scenes"]["seed"],
+        objective.mean,
+        objective.std,
+    )
+    return learning_record(plateau, probe)
+
+
 def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainResult:
     """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress."""
     start = time.monotonic()
@@ -162,6 +184,7 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
     backbone.eval()
     if head is not None:
         head.eval()
+    learning = check_learning(objective, spec, losses, backbone)
     preprocess = {
         "input_size": spec["image_size"],
         "mean": objective.mean,
@@ -170,6 +193,17 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
     }
     meta = run_meta(
         spec, kwargs, preprocess, backbone, head, losses, time.monotonic() - start, device
+    )
+    meta["learning"] = learning
+    log.info(
+        "zoo run %s: %s (loss %.4g -> %.4g, trivial %.4g; slot probe %.3f vs %.3f at random init)",
+        spec["run"],
+        "learned" if learning["learned"] else "NOT learned",
+        learning["initial_loss"],
+        learning["final_loss_mean"],
+        learning["trivial_loss"],
+        learning["slot_probe_accuracy"],
+        learning["slot_probe_accuracy_random_init"],
     )
     log.info(
         "zoo run %s: loss %.4f -> %.4f in %.0f s",

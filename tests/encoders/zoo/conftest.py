@@ -26,12 +26,15 @@ TINY_HPARAMS = {
     "simclr": {"projector_dims": [64, 32]},
     "clip": {"embed_dim": 32, "text_width": 32, "text_depth": 1},
     "mae": {"decoder_dim": 32, "decoder_heads": 2},
+    "simmim": {"mask_patch": 8},
 }
 
 
 def tiny_config(**run_overrides: Any) -> dict[str, Any]:
     """A config (defaults filled) with one tiny run per objective, plus ``supervised_resnet``."""
     runs = {name: {"steps": 4, "batch_size": 8, **run_overrides} for name in FAMILIES}
+    for name in runs:  # the ViT for mae and for the tests written against it, else the ResNet
+        runs[name]["backbone"] = "resnet" if name == "simmim" else "vit"
     runs["supervised_resnet"] = {
         "objective": "supervised",
         "backbone": "resnet",

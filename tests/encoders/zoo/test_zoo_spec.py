@@ -20,10 +20,11 @@ def test_shipped_configs_train_every_objective():
         config = load_config(REPO / name)
         runs = zoo_runs(config)
         objectives = {run_spec(config, run)["objective"] for run in runs}
-        assert objectives == set(FAMILIES), name
+        # masked modelling: simmim on the default ConvNet, mae on the test config's ViT
+        assert objectives == set(FAMILIES) - {"mae" if name == "config.yaml" else "simmim"}, name
     default = load_config(REPO / "config.yaml")
-    assert run_spec(default, "supervised_resnet")["timm_model"] == "resnet10t"
-    assert run_spec(default, "mae")["image_size"] == 64
+    assert run_spec(default, "supervised_s0")["timm_model"] == "resnet10t"
+    assert run_spec(default, "simmim_s0")["image_size"] == 64
 
 
 def test_only_runs_used_by_zoo_models_are_trained():
@@ -67,7 +68,7 @@ def edit(change):
         (lambda c: c["zoo"]["hparams"]["mae"].update(decoder_dim=30, decoder_heads=1), r"decoder_dim \(30\) must be a multiple of 4"),
         (lambda c: c["zoo"]["hparams"]["clip"].update(text_heads=5), r"zoo\.objectives\.clip: text_width \(32\) must be a multiple of text_heads \(5\)"),
         (lambda c: c["zoo"]["scenes"].update(max_objects=5), r"zoo\.scenes: need min_objects <= max_objects <= rows \* cols = 4"),
-        (lambda c: c["zoo"]["scenes"].update(object_size=0.9), r"zoo\.scenes\.object_size \* \(1 \+ zoo\.scenes\.jitter\.scale\)"),
+        (lambda c: c["zoo"]["scenes"].update(object_size=0.95), r"zoo\.scenes\.object_size \* \(1 \+ zoo\.scenes\.jitter\.scale\)"),
     ],
 )  # fmt: skip
 def test_semantic_errors_name_the_key(change, message):

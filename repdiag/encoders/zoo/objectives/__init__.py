@@ -6,6 +6,7 @@ from repdiag.encoders.zoo.objectives import (  # noqa: F401  (imported to regist
     dino,
     mae,
     simclr,
+    simmim,
     supervised,
     vicreg,
 )

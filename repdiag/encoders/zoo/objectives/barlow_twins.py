@@ -68,5 +68,9 @@ class BarlowTwins(Objective):
         z1, z2 = z.chunk(2)
         return barlow_twins_loss(z1, z2, self.lambda_offdiag)
 
+    def trivial_loss(self, batch: Batch) -> float:
+        """Views whose projections are uncorrelated (C = 0): every diagonal term costs 1, so D."""
+        return float(self.projector.description["dims"][-1])
+
     def export(self) -> tuple[nn.Module, MLPHead]:
         return self.backbone, self.projector

@@ -64,6 +64,11 @@ class Objective(nn.Module):
         """Scalar loss of one batch; ``gen`` (CPU) drives every random choice."""
         raise NotImplementedError
 
+    def trivial_loss(self, batch: Batch) -> float:
+        """The loss of the objective's trivial solution (a constant or collapsed encoder, chance
+        predictions) on ``batch``: a run that has not gone clearly below it has not learned."""
+        raise NotImplementedError
+
     def before_update(self, step: int, total_steps: int) -> None:
         """Called after ``backward`` and before the optimiser step (e.g. to drop some gradients)."""
 

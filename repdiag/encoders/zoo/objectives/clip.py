@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.data.scenes import SceneConfig, caption_vocabulary
+from repdiag.data.scenes import SceneConfig, bag_caption, caption_vocabulary
 from repdiag.encoders.zoo.augment import caption_safe_view
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
@@ -101,8 +101,12 @@ class CLIP(Objective):
         text_depth: int = 2,
         text_heads: int = 4,
         init_temperature: float = 0.07,
+        captions: str = "bag",
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
+        if captions not in ("bag", "relational"):
+            raise ValueError(f"zoo.hparams.clip.captions: unknown caption kind {captions!r}")
+        self.captions = captions
         # a caption has at most 5 words per object: colour shape row col ","
         self.tokenizer = Tokenizer(caption_vocabulary(scenes), 5 * scenes.max_objects)
         self.text = TextEncoder(
@@ -119,9 +123,20 @@ class CLIP(Objective):
 
     def loss(self, batch: Batch, gen: torch.Generator) -> torch.Tensor:
         image = self.image_projection(self.backbone(self.normalize(self.view(batch.images, gen))))
-        text = self.text(self.tokenizer(batch.captions).to(image.device))
+        text = self.text(self.tokenizer(self.caption_texts(batch)).to(image.device))
         scale = self.log_scale.exp().clamp(max=MAX_LOGIT_SCALE)
         return clip_loss(image, text, scale)
+
+    def trivial_loss(self, batch: Batch) -> float:
+        """Image and text embeddings that ignore their input: uniform logits, log B each way."""
+        return math.log(batch.images.shape[0])
+
+    def caption_texts(self, batch: Batch) -> list[str]:
+        """The batch's relational captions, or position-free ones built from its labels."""
+        if self.captions == "relational":
+            return batch.captions
+        shapes, colours = batch.slot_shape.tolist(), batch.slot_colour.tolist()
+        return [bag_caption(s, c, self.scenes) for s, c in zip(shapes, colours, strict=True)]
 
     def export(self) -> tuple[nn.Module, MLPHead]:
         return self.backbone, self.image_projection

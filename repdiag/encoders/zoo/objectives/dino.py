@@ -137,6 +137,10 @@ class DINO(Objective):
             self.center.copy_(update_center(self.center, list(teacher), self.center_momentum))
         return loss
 
+    def trivial_loss(self, batch: Batch) -> float:
+        """Collapse to the uniform distribution over the K prototypes: cross-entropy log K."""
+        return math.log(self.center.shape[1])
+
     def before_update(self, step: int, total_steps: int) -> None:
         """Keep the prototype layer fixed for the first steps (DINO's ``freeze_last_layer``): the
         student cannot then flatten its output by moving prototypes, the early collapse mode."""

@@ -3,6 +3,7 @@ Representations", eq. 1): the NT-Xent loss over two augmented views."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -58,6 +59,10 @@ class SimCLR(Objective):
         )
         z1, z2 = self.projector(self.backbone(torch.cat([x1, x2]))).chunk(2)
         return nt_xent_loss(z1, z2, self.temperature)
+
+    def trivial_loss(self, batch: Batch) -> float:
+        """Collapsed embeddings: all 2B - 1 similarities equal, so the loss is log(2B - 1)."""
+        return math.log(2 * batch.images.shape[0] - 1)
 
     def export(self) -> tuple[nn.Module, MLPHead]:
         return self.backbone, self.projector

@@ -52,7 +52,7 @@ class Supervised(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        label: str = "slot_shape",
+        label: str = "shape_presence",
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
@@ -85,6 +85,16 @@ class Supervised(Objective):
         return supervised_loss(
             logits, self.targets(batch.slot_shape, flipped), self.label_smoothing
         )
+
+    def trivial_loss(self, batch: Batch) -> float:
+        """Predicting the batch's label frequencies for every image: their mean entropy."""
+        targets = self.targets(
+            batch.slot_shape, torch.zeros(batch.slot_shape.shape[0], dtype=torch.bool)
+        )
+        counts = F.one_hot(targets, self.classes).sum(dim=0).double()  # (groups, classes)
+        prior = counts / counts.sum(dim=1, keepdim=True)
+        entropy = -(prior * prior.clamp(min=1e-300).log()).sum(dim=1)
+        return float(entropy.mean())
 
     def export(self) -> tuple[nn.Module, MLPHead]:
         return self.backbone, self.classifier

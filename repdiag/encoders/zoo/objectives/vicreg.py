@@ -3,6 +3,7 @@ for Self-Supervised Learning", eqs. 1-6): invariance plus variance and covarianc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -85,6 +86,11 @@ class VICReg(Objective):
         x1, x2 = (self.normalize(view(batch.images, gen)) for view in self.views)
         z1, z2 = self.projector(self.backbone(torch.cat([x1, x2]))).chunk(2)
         return vicreg_loss(z1, z2, **self.coeffs)
+
+    def trivial_loss(self, batch: Batch) -> float:
+        """Collapse to one point: no invariance or covariance cost, the variance hinge at
+        mu max(0, gamma - sqrt(eps))."""
+        return self.coeffs["std_coeff"] * max(0.0, self.coeffs["gamma"] - math.sqrt(1e-4))
 
     def export(self) -> tuple[nn.Module, MLPHead]:
         return self.backbone, self.projector
