@@ -145,8 +145,8 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         "models.hubm.repo",
     ),
     # --- zoo ---------------------------------------------------------------------------------
-    "zero zoo steps": (
-        mutate(("zoo.objectives.mae.steps", 0)),
+    "negative zoo steps": (  # 0 steps is valid: the random-initialised control
+        mutate(("zoo.objectives.mae.steps", -1)),
         "instance['zoo']['objectives']['mae']['steps']",
     ),
     "unknown zoo hparam": (
