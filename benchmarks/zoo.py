@@ -112,7 +112,7 @@ def main() -> None:
     wall = schedule([r["projected_s"] for r in rows], args.jobs)
     print(f"\nprojected zoo: {serial / 60:.1f} min of training in total; "
           f"{wall / 60:.1f} min wall time on {args.jobs} parallel jobs x {args.threads} thread(s) "
-          f"(budget: 15 min)")  # fmt: skip
+          f"(the zoo's share of the 45-minute budget of the whole make run)")  # fmt: skip
     print("steps/s, 'vs bare' and projections use CPU time (= wall time on an idle core); 'vs bare' is "
           "the step time over one forward + backward of the bare backbone on one view")  # fmt: skip
 

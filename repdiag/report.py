@@ -287,10 +287,10 @@ def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
     if meta_path is None:
         return {"learned": math.nan, "slot_probe_gain": math.nan}
     learning = read_json(meta_path).get("learning")
-    if not isinstance(learning, Mapping) or "learned" not in learning:
+    if not isinstance(learning, Mapping) or "left_plateau" not in learning:
         raise StoreError(f"{meta_path}: no 'learning' record; rerun train_zoo for this run")
     return {
-        "learned": float(bool(learning["learned"])),
+        "learned": float(bool(learning["left_plateau"])),
         "slot_probe_gain": _number(learning.get("slot_probe_gain")),
     }
 
@@ -822,7 +822,6 @@ def summary_markdown(
     all_corr = tables["correlations"]
     models_column = all_corr.get("models", pd.Series(TRAINED, index=all_corr.index))
     corr = all_corr[models_column == TRAINED]
-    corr_with_controls = all_corr[models_column == WITH_CONTROLS]
     ols = tables["ols"]
     lines = [
         "# repdiag binding study: summary",
@@ -854,23 +853,18 @@ def summary_markdown(
             f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}]), "
             f"Spearman rho = {_fmt(row['spearman_rho'])}. {row['note'] or ''}".rstrip()
         )
-    corr_learned = all_corr[models_column == LEARNED]
-    jer_learned = corr_learned[corr_learned["metric"] == "jer"]
-    if len(jer_learned):
-        row = jer_learned.iloc[0]
-        lines.append(
-            f"- The same over the runs that learned (n = {int(row['n'])}): r = "
-            f"{_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
-            f"{_fmt(row['pearson_ci_high'])}]."
-        )
-    jer_all = corr_with_controls[corr_with_controls["metric"] == "jer"]
-    if len(jer_all):
-        row = jer_all.iloc[0]
-        lines.append(
-            f"- The same over trained models and controls (n = {int(row['n'])}): r = "
-            f"{_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
-            f"{_fmt(row['pearson_ci_high'])}]."
-        )
+    for models, label in (
+        (LEARNED, "the runs that learned"),
+        (WITH_CONTROLS, "trained models and controls"),
+    ):
+        other = all_corr[(models_column == models) & (all_corr["metric"] == "jer")]
+        if len(other):
+            row = other.iloc[0]
+            lines.append(
+                f"- The same over {label} (n = {int(row['n'])}): r = {_fmt(row['pearson_r'])}, "
+                f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
+                f"{_fmt(row['pearson_ci_high'])}]."
+            )
     fit = ols[ols["formula"] == "binding ~ jer + same_different"]
     if len(fit):
         lines.append(

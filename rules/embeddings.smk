@@ -17,7 +17,7 @@ rule extract_embeddings:
     priority: BINDING_PRIORITY
     conda:
         "../envs/torch.yaml"
-    threads: 2
+    threads: 1
     resources:
         gpu=1,
     params:

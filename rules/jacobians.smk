@@ -27,7 +27,7 @@ rule jacobian_spectra:
     priority: BINDING_PRIORITY
     conda:
         "../envs/torch.yaml"
-    threads: 2
+    threads: 1
     resources:
         gpu=1,
     params:

@@ -63,7 +63,8 @@ def test_paper_config_validates_and_plans_every_encoder(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     paper = yaml.safe_load((workdir / "config/paper.yaml").read_text())["models"]
-    assert len(paper) == 26
+    assert len([k for k, e in paper.items() if e["family"] != "control"]) == 26
+    assert len([k for k, e in paper.items() if e["family"] == "control"]) == 7
     planned = proc.stdout + proc.stderr
     for key in paper:
         assert f"results/embeddings/{key}.zarr" in planned

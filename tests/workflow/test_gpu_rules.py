@@ -25,4 +25,4 @@ def test_paper_dry_run_gives_each_gpu_job_one_gpu(tmp_path: Path) -> None:
     for rule in GPU_RULES:
         assert gpus_by_rule.get(rule) == {1}, (rule, gpus_by_rule)
     assert gpus_by_rule["render_binding"] == {0}
-    assert len(re.findall(r"rule jacobian_spectra:", text)) == 26
+    assert len(re.findall(r"rule jacobian_spectra:", text)) == 26 + 7  # encoders + controls

@@ -1,16 +1,20 @@
-"""Did a zoo run learn? Two checks recorded in its ``meta.json`` (``learning``).
+"""Did a zoo run learn? The checks recorded in its ``meta.json`` (``learning``).
 
-1. **Off the plateau.** The mean loss of the last tenth of the steps must lie at least
-   PLATEAU_MARGIN (relative) below both the loss at step 0 and the loss of the objective's
-   trivial solution (``Objective.trivial_loss``: collapsed embeddings, chance predictions, the
-   median pixel), so a run that sits at the entropy of its label prior is not taken as learned.
-2. **Features beyond the random network.** A linear probe of per-slot shape (which of the
-   scene shapes, or none, sits in each grid slot) on the frozen pooled features of N_PROBE held-out
-   pretraining scenes (the stream's batch 0 under seed ``scenes.seed + PROBE_SEED_OFFSET``, never
-   trained on), fitted on one half and scored on the other, must beat the same probe on the
-   random-initialised backbone of the run by PROBE_MARGIN (absolute accuracy).
+1. **Off the plateau** (this decides ``learned``). The mean loss of the last tenth of the steps
+   must lie at least PLATEAU_MARGIN (relative) below both the loss at step 0 and the loss of the
+   objective's trivial solution (``Objective.trivial_loss``: collapsed embeddings, chance
+   predictions, the median pixel), so a run that sits at the entropy of its label prior, or at
+   its initial loss, is not taken as learned.
+2. **Features against the random network** (a diagnostic). A linear probe of per-slot shape
+   (which of the scene shapes, or none, sits in each grid slot) on the frozen pooled features of
+   N_PROBE held-out pretraining scenes (the stream's batch 0 under seed ``scenes.seed +
+   PROBE_SEED_OFFSET``, never trained on), fitted on one half and scored on the other, beside
+   the same probe on the run's random-initialised backbone. It is recorded, not a condition of
+   ``learned``: per-slot shape is what the binding benchmark asks for, so selecting runs on it
+   would select on (a proxy of) the outcome the statistics try to explain, and objectives whose
+   targets are position-free (bag-of-words captions, DINO, masked pixels) need not raise it.
 
-``learned`` is both. A zero-step run is the random network itself: neither check can pass.
+A zero-step run is the random network itself: it never leaves its plateau.
 """
 
 from __future__ import annotations
@@ -115,13 +119,14 @@ def probe_check(
 
 
 def learning_record(plateau: Mapping[str, Any], probe: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``learning`` entry of meta.json: both checks and ``learned`` = both pass."""
+    """The ``learning`` entry of meta.json: both checks, ``learned`` = off the plateau."""
     return {
         **plateau,
         **probe,
-        "learned": bool(plateau["left_plateau"] and probe["beats_random_init"]),
+        "learned": bool(plateau["left_plateau"]),
         "rule": (
-            f"final loss <= {1 - PLATEAU_MARGIN:.2f} x min(initial, trivial) and per-slot shape "
-            f"probe >= random init + {PROBE_MARGIN}"
+            f"learned: mean loss of the last tenth of the steps <= {1 - PLATEAU_MARGIN:.2f} x "
+            f"min(loss at step 0, trivial loss); per-slot shape probe reported beside the random "
+            f"init (beats_random_init: gain >= {PROBE_MARGIN})"
         ),
     }

@@ -194,6 +194,6 @@ def test_a_zero_step_run_is_flagged_not_learned(short_runs):
 
 def test_a_short_supervised_run_on_its_scenes_is_flagged_learned(short_runs):
     learning = short_runs["short"].meta["learning"]
-    assert learning["left_plateau"], learning
-    assert learning["slot_probe_gain"] > 0.02, learning
-    assert learning["learned"]
+    assert learning["left_plateau"] and learning["learned"], learning
+    # told the slots, it also reads them better than its random initialisation
+    assert learning["slot_probe_gain"] > 0.02 and learning["beats_random_init"], learning
