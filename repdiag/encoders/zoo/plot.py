@@ -22,6 +22,7 @@ FAMILY_COLOURS = {
     "vision_language": "#D55E00",
     "supervised": "#56B4E9",  # as in repdiag.plots
     "control": "#999999",  # grey: controls, apart from the families
+    "binding_supervised": "#F0E442",  # yellow, as in repdiag.plots
 }
 
 
@@ -82,7 +83,14 @@ def plot_curves(
         meta, loss = metas[run], curves[run]
         colour = FAMILY_COLOURS.get(meta.get("family", ""), "#56B4E9")
         steps = np.arange(len(loss))
-        ax.plot(steps, loss, color=colour, alpha=0.3, linewidth=0.8)
+        ax.plot(
+            steps,
+            loss,
+            color=colour,
+            alpha=0.3,
+            linewidth=0.8,
+            marker="o" if len(loss) == 1 else None,
+        )
         ax.plot(steps, moving_average(loss, max(1, len(loss) // 20)), color=colour, linewidth=2)
         learning = meta.get("learning") or {}
         if "trivial_loss" in learning and math.isfinite(learning["trivial_loss"]):
@@ -90,7 +98,7 @@ def plot_curves(
         verdict = {True: "learned", False: "NOT learned"}.get(learning.get("learned"), "")
         probe = learning.get("slot_probe_accuracy")
         detail = (
-            f"\n{verdict}: slot probe {probe:.2f} vs {learning['slot_probe_accuracy_random_init']:.2f} init"
+            f"\n{verdict} (loss); slot probe {probe:.2f} vs {learning['slot_probe_accuracy_random_init']:.2f} at init"
             if probe is not None
             else ""
         )
