@@ -307,4 +307,4 @@ def test_jobs_ran_with_the_profile_resources(scenario: Scenario) -> None:
         for job in jobs:
             assert job["partition"] == partition
             assert minutes(job["timelimit"]) == int(runtime), (rule, job)
-    assert {job["cpus"] for job in by_rule[CANCELLED_RULE]} == {"2"}  # the rule's threads
+    assert {job["cpus"] for job in by_rule[CANCELLED_RULE]} == {"1"}  # the rule's threads

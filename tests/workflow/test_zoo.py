@@ -21,7 +21,10 @@ pytestmark = pytest.mark.workflow
 def test_every_objective_is_trained_and_reloads(workflow_run: Path) -> None:
     config = load_config(workflow_run / "config" / "test.yaml")
     runs = zoo_runs(config)
-    assert {config["zoo"]["objectives"][r]["objective"] or r for r in runs} == set(FAMILIES)
+    # config/test.yaml: the ViT, so mae for masked modelling (simmim is the ConvNet's)
+    assert {config["zoo"]["objectives"][r]["objective"] or r for r in runs} == set(FAMILIES) - {
+        "simmim"
+    }
     for run in runs:
         run_dir = workflow_run / "results" / "zoo" / run
         meta = read_json(run_dir / "meta.json")
@@ -49,7 +52,7 @@ def test_every_objective_is_trained_and_reloads(workflow_run: Path) -> None:
 def test_zoo_models_flow_into_embedding_extraction(workflow_run: Path) -> None:
     config = load_config(workflow_run / "config" / "test.yaml")
     zoo_models = [key for key, entry in config["models"].items() if entry["source"] == "zoo"]
-    assert len(zoo_models) >= len(FAMILIES)
+    assert len(zoo_models) >= len(FAMILIES) - 1  # every objective but simmim
     for key in zoo_models:
         store = open_store(workflow_run / "results" / "embeddings" / f"{key}.zarr")
         assert "final" in [str(v) for v in store["layer"].values], key
