@@ -51,6 +51,11 @@ CANONICAL_PX = 33  # side of the canonical frame of the template matcher
 CANONICAL_EXTENT = 1.4  # the frame spans +-1.4 object radii
 
 
+def background_distance(x: torch.Tensor) -> torch.Tensor:
+    """(N, 1, H, W): each pixel's largest channel distance from the top-left (background) pixel."""
+    return (x - x[:, :, :1, :1]).abs().amax(dim=1, keepdim=True)
+
+
 class Control(nn.Module):
     """Base of the controls: preprocessing to [0, 1] at the dataset's size, the foreground mask."""
 
@@ -71,9 +76,7 @@ class Control(nn.Module):
     def foreground(x: torch.Tensor) -> torch.Tensor:
         """(N, 1, H, W) in {0, 1}: pixels whose colour differs from the top-left (background)
         pixel by more than FOREGROUND_THRESHOLD in some channel. Colour-blind."""
-        background = x[:, :, :1, :1]
-        distance = (x - background).abs().amax(dim=1, keepdim=True)
-        return (distance > FOREGROUND_THRESHOLD).to(x.dtype)
+        return (background_distance(x) > FOREGROUND_THRESHOLD).to(x.dtype)
 
 
 def _cells(mask: torch.Tensor, grid: Sequence[int]) -> torch.Tensor:
@@ -194,16 +197,14 @@ class ShapeClassifier(Control):
 
     def slot_scores(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, slots, shapes) best template correlation per shape, (N, slots) occupied flags."""
-        background = x[:, :, :1, :1]
-        distance = (x - background).abs().amax(dim=1, keepdim=True)
+        distance = background_distance(x)
         cells = _cells(distance, self.grid)  # (N, S, 1, h, w)
         n, slots, _, h, w = cells.shape
         # one object per cell in one colour: its distance over the cell's largest is its coverage
         flat = cells.reshape(n * slots, 1, h, w)
         flat = flat / flat.amax(dim=(2, 3), keepdim=True).clamp(min=1e-6)
-        occupied = (
-            _cells(self.foreground(x), self.grid).mean(dim=(2, 3, 4)).flatten() > EMPTY_FRACTION
-        )
+        foreground = (cells > FOREGROUND_THRESHOLD).to(x.dtype)  # as Control.foreground
+        occupied = foreground.mean(dim=(2, 3, 4)).flatten() > EMPTY_FRACTION
         mass = flat.sum(dim=(1, 2, 3))
         ys = torch.arange(h, dtype=x.dtype) + 0.5
         xs = torch.arange(w, dtype=x.dtype) + 0.5
