@@ -12,7 +12,9 @@ Two ways to get the spectrum, both batched over directions and images with ``tor
   Omega = QR of a seeded Gaussian d_in x k draw; Y = J Omega (k JVPs), then q rounds of
   Z = orth(J^T orth(Y)), Y = J Z; finally B = Q^T J (k VJPs) and s = svdvals(B). It costs
   k (2q + 2) products, so for a readout with d <= k (2q + 2) the exact top-k is cheaper and has no
-  approximation error: ``auto`` picks per layer.
+  approximation error: ``auto`` picks per layer. A tap derived from an exact one (``final`` of a
+  class-token ViT or of a ResNet, a projection ``head``) is exact too: its J is the small local
+  Jacobian times the parent's, carried in the parent's d x d QR factor.
 
 The initial J Omega for every randomized layer comes from one forward-mode pass (forward-mode
 products give all layers at once); VJPs reuse one recorded forward per layer. Attention runs
@@ -267,6 +269,26 @@ def choose_method(method: str, d_out: int, k: int, power_iters: int) -> str:
     return "exact" if d_out <= k * (2 * power_iters + 2) else "randomized"
 
 
+def _methods(
+    readout: Readout,
+    layers: Sequence[str],
+    method: str,
+    d_out: Mapping[str, int],
+    k: int,
+    power_iters: int,
+) -> dict[str, str]:
+    """:func:`choose_method` per layer, except that under ``auto`` a tap derived from an exact
+    tap is exact too: its Jacobian costs one small local Jacobian, not d passes through the net."""
+    methods: dict[str, str] = {}
+    for name in layers:  # depth order: a parent comes before its children
+        parent = readout.derived.get(name, (None, None))[0]
+        if method == "auto" and methods.get(parent) == "exact":
+            methods[name] = "exact"
+        else:
+            methods[name] = choose_method(method, d_out[name], k, power_iters)
+    return methods
+
+
 def input_directions(d_in: int, k: int, seed: int) -> torch.Tensor:
     """k orthonormal input directions (k, d_in): QR of a seeded standard Gaussian draw (float64)."""
     generator = torch.Generator().manual_seed(int(seed))
@@ -314,25 +336,42 @@ def _exact_spectra(
     y, vjp_fn = torch.func.vjp(_layer_fn(readout, layer), x)
     n, d = y.shape
     eye = torch.eye(d, dtype=y.dtype, device=y.device)
-    rows = {layer: _vjps(vjp_fn, eye[:, None, :].expand(d, n, d), max(1, batch_size // n))}
-    rows[layer] = rows[layer].transpose(0, 1)
+    jac = _vjps(vjp_fn, eye[:, None, :].expand(d, n, d), max(1, batch_size // n)).transpose(0, 1)
+    d_in = jac.shape[-1]
+    r_factor = _r_factor(jac)
+    spectra = {layer: torch.linalg.svdvals(jac if r_factor is None else r_factor)}
+    if not derived:
+        return spectra
+    # J = R^T Q^T with orthonormal Q, so a derived tap's L J = (L R^T) Q^T has the singular values
+    # of L R^T (d_c x d): its chain is carried in the d-wide factor, never in the d_in-wide rows.
+    rows = {layer: jac if r_factor is None else r_factor.transpose(-2, -1)}
+    del jac
     values = {layer: y}
     uses = {name: 0 for name in (layer, *derived)}
     for child in derived:
         uses[readout.derived[child][0]] += 1
-    spectra = {}
-    for name in (layer, *derived):
-        if name != layer:
-            parent, fn = readout.derived[name]
-            values[name], local = _row_jacobians(fn, values[parent])
-            rows[name] = local @ rows[parent]
-            uses[parent] -= 1
-            if not uses[parent]:
-                del rows[parent]
-        spectra[name] = _svdvals(rows[name])
+    for name in derived:
+        parent, fn = readout.derived[name]
+        values[name], local = _row_jacobians(fn, values[parent])
+        rows[name] = local @ rows[parent]
+        uses[parent] -= 1
+        if not uses[parent]:
+            del rows[parent]
+        s = _svdvals(rows[name])
+        rank = min(rows[name].shape[-2], d_in)  # the values the factor cannot carry are zeros
+        spectra[name] = nn.functional.pad(s, (0, rank - s.shape[-1]))
         if not uses[name]:
             del rows[name]
     return spectra
+
+
+def _r_factor(matrices: torch.Tensor) -> torch.Tensor | None:
+    """R of M^T = QR (r x r) for wide (r, c) matrices (c > 2r), else ``None``: same singular values
+    as M from one Householder QR instead of a wide SVD (4x faster on CPU)."""
+    r, c = matrices.shape[-2:]
+    if c > 2 * r:
+        return torch.linalg.qr(matrices.transpose(-2, -1), mode="r")[1]
+    return None
 
 
 def _row_jacobians(
@@ -344,12 +383,9 @@ def _row_jacobians(
 
 
 def _svdvals(matrices: torch.Tensor) -> torch.Tensor:
-    """Singular values of each (r, c) matrix; for wide ones those of R in M^T = QR (r x r), which
-    are the same and cost one Householder QR instead of a wide SVD (4x faster on CPU)."""
-    r, c = matrices.shape[-2:]
-    if c > 2 * r:
-        matrices = torch.linalg.qr(matrices.transpose(-2, -1), mode="r")[1]
-    return torch.linalg.svdvals(matrices)
+    """Singular values of each (r, c) matrix (through :func:`_r_factor` when wide)."""
+    r_factor = _r_factor(matrices)
+    return torch.linalg.svdvals(matrices if r_factor is None else r_factor)
 
 
 def _randomized_spectra(
@@ -453,7 +489,7 @@ def jacobian_spectra(
         batch_size = DEFAULT_BATCH_SIZE["cuda" if x_all.device.type == "cuda" else "cpu"]
     with _jacobian_mode(readout.module, patchify_as_matmul=x_all.device.type == "cpu"):
         d_out = _output_dims(readout, layers, x_all)
-        methods = {name: choose_method(method, d_out[name], k, power_iters) for name in layers}
+        methods = _methods(readout, layers, method, d_out, k, power_iters)
         spectra = _exact_all(readout, methods, d_out, x_all, batch_size)
         randomized = [name for name in layers if methods[name] == "randomized"]
         if randomized:

@@ -436,3 +436,57 @@ def test_derived_taps_alone_or_with_their_parent_give_the_same_spectra():
     for name in ("final", "head"):
         alone = jacobian_spectra(encoder, x, layers=[name], method="exact")
         torch.testing.assert_close(alone[name], together[name], rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------- registry ResNet: derived chain
+
+
+def registry_resnet_with_head():
+    """A zoo-style timm ResNet + wide projection head: stage3 -> final -> head by the chain rule."""
+    import timm
+
+    from repdiag.encoders.heads import WithHead
+    from repdiag.encoders.taps import run_taps, tap_plan
+
+    torch.manual_seed(5)
+    backbone = timm.create_model(
+        "resnet10t", pretrained=False, num_classes=0, channels=(4, 8, 8, 6)
+    )
+    head = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 40))
+    model = WithHead(backbone, head).double().eval()
+    plan = tap_plan(model, "mean")
+
+    class Encoder:
+        layers = plan.layers
+        derived_taps = plan.derived
+
+        def __init__(self):
+            self.model = model
+
+        def layer_outputs(self, inp, layers=None):
+            return run_taps(plan, inp, layers)
+
+    return Encoder(), plan
+
+
+def test_resnet_chain_gives_the_autograd_spectra_and_auto_makes_the_wide_head_exact():
+    encoder, plan = registry_resnet_with_head()
+    assert {tap: parent for tap, (parent, _) in plan.derived.items()} == {
+        "final": "stage3",
+        "head": "final",
+    }
+    x = images(2, (3, 16, 16))
+    # head is 40 wide > k (2q + 2) = 2 * 4 = 8, yet derived from an exact 6-wide final: exact
+    spectra = jacobian_spectra(encoder, x, method="auto", k=2, power_iters=1)
+    assert spectra.methods["final"] == spectra.methods["head"] == "exact"
+    plain = {
+        "final": encoder.model.embedding,
+        "head": encoder.model,
+    }
+    for name, fn in plain.items():
+        ref = autograd_spectra(fn, x)
+        assert spectra[name].shape == ref.shape  # min(40, 768) values, the rank-6 tail zero
+        relative = (spectra[name] - ref).abs().max() / ref.max()
+        assert relative < 1e-10, (name, relative.item())
+    assert torch.all(spectra["head"][:, 6:] == 0)
+    torch.testing.assert_close(spectra["final"], spectra["stage3"], rtol=1e-10, atol=1e-14)

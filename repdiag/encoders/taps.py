@@ -170,6 +170,23 @@ def _timm_stage_modules(model: nn.Module) -> list[nn.Module]:
     return modules
 
 
+def _same_rows(v: torch.Tensor) -> torch.Tensor:
+    return v
+
+
+def _final_is_last_stage_mean(model: nn.Module, last_stage: nn.Module) -> bool:
+    """timm's ``ResNet`` with average pooling: ``forward_features`` ends with ``layer4`` and
+    ``forward_head(pre_logits=True)`` is its global average, so ``final`` is the last stage's tap
+    (whose Jacobian the engine then reuses instead of differentiating the network again)."""
+    pool = getattr(model, "global_pool", None)
+    return (
+        _is(model, "timm.models.resnet.ResNet")
+        and last_stage is getattr(model, "layer4", None)
+        and getattr(pool, "pool_type", None) == "avg"
+        and not getattr(model, "grad_checkpointing", False)
+    )
+
+
 def _is_plain_timm_vit_block(block: nn.Module) -> bool:
     """timm's own ViT ``Block`` with its own ``Attention`` (the forward ``cls_token_block`` mirrors)."""
     from timm.models import vision_transformer as vit
@@ -264,6 +281,10 @@ def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
         blocks = [
             BlockTap(n, m, pool) for n, m in zip(_stage_names(len(modules)), modules, strict=True)
         ]
+        if blocks and _final_is_last_stage_mean(model, modules[-1]):
+            derived["final"] = (blocks[-1].name, _same_rows)
+            if has_head and isinstance(model.fc, nn.Linear):
+                derived["head"] = ("final", model.fc)
     num_prefix = int(getattr(model, "num_prefix_tokens", 0))
 
     def run(x: torch.Tensor, want_head: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

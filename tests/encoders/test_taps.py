@@ -281,3 +281,22 @@ def test_vit_subclasses_that_pool_other_tokens_get_no_derived_final(x):
     assert all(tap.pooled_forward is not None for tap in plan.blocks)  # block taps still exact
     full = layer_outputs(deit, x)
     torch.testing.assert_close(layer_outputs(deit, x, ["block01"])["block01"], full["block01"])
+
+
+def test_timm_resnet_final_and_head_derive_from_the_last_stage(x):
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False, num_classes=3).eval()
+    plan = tap_plan(model, "mean")
+    assert {tap: parent for tap, (parent, _) in plan.derived.items()} == {
+        "final": "stage3",
+        "head": "final",
+    }
+    with torch.no_grad():
+        full = layer_outputs(model, x)
+        for tap, (parent, fn) in plan.derived.items():
+            torch.testing.assert_close(fn(full[parent]), full[tap])
+
+
+def test_a_resnet_with_max_pooling_gets_no_derived_final():
+    model = timm.create_model("resnet18", pretrained=False, global_pool="max").eval()
+    assert "final" not in tap_plan(model, "mean").derived
