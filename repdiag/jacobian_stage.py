@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
-from scipy import stats
 
+from repdiag.common.intervals import mean_interval
 from repdiag.errors import ConfigError
 from repdiag.jacobian import (
     Spectra,
@@ -174,21 +174,19 @@ def spectra_dataset(
 
 
 def mean_ci(values: np.ndarray, level: float = CI_LEVEL) -> dict[str, float | int | None]:
-    """Mean with a Student-t confidence interval mean +- t_{(1+level)/2, n-1} sd / sqrt(n).
-
-    With one value the interval is undefined (null).
-    """
+    """:func:`~repdiag.common.intervals.mean_interval` as a record; null where n < 2 leaves the
+    interval undefined."""
     values = np.asarray(values, dtype=np.float64)
-    n = int(values.size)
-    mean = float(values.mean())
+    mean, sd, low, high = mean_interval(values, level)
+    n = int(np.isfinite(values).sum())
     if n < 2:
         return {"mean": mean, "ci_low": None, "ci_high": None, "std": None, "n": n}
-    sd = float(values.std(ddof=1))
-    half = float(stats.t.ppf((1 + level) / 2, n - 1)) * sd / np.sqrt(n)
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "std": sd, "n": n}
+    return {"mean": mean, "ci_low": low, "ci_high": high, "std": sd, "n": n}
 
 
-def depth_profile(ds: xr.Dataset, formulas: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def layer_summaries(
+    ds: xr.Dataset, formulas: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """``{layer: {probe_set: {formula: {mean, ci_low, ci_high, std, n}}}}`` in depth order."""
     sets = np.asarray(ds["probe_set"].values, dtype=object).astype(str)
     profile: dict[str, dict[str, dict[str, Any]]] = {}
@@ -249,7 +247,7 @@ def summary(ds: xr.Dataset, model: str, formulas: Sequence[str]) -> dict[str, An
         "layers": [str(name) for name in ds["layer"].values],
         "formulas": list(formulas),
         "ci_level": CI_LEVEL,
-        "depth_profile": depth_profile(ds, formulas),
+        "depth_profile": layer_summaries(ds, formulas),
         "depth_drops": depth_drops(ds, formulas),
     }
 

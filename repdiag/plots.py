@@ -1,15 +1,13 @@
 """Figures of the binding study (matplotlib, Agg), saved as PNG and PDF of a fixed pixel size.
 
-One colour per objective family from the Okabe-Ito palette (Okabe and Ito 2008), which stays
-distinguishable under the common colour-vision deficiencies; readouts are told apart by grey
-level and hatching so that they never compete with the family colours.
+One colour per objective family (:data:`repdiag.common.figures.FAMILY_COLOURS`); readouts are
+told apart by grey level and hatching so that they never compete with the family colours.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import matplotlib
 
@@ -22,22 +20,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from repdiag.binding import APART_FAMILIES, BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
+from repdiag.common.figures import FAMILY_COLOURS, family_colour
 from repdiag.report import metric_label
 from repdiag.stats import pearson
-from repdiag.store import atomic_path
 
-DPI = 150
-FAMILY_COLOURS = {
-    "variance_decorrelation": "#0072B2",  # blue
-    "masked_modeling": "#E69F00",  # orange
-    "clustering_distillation": "#009E73",  # bluish green
-    "contrastive": "#CC79A7",  # reddish purple
-    "vision_language": "#D55E00",  # vermillion
-    "supervised": "#56B4E9",  # sky blue
-    "other": "#000000",  # black
-    "control": "#999999",  # grey: controls, apart from the families
-    "binding_supervised": "#F0E442",  # yellow: told the answer, apart from the families
-}
 READOUT_STYLES = {
     "cosine": {"color": "#333333", "hatch": ""},
     "knn": {"color": "#888888", "hatch": "//"},
@@ -55,11 +41,6 @@ UNITS = {
 }
 
 
-def family_colour(family: str) -> str:
-    """The fixed colour of an objective family (black for unknown families)."""
-    return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
-
-
 def axis_label(column: str) -> str:
     """Axis label with unit: ``G.Iso (unitless, 0-1)``."""
     unit = UNITS.get(column)
@@ -68,22 +49,6 @@ def axis_label(column: str) -> str:
     if unit is None and column.startswith("jer_"):
         unit = "effective rank, directions"
     return f"{metric_label(column)} ({unit})" if unit else metric_label(column)
-
-
-def save_figure(fig: Figure, *paths: str | Path) -> list[Path]:
-    """Write ``fig`` to each path (format from the suffix, PNG at :data:`DPI`) atomically; close it.
-
-    No ``bbox_inches="tight"``: the PNG is exactly ``figsize * DPI`` pixels.
-    """
-    written = []
-    try:
-        for path in map(Path, paths):
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=DPI)
-            written.append(path)
-    finally:
-        plt.close(fig)
-    return written
 
 
 APART_MARKERS = {CONTROL_FAMILY: "x", BINDING_SUPERVISED_FAMILY: "*"}

@@ -21,6 +21,7 @@ import pandas as pd
 
 from repdiag import stats
 from repdiag.binding import APART_FAMILIES
+from repdiag.common.intervals import mean_interval
 from repdiag.errors import ConfigError, StoreError
 from repdiag.stats_options import (
     GEOMETRY,
@@ -31,7 +32,7 @@ from repdiag.stats_options import (
     check_stats_config,
     covariate_columns,
 )
-from repdiag.store import open_store, read_json, write_text
+from repdiag.store import open_store, read_json
 
 __all__ = [
     "READOUTS",
@@ -39,7 +40,7 @@ __all__ = [
     "StatsSettings",
     "aggregate",
     "check_stats_config",
-    "depth_profile",
+    "depth_table",
     "headline_metrics",
     "metric_label",
     "normalised_spectra",
@@ -48,7 +49,6 @@ __all__ = [
     "robustness_variants",
     "statistics_tables",
     "summary_markdown",
-    "write_table",
     "zoo_curves",
 ]
 
@@ -79,13 +79,8 @@ def metric_label(column: str) -> str:
     return column
 
 
-def write_table(path: str | Path, frame: pd.DataFrame) -> None:
-    """Write ``frame`` as CSV atomically (full float precision, NaN as an empty cell)."""
-    write_text(path, frame.to_csv(index=False))
-
-
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a table written by :func:`write_table`; a missing file names the rule to rerun."""
+    """Read a table written by :func:`repdiag.common.tables.write_csv`; a missing file names the rule to rerun."""
     path = Path(path)
     if not path.is_file():
         raise StoreError(f"table {path} does not exist: run the workflow rule that produces it")
@@ -177,7 +172,7 @@ def _select_images(ds: Any, probe_set: str, path: str | Path) -> np.ndarray:
     return mask
 
 
-def depth_profile(
+def depth_table(
     ds: Any, model: str, family: str, *, path: str | Path = "", confidence: float = 0.95
 ) -> pd.DataFrame:
     """Mean JER per layer, formula and probe set (plus ``all``) with a t-interval over images.
@@ -196,11 +191,11 @@ def depth_profile(
         for probe_set in [*sorted(set(labels)), "all"]:
             mask = _select_images(ds, probe_set, path)
             for index, layer in enumerate(layers):
-                mean, _, low, high = stats.mean_interval(values[index, mask], confidence)
+                mean, _, low, high = mean_interval(values[index, mask], confidence)
                 drop = (math.nan,) * 4
                 if index > 0:
                     paired = values[index - 1, mask] - values[index, mask]
-                    drop = stats.mean_interval(paired, confidence)
+                    drop = mean_interval(paired, confidence)
                 rows.append(
                     {
                         "model": model,
@@ -315,7 +310,7 @@ def aggregate(
         metrics = read_metrics(metrics_paths[key])
         path = jacobian_paths[key]
         ds = read_jacobians(path, settings.jer_formula)
-        profile = depth_profile(ds, key, family, path=path, confidence=settings.confidence)
+        profile = depth_table(ds, key, family, path=path, confidence=settings.confidence)
         row = {"model": key, "family": family, "source": str(entry.get("source", ""))}
         row |= metrics_row(metrics)
         row |= jer_columns(profile, metrics["final_layer"], settings.probe_set)
@@ -519,7 +514,7 @@ def collapse_layer(profile: pd.DataFrame, threshold: float = 0.2) -> Collapse | 
 
     A drop between consecutive layers counts only when the layer mean falls by more than
     ``threshold`` of the earlier value AND the paired per-image interval of the drop
-    (``drop_ci_low``, from :func:`depth_profile`) lies above 0. ``profile``: one model, formula
+    (``drop_ci_low``, from :func:`depth_table`) lies above 0. ``profile``: one model, formula
     and probe set of the depth table. A flat or noisy profile, a small drop, or a large mean drop
     that only a few images carry gives None ("no collapse").
     """

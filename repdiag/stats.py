@@ -22,6 +22,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats as sps
 
+from repdiag.common.intervals import mean_interval
 from repdiag.errors import ConfigError
 from repdiag.stats_options import DEFAULT_MIN_MODELS
 
@@ -448,23 +449,6 @@ def partial_table(
 
 
 # --------------------------------------------------------------------------- families
-
-
-def mean_interval(
-    values: np.ndarray, confidence: float = 0.95
-) -> tuple[float, float, float, float]:
-    """Mean, sample SD and Student-t interval mean +- t_{1-a/2, n-1} SD / sqrt(n) (NaN for n < 2)."""
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    n = len(values)
-    if n == 0:
-        return NAN, NAN, NAN, NAN
-    mean = float(values.mean())
-    if n < 2:
-        return mean, NAN, NAN, NAN
-    sd = float(values.std(ddof=1))
-    half = float(sps.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n))
-    return mean, sd, mean - half, mean + half
 
 
 def family_table(

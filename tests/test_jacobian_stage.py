@@ -18,7 +18,7 @@ from repdiag.jacobian_options import check_jacobians_config
 from repdiag.jacobian_stage import (
     Probes,
     depth_drops,
-    depth_profile,
+    layer_summaries,
     load_probes,
     mean_ci,
     noise_images,
@@ -149,7 +149,7 @@ def test_depth_profile_summarises_each_layer_probe_set_and_formula():
             "probe_sets": {"binding": 1, "noise": 2},
         }
     )
-    profile = depth_profile(ds, ["pr", "pr2"])
+    profile = layer_summaries(ds, ["pr", "pr2"])
     assert list(profile) == ["block00", "head"] and list(profile["head"]) == ["binding", "noise"]
     noise_pr = [
         jer(torch.tensor([1.0, 1.0, 0.0]), "pr").item(),

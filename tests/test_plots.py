@@ -9,7 +9,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from repdiag import plots
-from repdiag.binding import APART_FAMILIES
+from repdiag.common.figures import DPI, family_colour, save_figure
 from repdiag.stats import pearson
 
 FAMILIES = [
@@ -82,7 +82,7 @@ def synthetic():
 def check_image(png, fig_size_inches) -> np.ndarray:
     image = mpimg.imread(png)
     width, height = fig_size_inches
-    assert image.shape[:2] == (round(height * plots.DPI), round(width * plots.DPI))
+    assert image.shape[:2] == (round(height * DPI), round(width * DPI))
     rgb = image[..., :3]
     assert rgb.std() > 0.05  # not blank
     packed = (np.round(rgb * 255).astype(np.uint32) * [65536, 256, 1]).sum(axis=-1)
@@ -92,7 +92,7 @@ def check_image(png, fig_size_inches) -> np.ndarray:
 
 def save_and_check(fig, tmp_path, name):
     size = tuple(fig.get_size_inches())
-    png, pdf = plots.save_figure(fig, tmp_path / f"{name}.png", tmp_path / f"{name}.pdf")
+    png, pdf = save_figure(fig, tmp_path / f"{name}.png", tmp_path / f"{name}.pdf")
     rgb = check_image(png, size)
     assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 1000
     assert not list(tmp_path.glob(".*tmp*"))  # atomic writes leave no temporaries
@@ -119,7 +119,7 @@ def test_scatter_grid(synthetic, tmp_path):
     assert len(axes[3].lines) == 2  # fitted line and chance line
     rgb = save_and_check(fig, tmp_path, "scatter")
     for family in FAMILIES:
-        assert has_colour(rgb, plots.family_colour(family)), family
+        assert has_colour(rgb, family_colour(family)), family
 
 
 def test_scatter_grid_with_undefined_correlation(synthetic, tmp_path):
@@ -138,7 +138,7 @@ def test_spectra_figure(synthetic, tmp_path):
     assert ax.get_yscale() == "log"
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_legend() is not None
     first = ax.lines[0]
-    assert first.get_color() == plots.family_colour(spectra["family"].iloc[0])
+    assert first.get_color() == family_colour(spectra["family"].iloc[0])
     save_and_check(fig, tmp_path, "spectra")
 
 
@@ -166,21 +166,3 @@ def test_readout_figure(synthetic, tmp_path):
     assert labels == ["chance (0.125)", "cosine", "kNN", "local PCA"]
     assert ax.get_ylabel() == "binding accuracy (fraction correct)"
     save_and_check(fig, tmp_path, "readouts")
-
-
-def test_palette_is_okabe_ito_and_distinct():
-    okabe_ito = {
-        "#000000",
-        "#E69F00",
-        "#56B4E9",
-        "#009E73",
-        "#F0E442",
-        "#0072B2",
-        "#D55E00",
-        "#CC79A7",
-    }
-    families = {f: c for f, c in plots.FAMILY_COLOURS.items() if f not in APART_FAMILIES}
-    colours = list(families.values())
-    assert set(colours) <= okabe_ito and len(set(colours)) == len(colours)
-    assert plots.FAMILY_COLOURS["control"] == "#999999"  # neutral grey, apart from the families
-    assert plots.family_colour("unknown") == "#000000"

@@ -11,16 +11,16 @@ import pytest
 from scipy import stats as sps
 
 from repdiag import stats
+from repdiag.common.tables import write_csv
 from repdiag.errors import ConfigError, StoreError
 from repdiag.report import (
     aggregate,
     collapse_layer,
-    depth_profile,
+    depth_table,
     paper_comparison,
     read_table,
     statistics_tables,
     summary_markdown,
-    write_table,
     zoo_curves,
 )
 from repdiag.stats_options import StatsSettings, check_stats_config
@@ -315,7 +315,7 @@ def test_statistics_tables_and_paper_comparison(fake_run, tmp_path):
     assert comparison.loc["number of models", "run_value"] == 8
     # Round trip through CSV, then the digest quotes the same numbers.
     for name in ("correlations", "ols", "paper_comparison"):
-        write_table(tmp_path / f"{name}.csv", tables[name])
+        write_csv(tables[name], tmp_path / f"{name}.csv")
     read_back = {
         name: read_table(tmp_path / f"{name}.csv")
         for name in ("correlations", "ols", "paper_comparison")
@@ -404,7 +404,7 @@ def _profile(per_image: np.ndarray) -> pd.DataFrame:
             "probe_set": ("image", ["binding"] * n_images),
         },
     )
-    depth = depth_profile(ds, "m", "vision_language")
+    depth = depth_table(ds, "m", "vision_language")
     return depth[(depth.formula == "pr") & (depth.probe_set == "binding")]
 
 

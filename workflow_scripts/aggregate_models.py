@@ -1,6 +1,7 @@
 """Rule aggregate_models: one row per model -> results/tables/{models,depth_profiles,spectra}.csv."""
 
-from repdiag.report import StatsSettings, aggregate, write_table
+from repdiag.common.tables import write_csv
+from repdiag.report import StatsSettings, aggregate
 from repdiag.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -17,6 +18,6 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     zoo_meta = dict(zip(snakemake.params.zoo_models, snakemake.input.zoo_meta, strict=True))
     result = aggregate(models, metrics, jacobians, settings, zoo_meta)
     log.info("aggregated %d models, %d depth rows", len(result.models), len(result.depth))
-    write_table(snakemake.output.models, result.models)
-    write_table(snakemake.output.depth, result.depth)
-    write_table(snakemake.output.spectra, result.spectra)
+    write_csv(result.models, snakemake.output.models)
+    write_csv(result.depth, snakemake.output.depth)
+    write_csv(result.spectra, snakemake.output.spectra)

@@ -1,12 +1,13 @@
 """Per-run table and the summary table (mean, spread, gaps between architectures) (rule cifar_tables)."""
 
-from repdiag.cifar.report import runs_table, summary_table, write_csv
+from repdiag.cifar.report import runs_table, summary_table
+from repdiag.common.tables import write_csv
 from repdiag.runtime import script_logging
 from repdiag.store import read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     runs = runs_table([read_json(path) for path in snakemake.input.runs])
     summary = summary_table(runs, snakemake.params.architectures, snakemake.params.regimes)
-    write_csv(runs, snakemake.output.runs)
-    write_csv(summary, snakemake.output.table)
+    write_csv(runs, snakemake.output.runs, float_format="%.6g")
+    write_csv(summary, snakemake.output.table, float_format="%.6g")
     log.info("%d runs -> %d summary rows", len(runs), len(summary))

@@ -1,6 +1,7 @@
 """Rule plot_depth_profiles: mean JER per layer against relative depth, one line per model."""
 
-from repdiag.plots import depth_figure, save_figure
+from repdiag.common.figures import save_figure
+from repdiag.plots import depth_figure
 from repdiag.report import read_table
 from repdiag.runtime import script_logging
 

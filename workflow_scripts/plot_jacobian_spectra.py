@@ -1,6 +1,7 @@
 """Rule plot_jacobian_spectra: normalised singular value spectra at each model's final layer."""
 
-from repdiag.plots import save_figure, spectra_figure
+from repdiag.common.figures import save_figure
+from repdiag.plots import spectra_figure
 from repdiag.report import read_table
 from repdiag.runtime import script_logging
 

@@ -1,6 +1,7 @@
 """Rule plot_metric_scatter: every metric against binding accuracy, one panel each."""
 
-from repdiag.plots import save_figure, scatter_grid
+from repdiag.common.figures import save_figure
+from repdiag.plots import scatter_grid
 from repdiag.report import StatsSettings, headline_metrics, read_table
 from repdiag.runtime import script_logging
 

@@ -1,6 +1,7 @@
 """Rule plot_readouts: binding accuracy per model for cosine, kNN and local PCA, chance line."""
 
-from repdiag.plots import readout_figure, save_figure
+from repdiag.common.figures import save_figure
+from repdiag.plots import readout_figure
 from repdiag.report import read_table
 from repdiag.runtime import script_logging
 

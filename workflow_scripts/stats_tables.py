@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from repdiag.report import StatsSettings, read_table, statistics_tables, write_table
+from repdiag.common.tables import write_csv
+from repdiag.report import StatsSettings, read_table, statistics_tables
 from repdiag.runtime import script_logging
 from repdiag.store import write_text
 
@@ -16,6 +17,6 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     tables = statistics_tables(models, depth, settings)
     for name, table in tables.items():
         if isinstance(table, pd.DataFrame):
-            write_table(snakemake.output[name], table)
+            write_csv(table, snakemake.output[name])
         else:
             write_text(snakemake.output[name], table)

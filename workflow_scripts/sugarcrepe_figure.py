@@ -1,7 +1,7 @@
 """Rule sugarcrepe_figure: JER against SugarCrepe accuracy, raw and given zero-shot accuracy."""
 
+from repdiag.common.figures import save_figure
 from repdiag.metrics.sugarcrepe_report import sugarcrepe_figure
-from repdiag.plots import save_figure
 from repdiag.report import metric_label, read_table
 from repdiag.runtime import script_logging
 

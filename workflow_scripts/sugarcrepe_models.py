@@ -1,10 +1,11 @@
 """Rule sugarcrepe_models: results/tables/models.csv joined with the SugarCrepe accuracies."""
 
+from repdiag.common.tables import write_csv
 from repdiag.metrics.sugarcrepe_report import join_models
-from repdiag.report import read_table, write_table
+from repdiag.report import read_table
 from repdiag.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads):
     models = read_table(snakemake.input.models)
     table = read_table(snakemake.input.table)
-    write_table(snakemake.output[0], join_models(models, table, snakemake.params.headline))
+    write_csv(join_models(models, table, snakemake.params.headline), snakemake.output[0])

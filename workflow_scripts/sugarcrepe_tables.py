@@ -1,12 +1,13 @@
 """Rule sugarcrepe_tables: per-model SugarCrepe JSON + Jacobian stores -> accuracy and partial tables."""
 
+from repdiag.common.tables import write_csv
 from repdiag.metrics.sugarcrepe_report import (
     model_jer,
     partial_correlations,
     read_result,
     sugarcrepe_table,
 )
-from repdiag.report import StatsSettings, write_table
+from repdiag.report import StatsSettings
 from repdiag.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -19,5 +20,5 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     }
     log.info("SugarCrepe over %d models; %s: %s", len(results), settings.jer_column, jer)
     table = sugarcrepe_table(results, jer, snakemake.params.zero_shot)
-    write_table(snakemake.output.table, table)
-    write_table(snakemake.output.partial, partial_correlations(table, settings))
+    write_csv(table, snakemake.output.table)
+    write_csv(partial_correlations(table, settings), snakemake.output.partial)

@@ -32,14 +32,10 @@ import numpy as np
 import pandas as pd
 
 from repdiag.cifar.regimes import regime_label
-from repdiag.plots import save_figure
+from repdiag.common.figures import OKABE_ITO, save_figure
 
-ARCHITECTURE_COLOURS = {  # Okabe-Ito (colour-blind safe)
-    "resnet18": "#0072B2",  # blue
-    "vit": "#E69F00",  # orange
-    "mlp": "#009E73",  # bluish green
-}
-PAIR_COLOURS = ("#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+ARCHITECTURE_COLOURS = {"resnet18": OKABE_ITO[4], "vit": OKABE_ITO[0], "mlp": OKABE_ITO[2]}
+PAIR_COLOURS = tuple(OKABE_ITO[i] for i in (6, 5, 1, 3, 7))
 ARCHITECTURE_LABELS = {"resnet18": "ResNet-18", "vit": "ViT (4x4 patches)", "mlp": "MLP"}
 RUN_COLUMNS = (
     "run",
@@ -183,14 +179,6 @@ def summary_table(
     ]
     table["rank"] = table["rank"].astype("Int64")
     return table[list(SUMMARY_COLUMNS)]
-
-
-def write_csv(table: pd.DataFrame, path: str | Path) -> None:
-    """CSV with a header, NaN as an empty cell, written atomically."""
-    from repdiag.store import atomic_path
-
-    with atomic_path(path) as tmp:
-        table.to_csv(tmp, index=False, na_rep="", float_format="%.6g")
 
 
 def plot_cifar(

@@ -44,7 +44,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from repdiag.metrics.readouts import wilson_interval
+from repdiag.common.intervals import wilson_interval
 
 DEFAULT_CS = (0.001, 0.01, 0.1, 1.0, 10.0)
 TOL = 1e-5

@@ -48,8 +48,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtri
 
+from repdiag.common.intervals import wilson_interval
 from repdiag.metrics.geometry import knn_indices
 from repdiag.registry import Registry
 
@@ -230,21 +230,6 @@ def hit_credit(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
         at_top = valid & ((scores == top) | (scores >= top - tolerance))
     n_top = at_top.sum(axis=1)
     return at_top[np.arange(n_q), correct_index] / np.maximum(n_top, 1)
-
-
-def wilson_interval(hits: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (Wilson 1927), no continuity correction.
-
-    centre = (h + z^2/2) / (n + z^2), half-width = z / (n + z^2) * sqrt(h (n - h) / n + z^2 / 4);
-    identical to ``scipy.stats.binomtest(h, n).proportion_ci(method="wilson")`` for integer
-    ``h``. A float ``h`` (expected hits under tie credit) goes through the same closed form.
-    """
-    if n <= 0 or not 0 <= hits <= n:
-        raise ValueError(f"a binomial interval needs 0 <= hits <= n and n > 0, got {hits}/{n}")
-    z = float(ndtri(0.5 + confidence / 2.0))
-    centre = (hits + z * z / 2.0) / (n + z * z)
-    half = z / (n + z * z) * np.sqrt(hits * (n - hits) / n + z * z / 4.0)
-    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
 
 
 def binding_accuracy(

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from scipy.special import ndtri
 from torch import nn
 
+from repdiag.common.intervals import wilson_interval
 from repdiag.data.sugarcrepe import (
     CATEGORIES,
     Example,
@@ -46,7 +47,7 @@ from repdiag.data.sugarcrepe import (
 )
 from repdiag.encoders.preprocess import Preprocess, from_open_clip
 from repdiag.errors import ConfigError, EncoderError
-from repdiag.metrics.readouts import CI_METHOD, wilson_interval
+from repdiag.metrics.readouts import CI_METHOD
 from repdiag.runtime import Progress
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def _open_clip_model(key: str, entry: Mapping[str, Any], seed: int) -> ImageText
     """The whole open_clip model (both towers), as the encoder registry builds its image tower."""
     import open_clip
 
-    from repdiag.encoders.registry import resolve_open_clip_pretrained
+    from repdiag.encoders.registry import create_open_clip, resolve_open_clip_pretrained
 
     name, kwargs = str(entry["id"]), dict(entry.get("kwargs") or {})
     if name not in open_clip.list_models():
@@ -126,7 +127,7 @@ def _open_clip_model(key: str, entry: Mapping[str, Any], seed: int) -> ImageText
     try:
         with torch.random.fork_rng(devices=[]):  # random weights are a function of the seed
             torch.manual_seed(seed)
-            model = open_clip.create_model(name, pretrained=pretrained, **kwargs)
+            model = create_open_clip(key, name, pretrained, kwargs)
         tokenizer = open_clip.get_tokenizer(name)
     except EncoderError:
         raise

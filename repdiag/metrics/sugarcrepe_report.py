@@ -21,7 +21,7 @@ import pandas as pd
 from repdiag import stats
 from repdiag.data.sugarcrepe import CATEGORIES
 from repdiag.errors import ConfigError, StoreError
-from repdiag.report import depth_profile, jer_columns, read_jacobians
+from repdiag.report import depth_table, jer_columns, read_jacobians
 from repdiag.stats_options import StatsSettings
 from repdiag.store import read_json
 
@@ -62,7 +62,7 @@ def read_result(path: str | Path) -> dict[str, Any]:
 def model_jer(path: str | Path, model: str, family: str, settings: StatsSettings) -> float:
     """The model's headline JER (``settings.jer_column``) from its Jacobian store."""
     ds = read_jacobians(path, settings.jer_formula)
-    profile = depth_profile(ds, model, family, path=path, confidence=settings.confidence)
+    profile = depth_table(ds, model, family, path=path, confidence=settings.confidence)
     return jer_columns(profile, "final", settings.probe_set)[settings.jer_column]
 
 

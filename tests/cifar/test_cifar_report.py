@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from repdiag.cifar.report import plot_cifar, runs_table, summary_table, write_csv
+from repdiag.cifar.report import plot_cifar, runs_table, summary_table
+from repdiag.common.tables import write_csv
 
 ARCHS = ["resnet18", "vit", "mlp"]
 REGIMES = ["all", "crop_only", "no_crop"]
@@ -115,7 +116,7 @@ def test_runs_table_and_csv_round_trip(tmp_path: Path) -> None:
     runs = runs_table([record])
     assert runs.loc[0, "probe_wall_s"] == 1.5 and runs.loc[0, "accuracy"] == 0.5
     table = summary_table(_runs(seeds=(0,)), ARCHS, REGIMES)
-    write_csv(table, tmp_path / "t.csv")
+    write_csv(table, tmp_path / "t.csv", float_format="%.6g")
     text = (tmp_path / "t.csv").read_text().splitlines()
     assert text[0].startswith("kind,regime,regime_label,architecture,n_seeds,mean,std")
     back = pd.read_csv(tmp_path / "t.csv")

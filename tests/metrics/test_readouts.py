@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
+from repdiag.common.intervals import wilson_interval
 from repdiag.errors import RegistryError
 from repdiag.metrics import readouts as ro
 
@@ -212,7 +213,7 @@ def test_hand_made_three_way_tie_scores_one_third() -> None:
     candidates = np.array([[[1.0, 1.0, 0.0], [1.0, 0.0, 1.0], [1.0, -1.0, 0.0], [-1.0, 0, 0]]])
     result = ro.binding_accuracy(query, candidates, np.array([1]))
     assert result["accuracy"] == pytest.approx(1 / 3) and result["hits"] == pytest.approx(1 / 3)
-    low, high = ro.wilson_interval(1 / 3, 1)
+    low, high = wilson_interval(1 / 3, 1)
     assert (result["ci_low"], result["ci_high"]) == (low, high)
 
 
@@ -252,37 +253,6 @@ def test_result_fields_and_interval_match_scipy() -> None:
     assert result["ci_low"] == pytest.approx(ci.low, abs=1e-12)
     assert result["ci_high"] == pytest.approx(ci.high, abs=1e-12)
     assert result["ci_low"] <= result["accuracy"] <= result["ci_high"]
-
-
-@pytest.mark.parametrize(("hits", "n"), [(0, 10), (10, 10), (3, 17), (500, 1000)])
-def test_wilson_interval_matches_scipy(hits: int, n: int) -> None:
-    ci = binomtest(hits, n).proportion_ci(method="wilson")
-    low, high = ro.wilson_interval(hits, n)
-    assert (low, high) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
-    assert low <= hits / n <= high
-    low99, high99 = ro.wilson_interval(hits, n, 0.99)
-    assert low99 <= low and high <= high99  # a higher confidence level widens the interval
-    assert (low99, high99) != (low, high)
-
-
-@pytest.mark.parametrize(("hits", "n"), [(0.5, 1), (1 / 3, 10), (2.75, 17), (499.125, 1000)])
-def test_wilson_interval_at_non_integer_hits(hits: float, n: int) -> None:
-    """The bounds solve the Wilson score equation (p_hat - p)^2 = z^2 p (1 - p) / n."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    z, p_hat = norm.ppf(0.975), hits / n
-
-    def equation(p):
-        return (p_hat - p) ** 2 - z * z * p * (1 - p) / n
-
-    low, high = ro.wilson_interval(hits, n)
-    assert low == pytest.approx(brentq(equation, 0.0, p_hat), abs=1e-10)
-    assert high == pytest.approx(brentq(equation, p_hat, 1.0), abs=1e-10)
-    below, above = ro.wilson_interval(np.floor(hits), n), ro.wilson_interval(np.ceil(hits), n)
-    assert below[0] <= low <= above[0] and below[1] <= high <= above[1]
-    with pytest.raises(ValueError, match="0 <= hits <= n"):
-        ro.wilson_interval(n + 0.5, n)
 
 
 def test_candidate_order_does_not_matter(task) -> None:

@@ -45,7 +45,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from repdiag.plots import save_figure
+from repdiag.common.figures import save_figure
 
 REPO = Path(__file__).resolve().parents[2]
 ENCODING = {"emb_final": {"chunks": (2, 4)}, "labels": {"chunks": (3,)}}

@@ -10,9 +10,10 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
+from repdiag.common.figures import save_figure
+from repdiag.common.intervals import wilson_interval
 from repdiag.data.sugarcrepe import CATEGORIES
 from repdiag.errors import ConfigError, StoreError
-from repdiag.metrics.readouts import wilson_interval
 from repdiag.metrics.sugarcrepe_report import (
     TABLE_COLUMNS,
     join_models,
@@ -22,7 +23,6 @@ from repdiag.metrics.sugarcrepe_report import (
     sugarcrepe_figure,
     sugarcrepe_table,
 )
-from repdiag.plots import save_figure
 from repdiag.stats_options import StatsSettings
 from repdiag.store import write_json
 from tests.stats_fakes import fake_jacobian_store

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from repdiag.common.intervals import wilson_interval
 from repdiag.data.sugarcrepe import CATEGORIES
-from repdiag.metrics.readouts import wilson_interval
 from tests.conftest import REPO, copy_workflow, snakemake
 from tests.sugarcrepe.fixture import make_sugarcrepe
 

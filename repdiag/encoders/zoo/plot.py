@@ -10,20 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from repdiag.common.figures import family_colour, save_figure
 from repdiag.errors import StoreError
-from repdiag.store import atomic_path
-
-# Okabe & Ito (2008) colour-blind-safe palette, one colour per objective family.
-FAMILY_COLOURS = {
-    "variance_decorrelation": "#0072B2",
-    "masked_modeling": "#E69F00",
-    "clustering_distillation": "#009E73",
-    "contrastive": "#CC79A7",
-    "vision_language": "#D55E00",
-    "supervised": "#56B4E9",  # as in repdiag.plots
-    "control": "#999999",  # grey: controls, apart from the families
-    "binding_supervised": "#F0E442",  # yellow, as in repdiag.plots
-}
 
 
 def read_curve(path: str | os.PathLike[str]) -> np.ndarray:
@@ -81,7 +69,7 @@ def plot_curves(
         ax.set_visible(False)
     for ax, run in zip(axes.flat, runs, strict=False):
         meta, loss = metas[run], curves[run]
-        colour = FAMILY_COLOURS.get(meta.get("family", ""), "#56B4E9")
+        colour = family_colour(meta.get("family", ""))
         steps = np.arange(len(loss))
         ax.plot(
             steps,
@@ -111,10 +99,7 @@ def plot_curves(
         ax.set_ylabel("training loss (objective's units)")
         ax.grid(alpha=0.3)
     families = sorted({metas[r].get("family", "") for r in runs})
-    handles = [
-        Line2D([], [], color=FAMILY_COLOURS.get(f, "#56B4E9"), linewidth=2, label=f)
-        for f in families
-    ]
+    handles = [Line2D([], [], color=family_colour(f), linewidth=2, label=f) for f in families]
     handles.append(Line2D([], [], color="grey", alpha=0.4, linewidth=0.8, label="per step"))
     handles.append(Line2D([], [], color="grey", linewidth=2, label="moving average"))
     handles.append(
@@ -127,7 +112,4 @@ def plot_curves(
         "Embedded zoo: training loss per run (title: learning check, repdiag.encoders.zoo.learning)"
     )
     fig.tight_layout(rect=(0, 0.06 + 0.04 * (len(handles) > 4), 1, 1))
-    for path, fmt in ((png, "png"), (pdf, "pdf")):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=150)
-    plt.close(fig)
+    save_figure(fig, png, pdf)

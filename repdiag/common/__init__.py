@@ -1,0 +1,1 @@
+"""Helpers every study shares, written once: figures (palette, saving), tables and intervals."""

@@ -1,0 +1,54 @@
+"""One palette and one way to save a figure, for every study's plots.
+
+Colours are the Okabe-Ito palette (Okabe and Ito 2008), which stays distinguishable under the
+common colour-vision deficiencies; each objective family has one fixed colour in every figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repdiag.store import atomic_path
+
+DPI = 150
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+FAMILY_COLOURS = {
+    "variance_decorrelation": "#0072B2",  # blue
+    "masked_modeling": "#E69F00",  # orange
+    "clustering_distillation": "#009E73",  # bluish green
+    "contrastive": "#CC79A7",  # reddish purple
+    "vision_language": "#D55E00",  # vermillion
+    "supervised": "#56B4E9",  # sky blue
+    "other": "#000000",  # black
+    "control": "#999999",  # grey: controls, apart from the families
+    "binding_supervised": "#F0E442",  # yellow: told the answer, apart from the families
+}
+
+
+def family_colour(family: str) -> str:
+    """The fixed colour of an objective family (black for unknown families)."""
+    return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
+
+
+def cycle_colour(index: int) -> str:
+    """The ``index``-th Okabe-Ito colour, cycling: for series that are not objective families."""
+    return OKABE_ITO[index % len(OKABE_ITO)]
+
+
+def save_figure(fig: Any, *paths: str | Path, dpi: int = DPI) -> list[Path]:
+    """Write ``fig`` to each path (format from the suffix) atomically, then close it.
+
+    No ``bbox_inches="tight"``: a PNG is exactly ``figsize * dpi`` pixels, the same on every run.
+    """
+    import matplotlib.pyplot as plt
+
+    written = []
+    try:
+        for path in map(Path, paths):
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
+            written.append(path)
+    finally:
+        plt.close(fig)
+    return written

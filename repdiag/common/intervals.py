@@ -1,0 +1,44 @@
+"""Confidence intervals used by every study: a binomial proportion and a mean."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.stats as sps
+from scipy.special import ndtri
+
+NAN = math.nan
+
+
+def wilson_interval(hits: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (Wilson 1927), no continuity correction.
+
+    centre = (h + z^2/2) / (n + z^2), half-width = z / (n + z^2) * sqrt(h (n - h) / n + z^2 / 4);
+    identical to ``scipy.stats.binomtest(h, n).proportion_ci(method="wilson")`` for integer
+    ``h``. A float ``h`` (expected hits under tie credit) goes through the same closed form.
+    """
+    if n <= 0 or not 0 <= hits <= n:
+        raise ValueError(f"a binomial interval needs 0 <= hits <= n and n > 0, got {hits}/{n}")
+    z = float(ndtri(0.5 + confidence / 2.0))
+    centre = (hits + z * z / 2.0) / (n + z * z)
+    half = z / (n + z * z) * np.sqrt(hits * (n - hits) / n + z * z / 4.0)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def mean_interval(
+    values: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float, float]:
+    """Mean, sample SD and Student-t interval mean +- t_{1-a/2, n-1} SD / sqrt(n) of the finite
+    values (NaN for what n < 2 leaves undefined)."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    n = len(values)
+    if n == 0:
+        return NAN, NAN, NAN, NAN
+    mean = float(values.mean())
+    if n < 2:
+        return mean, NAN, NAN, NAN
+    sd = float(values.std(ddof=1))
+    half = float(sps.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n))
+    return mean, sd, mean - half, mean + half

@@ -1,0 +1,58 @@
+"""Intervals against scipy and closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+from scipy.stats import t as student_t
+
+from repdiag.common.intervals import mean_interval, wilson_interval
+
+
+@pytest.mark.parametrize(("hits", "n"), [(0, 10), (10, 10), (3, 17), (500, 1000)])
+def test_wilson_interval_matches_scipy(hits: int, n: int) -> None:
+    ci = binomtest(hits, n).proportion_ci(method="wilson")
+    low, high = wilson_interval(hits, n)
+    assert (low, high) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
+    assert low <= hits / n <= high
+    low99, high99 = wilson_interval(hits, n, 0.99)
+    assert low99 <= low and high <= high99  # a higher confidence level widens the interval
+    assert (low99, high99) != (low, high)
+
+
+@pytest.mark.parametrize(("hits", "n"), [(0.5, 1), (1 / 3, 10), (2.75, 17), (499.125, 1000)])
+def test_wilson_interval_at_non_integer_hits(hits: float, n: int) -> None:
+    """The bounds solve the Wilson score equation (p_hat - p)^2 = z^2 p (1 - p) / n."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    z, p_hat = norm.ppf(0.975), hits / n
+
+    def equation(p):
+        return (p_hat - p) ** 2 - z * z * p * (1 - p) / n
+
+    low, high = wilson_interval(hits, n)
+    assert low == pytest.approx(brentq(equation, 0.0, p_hat), abs=1e-10)
+    assert high == pytest.approx(brentq(equation, p_hat, 1.0), abs=1e-10)
+    below, above = wilson_interval(np.floor(hits), n), wilson_interval(np.ceil(hits), n)
+    assert below[0] <= low <= above[0] and below[1] <= high <= above[1]
+    with pytest.raises(ValueError, match="0 <= hits <= n"):
+        wilson_interval(n + 0.5, n)
+
+
+def test_mean_interval_is_the_student_t_interval_of_the_finite_values() -> None:
+    values = np.array([1.0, 2.0, 4.0, np.nan, 7.0])
+    mean, sd, low, high = mean_interval(values)
+    finite = np.array([1.0, 2.0, 4.0, 7.0])
+    half = student_t.ppf(0.975, 3) * finite.std(ddof=1) / 2.0
+    assert (mean, sd) == (pytest.approx(3.5), pytest.approx(finite.std(ddof=1)))
+    assert (low, high) == (pytest.approx(3.5 - half), pytest.approx(3.5 + half))
+
+
+def test_mean_interval_is_undefined_below_two_values() -> None:
+    mean, sd, low, high = mean_interval(np.array([2.0]))
+    assert mean == 2.0 and all(math.isnan(v) for v in (sd, low, high))
+    assert all(math.isnan(v) for v in mean_interval(np.array([])))
