@@ -11,7 +11,7 @@ SNAKEMAKE_ARGS ?=
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slurm setup lint format clean-results
+.PHONY: run test test-slurm setup lint format docs clean-results
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ format: setup
 	$(BIN)/ruff check --fix repdiag workflow_scripts tests benchmarks
 	$(BIN)/ruff format repdiag workflow_scripts tests benchmarks
 	$(BIN)/snakefmt Snakefile rules
+
+# docs/configuration.md from the schemas' descriptions (a test fails when it is stale).
+docs: setup
+	$(BIN)/python -m repdiag.schema_docs
 
 clean-results:
 	rm -rf results .snakemake/incomplete

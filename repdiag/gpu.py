@@ -66,7 +66,7 @@ def gpu_slot(
         return
     devices = visible_devices() if devices is None else devices
     if not devices:
-        log.info("no CUDA device visible: this GPU job runs on CPU")
+        log.debug("no CUDA device visible: no GPU slot to take")  # select_device logs the CPU fallback
         yield None
         return
     slot_dir = _slot_dir()
