@@ -1,4 +1,19 @@
-"""Identifiability training speed: steps/s per kind of grid cell and the projected grid time.
+"""Identifiability training speed: the project's loop against a plain PyTorch loop, steps/s per
+kind of grid cell and the projected grid time.
+
+Loop comparison (first table, ``--batches``, default 256 and 2000): for the config's MLP cell
+on the identity generator (restricted support, InfoNCE) and n anchors = n negatives = batch, in
+one process on one thread, the steps/s of
+
+* ``project``: the project's step (``contrastive_step_loss``: numpy sampling with exact vMF /
+  restricted positives, generator, encoder per view, matmul InfoNCE) plus Adam;
+* ``project, broadcast loss``: the same with the earlier elementwise loss
+  (``info_nce_broadcast``, an (n, M, d) product) swapped in;
+* ``plain``: a plain PyTorch loop with the same encoder, batch, negatives and loss value
+  (anchors and negatives torch-normal, normalised; positives normalise(z + 0.3 noise), i.e.
+  no exact vMF; logits by one matmul and ``F.cross_entropy``) plus Adam;
+
+and the ratios project / plain and project / broadcast.
 
 For each kind of cell in a config's identifiability grid (generator x sampling x encoder x loss
 x ratio; seed 0 stands for all seeds) this builds the cell exactly as ``run_cell`` does, times
@@ -19,17 +34,22 @@ core. On a shared machine the wall clock is inflated by the other load (printed)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import heapq
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import repdiag.contrastive.train as train_module
 from repdiag.config import load_config
+from repdiag.contrastive.losses import info_nce_broadcast
 from repdiag.contrastive.study import build_cell, cell_params, grid_cells
-from repdiag.contrastive.train import contrastive_step_loss, encode_latents
+from repdiag.contrastive.train import contrastive_step_loss, encode_latents, encode_views
 from repdiag.data.sphere import sample_uniform
 from repdiag.metrics.identifiability import identifiability_metrics
 
@@ -89,6 +109,63 @@ def measure(params: dict, steps: int, warmup: int) -> dict:
     }
 
 
+@contextlib.contextmanager
+def broadcast_loss() -> Iterator[None]:
+    """The training step with the earlier elementwise InfoNCE instead of the matmul form."""
+    saved = train_module.info_nce
+    train_module.info_nce = info_nce_broadcast
+    try:
+        yield
+    finally:
+        train_module.info_nce = saved
+
+
+def _steps_per_s(step: Callable[[], None], steps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    start = time.process_time()
+    for _ in range(steps):
+        step()
+    return steps / (time.process_time() - start)
+
+
+def compare_loops(section: dict, batch: int, steps: int, warmup: int) -> dict[str, float]:
+    """Steps/s (CPU time) of the project's loop, the same with the broadcast loss, and a plain loop."""
+    section = copy.deepcopy(section)
+    section["train"] = {**section["train"], "batch_size": batch}
+    section["loss"] = {**section["loss"], "n_negatives": batch}
+    params = cell_params(section, "identity-restricted-mlp-infonce-s0")
+    settings, generator, encoder = build_cell(params)
+    encoder.train()
+    optimiser = torch.optim.Adam(encoder.parameters(), lr=settings.lr)
+    rng = np.random.default_rng(0)
+
+    def project_step() -> None:
+        loss = contrastive_step_loss(encoder, generator, settings, rng, "cpu")
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+
+    def plain_step() -> None:
+        z = torch.nn.functional.normalize(torch.randn(batch, 3), dim=1)
+        z_pos = torch.nn.functional.normalize(z + 0.3 * torch.randn(batch, 3), dim=1)
+        z_neg = torch.nn.functional.normalize(torch.randn(batch, 3), dim=1)
+        with torch.no_grad():
+            views = [generator(z), generator(z_pos), generator(z_neg)]
+        a, p, n = (torch.nn.functional.normalize(h, dim=1) for h in encode_views(encoder, views))
+        logits = torch.cat([(a * p).sum(1, keepdim=True), a @ n.T], 1) / settings.temperature
+        loss = torch.nn.functional.cross_entropy(logits, torch.zeros(batch, dtype=torch.long))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+
+    project = _steps_per_s(project_step, steps, warmup)
+    with broadcast_loss():
+        broadcast = _steps_per_s(project_step, steps, warmup)
+    plain = _steps_per_s(plain_step, steps, warmup)
+    return {"project": project, "broadcast": broadcast, "plain": plain}
+
+
 def schedule(durations: list[float], jobs: int) -> float:
     """Makespan of longest-first list scheduling on ``jobs`` identical workers."""
     workers = [0.0] * jobs
@@ -106,9 +183,27 @@ def main() -> None:
     parser.add_argument(
         "--job-overhead", type=float, default=4.0, help="CPU s per job outside training"
     )
+    parser.add_argument(
+        "--batches", type=int, nargs="*", default=[256, 2000], help="loop comparison batches"
+    )
+    parser.add_argument("--compare-steps", type=int, default=20, help="timed steps per loop")
+    parser.add_argument("--no-grid", action="store_true", help="only the loop comparison")
     args = parser.parse_args()
     torch.set_num_threads(1)
     section = load_config(args.config)["identifiability"]
+    mlp = section["encoders"]["mlp"]
+    print(f"loop comparison: MLP {mlp['variant']} {mlp['hidden']}, identity, restricted, "
+          f"InfoNCE, negatives = batch; steps/s in CPU time, 1 torch thread")  # fmt: skip
+    print(f"{'batch':>6}{'project':>10}{'broadcast':>11}{'plain':>9}"
+          f"{'project/plain':>15}{'project/broadcast':>19}")  # fmt: skip
+    for batch in args.batches:
+        r = compare_loops(section, batch, args.compare_steps, 3)
+        print(f"{batch:>6}{r['project']:>10.1f}{r['broadcast']:>11.1f}{r['plain']:>9.1f}"
+              f"{r['project'] / r['plain']:>14.2f}x{r['project'] / r['broadcast']:>18.2f}x",
+              flush=True)  # fmt: skip
+    if args.no_grid:
+        return
+    print()
     cells = grid_cells(section)
     kinds: dict[str, list] = {}
     for cell in cells:

@@ -1,10 +1,16 @@
 """Encoders f for the identifiability study: a low-bias MLP and one inverse model per generator.
 
-The recovered map is h = f(g(z)). The MLP (low inductive bias) can represent almost any map; an
+The recovered map is h = f(g(z)). The MLPs (low inductive bias) can represent almost any map; an
 inverse-model encoder (high inductive bias) has the functional form of g^-1 with learnable
 parameters, so that with the true parameters (:meth:`InverseEncoder.exact`) f(g(z)) = z exactly.
 Every encoder projects its output onto the unit sphere when ``normalize`` is set, since the
 latents live on S^(d-1).
+
+Two MLP variants (:data:`MLP_VARIANTS`): ``paper``, the encoder of Zimmermann et al. (2021) and
+of the public code of the paper's authors (the default), and ``small``, the project's earlier
+three-layer leaky-ReLU MLP. An encoder whose ``separate_views`` is true is called once per view
+(anchors, positives, negatives) by the training loop, so that its BatchNorm statistics are
+those of one view.
 """
 
 from __future__ import annotations
@@ -33,7 +39,10 @@ def _project(h: torch.Tensor, normalize: bool) -> torch.Tensor:
 
 
 class MLPEncoder(nn.Module):
-    """f(x) = normalise(BN(W_L s(... s(W_1 x + b_1)) + b_L)), s = leaky ReLU: the low-bias encoder.
+    """f(x) = normalise(BN(W_L s(... s(W_1 x + b_1)) + b_L)), s = leaky ReLU: the ``small`` variant.
+
+    The project's first low-bias encoder (hidden 128-128-128, about 3.5e4 parameters); all views
+    go through it in one pass (``separate_views`` false), as before.
 
     BN is a batch normalisation without affine parameters (batch statistics in training, running
     ones in evaluation) before the projection onto the sphere. Without it a freshly initialised
@@ -42,6 +51,8 @@ class MLPEncoder(nn.Module):
     converges to a folded, non-injective solution (R^2 ~ 2/3 on every seed we tried). Centring
     the pre-projection output starts it around the origin, so a bijective solution is reachable.
     """
+
+    separate_views = False
 
     def __init__(
         self,
@@ -63,6 +74,52 @@ class MLPEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _project(self.centre(self.net(x)), self.normalize)
+
+
+PAPER_HIDDEN = (128, 256, 256, 256, 128)
+
+
+class PaperMLPEncoder(nn.Module):
+    """f(x) = normalise(W_6 b_5(... b_1(x)) + c_6), b_l(x) = BN_l(ReLU(W_l x + c_l)).
+
+    The low-inductive-bias encoder of Zimmermann et al. (2021, "Contrastive learning inverts the
+    data generating process", their synthetic MLP) as used by the paper's authors: hidden widths
+    128-256-256-256-128, each Linear -> ReLU -> BatchNorm1d with affine parameters, then
+    Linear -> out_dim and L2 normalisation (about 2.0e5 parameters for d = 3). ``separate_views``:
+    anchors, positives and negatives pass through it separately, so each BatchNorm normalises
+    with the statistics of one view (training mode; running statistics in evaluation).
+    """
+
+    separate_views = True
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int = 3,
+        hidden: Sequence[int] = PAPER_HIDDEN,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for a, b in itertools.pairwise([in_dim, *hidden]):
+            layers += [nn.Linear(a, b), nn.ReLU(), nn.BatchNorm1d(b, affine=True)]
+        layers.append(nn.Linear(hidden[-1] if hidden else in_dim, out_dim))
+        self.net = nn.Sequential(*layers)
+        self.normalize = normalize
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _project(self.net(x), self.normalize)
+
+
+def paper_mlp_parameter_count(in_dim: int, out_dim: int, hidden: Sequence[int]) -> int:
+    """sum_l (w_(l-1) + 1) w_l + 2 w_l over hidden layers (Linear weight, bias; BN scale, shift)
+    plus (w_L + 1) out_dim for the output layer, with w_0 = in_dim."""
+    widths = [in_dim, *hidden]
+    hidden_count = sum((a + 1) * b + 2 * b for a, b in itertools.pairwise(widths))
+    return hidden_count + (widths[-1] + 1) * out_dim
+
+
+MLP_VARIANTS = {"paper": PaperMLPEncoder, "small": MLPEncoder}
 
 
 class InverseEncoder(nn.Module):
@@ -274,17 +331,28 @@ def build_encoder(
     *,
     seed: int,
     normalize: bool = True,
-    hidden: Sequence[int] = (128, 128, 128),
+    hidden: Sequence[int] | None = None,
+    variant: str = "paper",
     patches_sharpness: float = 100.0,
     patches_sharpness_start: float = 2.0,
 ) -> nn.Module:
-    """``kind`` = "mlp" (MLPEncoder) or "inverse" (the registered inverse model of ``generator``).
+    """``kind`` = "mlp" (the MLP ``variant`` of :data:`MLP_VARIANTS`) or "inverse" (the
+    registered inverse model of ``generator``). ``hidden`` defaults to the variant's widths.
 
     Initial weights come from ``torch.manual_seed(seed)`` so a cell is reproducible.
     """
+    from repdiag.errors import ConfigError
+
     torch.manual_seed(seed)
     if kind == "mlp":
-        return MLPEncoder(generator.out_dim, generator.latent_dim, hidden, normalize)
+        if variant not in MLP_VARIANTS:
+            raise ConfigError(
+                f"identifiability.encoders.mlp.variant must be one of {sorted(MLP_VARIANTS)}, "
+                f"got {variant!r}"
+            )
+        if hidden is None:
+            hidden = PAPER_HIDDEN if variant == "paper" else (128, 128, 128)
+        return MLP_VARIANTS[variant](generator.out_dim, generator.latent_dim, hidden, normalize)
     if kind == "inverse":
         cls = INVERSE_ENCODERS.get(generator.name)
         options = (
@@ -293,6 +361,4 @@ def build_encoder(
             else {}
         )
         return cls.random(generator, normalize=normalize, **options)
-    from repdiag.errors import ConfigError
-
     raise ConfigError(f"identifiability encoder kind must be 'mlp' or 'inverse', got {kind!r}")

@@ -116,9 +116,12 @@ def cell_params(section: Mapping[str, Any], name: str) -> dict[str, Any]:
     encoders = section["encoders"]
     encoder: dict[str, Any] = {"kind": cell.encoder, "normalize": encoders["normalize"]}
     if cell.encoder == "mlp":
-        encoder |= {"hidden": list(encoders["mlp"]["hidden"]), "lr": encoders["mlp"]["lr"]}
+        mlp = encoders["mlp"]
+        encoder |= {"variant": mlp["variant"], "hidden": list(mlp["hidden"]), "lr": mlp["lr"]}
+        encoder["lr_schedule"] = mlp["lr_schedule"]
     else:
         encoder["lr"] = encoders["inverse"]["lr"]
+        encoder["lr_schedule"] = encoders["inverse"]["lr_schedule"]
         if cell.generator == "patches":
             encoder["patches_sharpness"] = encoders["inverse"]["patches_sharpness"]
             encoder["patches_sharpness_start"] = encoders["inverse"]["patches_sharpness_start"]
@@ -156,6 +159,7 @@ def train_settings(params: Mapping[str, Any]) -> Any:
         steps=train["steps"],
         batch_size=train["batch_size"],
         log_every=train["log_every"],
+        lr_schedule=params["encoder"].get("lr_schedule", "cosine"),
         lr=params["encoder"]["lr"],
         n_negatives=loss["n_negatives"],
         temperature=loss["temperature"],
@@ -182,6 +186,8 @@ def build_cell(params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     options = {k: enc[k] for k in ("patches_sharpness", "patches_sharpness_start") if k in enc}
     if "hidden" in enc:
         options["hidden"] = tuple(enc["hidden"])
+    if "variant" in enc:
+        options["variant"] = enc["variant"]
     encoder = build_encoder(
         enc["kind"], generator, seed=seed, normalize=enc["normalize"], **options
     )

@@ -5,7 +5,9 @@ restricted support), M negatives (uniform and shared, or, for the support-correc
 fraction ``ratio`` drawn on the anchor's sub-manifold and shared within its group of anchors),
 maps everything through the frozen generator and the encoder, and takes one Adam step on the
 loss. The learning rate follows a cosine decay
-to zero over the run.
+to zero over the run (``lr_schedule`` "cosine") or stays constant ("constant", the setting of
+Zimmermann et al. 2021). Encoders with ``separate_views`` (the paper's MLP) see anchors,
+positives and negatives in separate passes (:func:`encode_views`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from repdiag.runtime import Progress
 log = logging.getLogger(__name__)
 
 LOSSES = ("infonce", "support_corrected")
+LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +54,14 @@ class TrainSettings:
     n_fixed: int = 1
     group_size: int = 32
     log_every: int = 50
+    lr_schedule: str = "cosine"
 
     def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"identifiability.train.lr_schedule must be one of {LR_SCHEDULES}, "
+                f"got {self.lr_schedule!r}"
+            )
         if self.loss not in LOSSES:
             raise ConfigError(f"identifiability loss must be one of {LOSSES}, got {self.loss!r}")
         if self.loss == "infonce" and self.ratio != 0.0:
@@ -123,21 +132,33 @@ def contrastive_step_loss(
         batch.append(
             sample_submanifold_uniform(centres, settings.n_fixed, n_con, rng).reshape(-1, dim)
         )
-    sizes = [len(part) for part in batch]
+    device = torch.device(device)
     with torch.no_grad():
-        x = generator(_tensor(np.concatenate(batch), torch.device(device)))
-    h = torch.split(encoder(x), sizes)
+        xs = [generator(_tensor(part, device)) for part in batch]
+    h = encode_views(encoder, xs)
     if settings.loss == "infonce":
         return info_nce(h[0], h[1], h[2], settings.temperature, settings.similarity)
     width = h[0].shape[1]
-    if n_con:
-        per_group = h[3].reshape(-1, n_con, width)
-        constrained = per_group.repeat_interleave(settings.group_size, dim=0)
+    if n_con:  # (groups, Mc, d): shared by the group_size consecutive anchors of each group
+        constrained = h[3].reshape(-1, n_con, width)
     else:
         constrained = h[0].new_zeros((settings.batch_size, 0, width))
     return support_corrected_info_nce(
         h[0], h[1], constrained, h[2], settings.temperature, settings.similarity
     )
+
+
+def encode_views(encoder: nn.Module, views: list[torch.Tensor]) -> list[torch.Tensor]:
+    """f applied to each view: one pass per view when ``encoder.separate_views`` (BatchNorm
+    statistics per view, as in the paper's encoder), else one pass over their concatenation.
+
+    The views must not all be empty."""
+    if getattr(encoder, "separate_views", False):
+        outputs = {i: encoder(x) for i, x in enumerate(views) if len(x)}
+        width = next(iter(outputs.values())).shape[1]
+        # an empty view (no uniform negatives at ratio 1) has no batch statistics: skip it
+        return [outputs.get(i, x.new_zeros((0, width))) for i, x in enumerate(views)]
+    return list(torch.split(encoder(torch.cat(views)), [len(x) for x in views]))
 
 
 def train_contrastive(
@@ -158,9 +179,12 @@ def train_contrastive(
     generator.to(device)
     rng = np.random.default_rng([seed, 23])
     optimiser = torch.optim.Adam(encoder.parameters(), lr=settings.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / settings.steps))
-    )
+    if settings.lr_schedule == "cosine":
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimiser, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / settings.steps))
+        )
+    else:
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: 1.0)
     progress = Progress(settings.steps, "contrastive steps", logger=log)
     curve: list[tuple[int, float]] = []
     window: list[float] = []

@@ -8,8 +8,17 @@ All three take arrays of shape (n, d_h) and (n, d_z) with rows paired by sample.
   R^2 = (1/d_z) sum_j [1 - sum_i (z_ij - zhat_ij)^2 / sum_i (z_ij - mean_i z_ij)^2].
 * :func:`mcc` -- mean correlation coefficient: the mean of |corr(h_a, z_b)| over the one-to-one
   matching of dimensions that maximises it (Hungarian algorithm on the absolute Pearson matrix).
-* :func:`ape` -- angle preservation error: mean over pairs i < j of |<z_i, z_j> - <h_i, h_j>|;
-  zero exactly when f o g preserves inner products (an orthogonal map on the sphere).
+* :func:`ape` -- angle preservation error: mean over the n (n - 1) / 2 unordered pairs i < j
+  (diagonal excluded) of |<z_i, z_j> - <h_i, h_j>|; zero exactly when f o g preserves inner
+  products (an orthogonal map on the sphere). The paper's summary (``../shared/seeds/002``)
+  names APE without a formula; pairs i < j is the project's definition. The other common
+  reading, sum over all n^2 ordered pairs halved, (1 / (2 n^2)) sum_(i,j) |...|, equals
+  (n - 1) / (2 n) times ours, i.e. about half of it: compare APE across sources only after
+  checking which one they use.
+
+:func:`identifiability_metrics` also reports the held-out R^2 of each latent coordinate
+(``r2_z1`` ... ``r2_zd``), whose mean is ``r2``: under restricted support with z_1 fixed in
+positive pairs, a collapse keeps r2_z1 and loses the perturbed coordinates.
 """
 
 from __future__ import annotations
@@ -77,7 +86,7 @@ def mcc(h: np.ndarray, z: np.ndarray) -> float:
 
 
 def ape(h: np.ndarray, z: np.ndarray) -> float:
-    """Mean over pairs i < j of |<z_i, z_j> - <h_i, h_j>| (angle preservation error)."""
+    """APE = (2 / (n (n - 1))) sum_(i<j) |<z_i, z_j> - <h_i, h_j>| (module docstring)."""
     h, z = _paired(h, z)
     n = len(h)
     if n < 2:
@@ -89,11 +98,14 @@ def ape(h: np.ndarray, z: np.ndarray) -> float:
 def identifiability_metrics(
     h: np.ndarray, z: np.ndarray, train_fraction: float = 0.5, seed: int = 0
 ) -> dict[str, float]:
-    """{"r2", "mcc", "ape"}: R^2 from the split, MCC and APE on the held-out rows."""
+    """{"r2", "mcc", "ape", "r2_z1", ..., "r2_zd"}: R^2 (mean and per latent coordinate) from
+    the split, MCC and APE on the held-out rows."""
     h, z = _paired(h, z)
     train, test = split_indices(len(h), train_fraction, seed)
+    per_dim = r2_scores(h[train], z[train], h[test], z[test])
     return {
-        "r2": float(r2_scores(h[train], z[train], h[test], z[test]).mean()),
+        "r2": float(per_dim.mean()),
         "mcc": mcc(h[test], z[test]),
         "ape": ape(h[test], z[test]),
+        **{f"r2_z{j + 1}": float(value) for j, value in enumerate(per_dim)},
     }

@@ -12,9 +12,11 @@ from torch import nn
 from repdiag.contrastive.encoders import (
     INVERSE_ENCODERS,
     MLPEncoder,
+    PaperMLPEncoder,
     PatchesInverse,
     build_encoder,
 )
+from repdiag.contrastive.train import encode_views
 from repdiag.data.sphere import build_generator, sample_uniform
 from repdiag.errors import ConfigError
 
@@ -99,9 +101,9 @@ def test_patches_sharpness_anneals_geometrically() -> None:
 
 def test_mlp_encoder_outputs_unit_vectors_and_is_seeded() -> None:
     g = generator("linear")
-    f1 = build_encoder("mlp", g, seed=4, hidden=(16, 16))
-    f2 = build_encoder("mlp", g, seed=4, hidden=(16, 16))
-    assert isinstance(f1, MLPEncoder)
+    f1 = build_encoder("mlp", g, seed=4, hidden=(16, 16), variant="small")
+    f2 = build_encoder("mlp", g, seed=4, hidden=(16, 16), variant="small")
+    assert isinstance(f1, MLPEncoder) and not f1.separate_views
     x = g(latents(64))
     h = f1(x)
     assert h.shape == (64, 3)
@@ -114,3 +116,56 @@ def test_mlp_encoder_outputs_unit_vectors_and_is_seeded() -> None:
 def test_unknown_encoder_kind_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"mlp.*inverse"):
         build_encoder("transformer", generator("identity"), seed=0)
+
+
+def test_paper_mlp_is_the_default_with_its_widths_and_parameter_count() -> None:
+    """Hidden 128-256-256-256-128, Linear -> ReLU -> BatchNorm1d(affine), Linear -> 3:
+    sum (w_in + 1) w_out over the Linears + 2 w per BN = 200451 for in_dim 3 (201347 for 10)."""
+    f = build_encoder("mlp", generator("identity"), seed=0)
+    assert isinstance(f, PaperMLPEncoder) and f.separate_views
+    linears = [m for m in f.net if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [
+        (3, 128), (128, 256), (256, 256), (256, 256), (256, 128), (128, 3)
+    ]  # fmt: skip
+    kinds = [type(m).__name__ for m in f.net]
+    assert kinds == ["Linear", "ReLU", "BatchNorm1d"] * 5 + ["Linear"]
+    assert all(m.affine for m in f.net if isinstance(m, nn.BatchNorm1d))
+    by_hand = (
+        (3 + 1) * 128 + (128 + 1) * 256 + 2 * (256 + 1) * 256 + (256 + 1) * 128 + (128 + 1) * 3
+    )
+    by_hand += 2 * (128 + 256 + 256 + 256 + 128)
+    assert by_hand == 200451
+    assert sum(p.numel() for p in f.parameters()) == by_hand
+    linear = build_encoder("mlp", generator("linear"), seed=0)  # x in R^8 here
+    assert sum(p.numel() for p in linear.parameters()) == by_hand + 5 * 128
+    x = generator("identity")(latents(64))
+    h = f(x)
+    assert h.shape == (64, 3)
+    torch.testing.assert_close(h.norm(dim=1), torch.ones(64))
+
+
+def test_paper_mlp_batch_norm_statistics_are_per_view() -> None:
+    """encode_views passes each view alone: outputs equal f(view) in training mode, differ from
+    a joint pass, and the first BN's running mean is the momentum average of the view means."""
+    g = generator("identity")
+    f = build_encoder("mlp", g, seed=1, hidden=(16, 8))
+    f.train()
+    a = g(latents(32, seed=1))
+    b = g(latents(48, seed=2)) * 0.5 + 0.3  # a view with other statistics
+    first, bn = f.net[0], f.net[2]
+    with torch.no_grad():
+        mean_a, mean_b = (torch.relu(first(v)).mean(0) for v in (a, b))
+        views = encode_views(f, [a, b])
+        m = bn.momentum  # running mean starts at 0: after a then b it is (1 - m) m mu_a + m mu_b
+        expected = (1 - m) * m * mean_a + m * mean_b
+        torch.testing.assert_close(bn.running_mean, expected, atol=1e-6, rtol=0)
+        alone = [f(a), f(b)]
+        joint = f(torch.cat([a, b]))
+    torch.testing.assert_close(views[0], alone[0])
+    torch.testing.assert_close(views[1], alone[1])
+    assert (joint[:32] - views[0]).abs().max() > 1e-3
+
+
+def test_unknown_mlp_variant_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="variant"):
+        build_encoder("mlp", generator("identity"), seed=0, variant="huge")

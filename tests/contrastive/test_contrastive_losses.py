@@ -9,6 +9,7 @@ import torch
 
 from repdiag.contrastive.losses import (
     info_nce,
+    info_nce_broadcast,
     similarity,
     split_negatives,
     support_corrected_info_nce,
@@ -106,3 +107,51 @@ def test_invalid_ratio_and_temperature_are_config_errors() -> None:
     x = torch.ones(1, 2)
     with pytest.raises(ConfigError, match="temperature"):
         info_nce(x, x, x, 0.0)
+
+
+def _random(seed: int, *shapes: tuple[int, ...]) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
+
+
+@pytest.mark.parametrize("kind", ["cosine", "dot"])
+def test_matmul_info_nce_equals_the_broadcast_form(kind: str) -> None:
+    a, p, shared, per_anchor = _random(3, (64, 3), (64, 3), (50, 3), (64, 7, 3))
+    for negatives in (shared, per_anchor):
+        a_, p_ = a.clone().requires_grad_(), p.clone().requires_grad_()
+        matmul = info_nce(a_, p_, negatives, 0.3, kind)
+        matmul.backward()
+        a_ref, p_ref = a.clone().requires_grad_(), p.clone().requires_grad_()
+        broadcast = info_nce_broadcast(a_ref, p_ref, negatives, 0.3, kind)
+        broadcast.backward()
+        assert abs(matmul.item() - broadcast.item()) < 1e-6
+        torch.testing.assert_close(a_.grad, a_ref.grad, atol=1e-6, rtol=0)
+        torch.testing.assert_close(p_.grad, p_ref.grad, atol=1e-6, rtol=0)
+    # float32, as in training: still within 1e-6 of the broadcast form at n = M = 512
+    a32, p32, n32 = (t.float() for t in _random(4, (512, 3), (512, 3), (512, 3)))
+    assert (
+        abs(info_nce(a32, p32, n32, 0.3).item() - info_nce_broadcast(a32, p32, n32, 0.3).item())
+        < 1e-6
+    )
+
+
+def test_support_corrected_per_group_equals_the_broadcast_form() -> None:
+    """Per-group constrained negatives (G, Mc, d) equal per-anchor ones repeated over the group,
+    and the loss equals the broadcast InfoNCE over [constrained, uniform] per anchor."""
+    groups, size = 4, 8
+    a, p, con, uni = _random(5, (groups * size, 3), (groups * size, 3), (groups, 5, 3), (6, 3))
+    per_anchor = con.repeat_interleave(size, dim=0)
+    grouped = support_corrected_info_nce(a, p, con, uni, 0.3)
+    repeated = support_corrected_info_nce(a, p, per_anchor, uni, 0.3)
+    everything = torch.cat([per_anchor, uni.expand(groups * size, 6, 3)], dim=1)
+    reference = info_nce_broadcast(a, p, everything, 0.3)
+    assert abs(grouped.item() - reference.item()) < 1e-6
+    assert abs(repeated.item() - reference.item()) < 1e-6
+    only_constrained = support_corrected_info_nce(a, p, con, uni[:0], 0.3)
+    assert abs(only_constrained.item() - info_nce_broadcast(a, p, per_anchor, 0.3).item()) < 1e-6
+
+
+def test_per_group_negatives_must_divide_the_anchors() -> None:
+    a, p, con = _random(6, (6, 3), (6, 3), (4, 2, 3))
+    with pytest.raises(ValueError, match="groups"):
+        info_nce(a, p, con, 0.5)

@@ -87,8 +87,10 @@ def test_cell_params_hold_exactly_what_the_cell_uses() -> None:
     assert mlp_full["encoder"] == {
         "kind": "mlp",
         "normalize": True,
-        "hidden": [128, 128, 128],
-        "lr": 0.001,
+        "variant": "paper",
+        "hidden": [128, 256, 256, 256, 128],
+        "lr": 0.0001,
+        "lr_schedule": "constant",
     }
     assert "n_fixed" not in mlp_full["sampling"] and "ratio" not in mlp_full["loss"]
     inverse = cell_params(section, "patches-restricted-inverse-infonce-s0")
@@ -149,7 +151,7 @@ def tiny_params(name: str) -> dict:
 def test_run_cell_returns_the_record_and_curve(name: str) -> None:
     record, curve = run_cell(tiny_params(name))
     assert record["cell"] == name and record["steps"] == 4 and record["device"] == "cpu"
-    assert set(record["metrics"]) == {"r2", "mcc", "ape"}
+    assert set(record["metrics"]) == {"r2", "mcc", "ape", "r2_z1", "r2_z2", "r2_z3"}
     assert all(math.isfinite(v) for v in record["metrics"].values())
     assert [step for step, _ in curve] == [2, 4] and record["final_loss"] == curve[-1][1]
     assert record["params"]["cell"] == name
@@ -208,16 +210,51 @@ def test_aggregate_means_and_spreads_over_seeds(frame: pd.DataFrame) -> None:
 
 
 def test_paper_comparison_per_generator_and_overall(frame: pd.DataFrame) -> None:
-    paper = paper_comparison(frame).set_index(["claim", "generator"])
-    assert paper.loc[("mlp_diversity", "identity"), "measured_r2"] == pytest.approx(0.99)
-    assert paper.loc[("mlp_diversity", "all"), "measured_r2"] == pytest.approx(
+    table = paper_comparison(frame)
+    paper = table[table.reference.str.startswith("paper")].set_index(
+        ["claim", "generator", "ratio"]
+    )
+    nan = float("nan")
+    row = paper.loc[("mlp_diversity", "identity", nan)]
+    assert row.measured_r2 == pytest.approx(0.99) and row.r2_per_seed == "0.995 0.985"
+    assert row.seeds == "0 1" and (row.measured_r2_min, row.measured_r2_max) == (0.985, 0.995)
+    assert not row.holds and row.seeds_in_range == 1  # 0.985 < 0.99: not every seed agrees
+    assert paper.loc[("mlp_diversity", "all", nan), "measured_r2"] == pytest.approx(
         (0.995 + 0.985 + 1.0) / 3
     )
-    assert paper.loc[("mlp_diversity", "all"), "n_cells"] == 3
-    assert paper.loc[("mlp_violated", "identity"), "holds"]
-    assert not paper.loc[("inverse_violated", "identity"), "holds"]
-    assert paper.loc[("mlp_support_corrected", "identity"), "measured_r2"] == pytest.approx(0.62)
-    assert paper.loc[("mlp_support_corrected", "identity"), "holds"]
+    assert paper.loc[("mlp_diversity", "all", nan), "n_cells"] == 3
+    assert paper.loc[("mlp_violated", "identity", nan), "holds"]
+    assert not paper.loc[("inverse_violated", "identity", nan), "holds"]
+    corrected = paper.loc[("mlp_support_corrected", "identity", 1.0)]
+    assert corrected.measured_r2 == pytest.approx(0.62) and corrected.holds
+    assert corrected.reference == "paper range"
+    other = paper.loc[("mlp_support_corrected", "identity", 0.5)]  # every ratio is listed
+    assert other.reference == "paper range (other ratio)" and not other.holds
+    expected = table[table.reference == "expected"].set_index("generator")
+    assert expected.loc["identity", "expected_r2"] == pytest.approx(0.064)
+    assert expected.loc["identity", "expected_low"] == 0.0
+    assert expected.loc["identity", "expected_high"] == pytest.approx(0.164)
+    assert expected.loc["identity", "holds"]  # 0.1 lies within 0.064 +- 0.1
+
+
+def test_expected_values_per_generator_and_per_coordinate_r2() -> None:
+    """Spiral's band is its authors' spread 0.72 +- 0.36; every seed must lie in it to hold."""
+    records = []
+    for seed, r2 in enumerate([0.99, 0.98, 0.2]):
+        record = fake_record("spiral", "restricted", "mlp", "infonce", None, seed, r2)
+        record["metrics"] |= {"r2_z1": 0.99, "r2_z2": r2 * 0.9, "r2_z3": r2 * 0.5}
+        record["params"] = {"sampling": {"n_fixed": 1}}
+        records.append(record)
+    table = paper_comparison(results_frame(records))
+    row = table[(table.reference == "expected") & (table.generator == "spiral")].iloc[0]
+    assert (row.expected_low, row.expected_high) == pytest.approx((0.36, 1.0))
+    assert row.seeds_in_range == 2 and not row.holds
+    assert row.r2_per_seed == "0.990 0.980 0.200"
+    assert row.r2_z1_mean == pytest.approx(0.99)
+    assert row.r2_z2_mean == pytest.approx(0.9 * (0.99 + 0.98 + 0.2) / 3)
+    assert row.perturbed_r2_max == pytest.approx(0.99 * 0.9)  # z2 and z3 only, not z1
+    aggregated = aggregate(results_frame(records))
+    assert aggregated.r2_z3_max.iloc[0] == pytest.approx(0.99 * 0.5)
 
 
 def test_figures_are_written_as_png_and_pdf(frame: pd.DataFrame, tmp_path: Path) -> None:

@@ -117,3 +117,26 @@ def test_split_is_seeded_disjoint_and_complete() -> None:
 def test_shape_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError, match="same n"):
         mcc(np.zeros((4, 3)), np.zeros((5, 3)))
+
+
+def test_ape_is_over_pairs_i_below_j_not_all_pairs_halved() -> None:
+    """Ours averages the n(n-1)/2 pairs i < j; (1/(2 n^2)) sum over all n^2 pairs is (n-1)/(2n) of it."""
+    z, h = sphere(50, 3), sphere(50, 4)
+    errors = np.abs(z @ z.T - h @ h.T)
+    n = len(z)
+    pairs = [errors[i, j] for i in range(n) for j in range(i + 1, n)]
+    assert ape(h, z) == pytest.approx(np.mean(pairs))
+    all_halved = errors.sum() / (2 * n**2)
+    assert all_halved == pytest.approx((n - 1) / (2 * n) * ape(h, z))
+
+
+def test_per_coordinate_r2_sees_which_latent_survives() -> None:
+    """h keeps z_1 and replaces z_2, z_3 by independent noise: r2_z1 = 1, r2_z2 = r2_z3 ~ 0."""
+    z = sphere(4000)
+    noise = np.random.default_rng(7).standard_normal((4000, 2))
+    h = np.column_stack([z[:, 0], noise])
+    metrics = identifiability_metrics(h, z)
+    assert metrics["r2_z1"] == pytest.approx(1.0, abs=1e-12)
+    assert abs(metrics["r2_z2"]) < 0.01 and abs(metrics["r2_z3"]) < 0.01
+    mean = np.mean([metrics[f"r2_z{j}"] for j in (1, 2, 3)])
+    assert metrics["r2"] == pytest.approx(mean)
