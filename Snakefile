@@ -1,7 +1,7 @@
 # repdiag: the workflow. Stages live in rules/*.smk; logic lives in the repdiag package.
 from snakemake.utils import min_version, validate
 
-from repdiag.config import check_config_files
+from repdiag.config import canonical_params, check_config_files, short_schema_errors
 
 min_version("9.0")
 
@@ -11,7 +11,9 @@ configfile: "config.yaml"
 
 # Snakemake keeps the last of two equal YAML keys; a model listed twice must be an error instead.
 check_config_files(workflow.configfiles)
-validate(config, "schemas/config.schema.yaml")
+# A schema error names the key path and the rule broken, not the whole instance (issue 22).
+with short_schema_errors():
+    validate(config, "schemas/config.schema.yaml")
 
 
 report: "report/workflow.rst"
@@ -61,3 +63,7 @@ rule cifar:
 rule sugarcrepe:
     input:
         STUDY_TARGETS["sugarcrepe"],
+
+
+# Params compare by value: a config with its keys in another order reruns nothing (issue 22).
+canonical_params(workflow.rules)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,53 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """
 
     def construct_document(self, node: yaml.Node) -> Any:
+        _check_aliases(self, node)
         _reject_duplicate_keys(self, node, "", set())
         return super().construct_document(node)
+
+
+# Anchors and aliases are fine in a config, but an alias bomb (a few KB that expand to millions of
+# nodes) would make every later walk of the config (validation, params, error messages) hang.
+MAX_YAML_ALIASES = 1000
+MAX_YAML_NODES = 200_000
+
+
+def _check_aliases(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """Refuse a document with too many aliases or too large once aliases are expanded.
+
+    Counted on the composed node graph (each distinct node once, memoised), so the check itself
+    is linear in the size of the file.
+    """
+    sizes: dict[int, int] = {}
+    aliases = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            children = _children(node)
+            sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+            continue
+        if id(node) in sizes:
+            aliases += 1
+            continue
+        sizes[id(node)] = 1  # a recursive alias counts once while its size is being summed
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node))
+    total = sizes[id(root)]
+    if aliases > MAX_YAML_ALIASES or total > MAX_YAML_NODES:
+        raise ConfigError(
+            f"config file {loader.name}: {aliases} aliases expanding to {total} YAML nodes, over "
+            f"the limits ({MAX_YAML_ALIASES} aliases, {MAX_YAML_NODES} nodes); write the values "
+            "out instead of nesting aliases (an alias bomb would make validation hang)"
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _reject_duplicate_keys(
@@ -78,6 +124,58 @@ def _reject_duplicate_keys(
             _reject_duplicate_keys(
                 loader, value_node, f"{where}.{key}" if where else str(key), walked
             )
+
+
+def schema_error(err: BaseException) -> ConfigError:
+    """A short :class:`ConfigError` for a failed schema validation: the key path, the rule broken
+    and (cut to 300 characters) jsonschema's message, never the whole instance, which for a big
+    or alias-expanded value would take minutes to print."""
+    inner = next(
+        (
+            e
+            for e in (err, err.__context__, err.__cause__, *getattr(err, "args", ()))
+            if hasattr(e, "absolute_path")
+        ),
+        None,
+    )
+    if inner is None:
+        text = str(err)
+        return ConfigError(text if len(text) <= 2000 else text[:2000] + " ...")
+    path = list(inner.absolute_path)
+    dotted = ".".join(str(p) for p in path) or "(top level)"
+    where = "instance" + "".join(f"[{p!r}]" for p in path)
+    message = inner.message if len(inner.message) <= 300 else inner.message[:300] + " ..."
+    return ConfigError(
+        f"config key {dotted} ({where}) breaks the schema rule {inner.validator!r}: {message}"
+    )
+
+
+def _short_schema_str(error: Any) -> str:
+    path = "".join(f"[{p!r}]" for p in error.absolute_path)
+    message = error.message if len(error.message) <= 300 else error.message[:300] + " ..."
+    return f"{message} (rule {error.validator!r} on instance{path})"
+
+
+@contextlib.contextmanager
+def short_schema_errors() -> Iterator[None]:
+    """Around ``snakemake.utils.validate``: a schema error becomes a :func:`schema_error`.
+
+    Snakemake formats the jsonschema error eagerly, and its ``str`` pretty-prints the whole
+    instance and schema (minutes for a big value); inside this block it is one short line.
+    Call ``validate`` directly in the block: it finds the workflow from its caller's frame.
+    """
+    from jsonschema.exceptions import _Error
+
+    original = _Error.__str__
+    _Error.__str__ = _short_schema_str
+    try:
+        yield
+    except Exception as err:
+        if any(hasattr(e, "absolute_path") for e in (err, err.__context__)):
+            raise schema_error(err) from None
+        raise
+    finally:
+        _Error.__str__ = original
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -154,12 +252,76 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist")
     config = load_yaml(path) or {}
     try:
-        validate(config, str(SCHEMA))
+        with short_schema_errors():
+            validate(config, str(SCHEMA))
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
     except Exception as err:
         raise ConfigError(f"{path}: {err}") from err
     fill_defaults(config)
     check_config(config)
     return config
+
+
+class SortedReprDict(dict):
+    """A dict whose ``repr`` lists its keys sorted; iteration keeps the config's order.
+
+    Snakemake decides "Params have changed" by comparing the ``repr`` of every param with the one
+    recorded for the output, so a dict param built from a mapping of the config would change
+    with the order of keys in the file. Jobs still see the keys in the config's order.
+    """
+
+    def __repr__(self) -> str:
+        items = sorted(self.items(), key=lambda item: repr(item[0]))
+        return "{" + ", ".join(f"{key!r}: {value!r}" for key, value in items) + "}"
+
+    def __reduce__(self):  # pickled into job scripts as a plain subclass of dict
+        return (SortedReprDict, (list(self.items()),))
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every plain dict (at any depth) a :class:`SortedReprDict`."""
+    if type(value) in (dict, SortedReprDict):
+        return SortedReprDict((key, canonical(item)) for key, item in value.items())
+    if type(value) is list:
+        return [canonical(item) for item in value]
+    if type(value) is tuple:
+        return tuple(canonical(item) for item in value)
+    return value
+
+
+def canonical_params(rules: Iterable[Any]) -> None:
+    """Make every param of every rule compare by value, not by key order (see SortedReprDict).
+
+    Param functions are wrapped (their signature kept, which Snakemake reads); plain values
+    are converted once. Run by the Snakefile after the last rule.
+    """
+    import functools
+
+    def wrap(value: Any) -> Any:
+        if not callable(value):
+            return canonical(value)
+
+        @functools.wraps(value)
+        def canonical_param(*args: Any, **kwargs: Any) -> Any:
+            return canonical(value(*args, **kwargs))
+
+        return canonical_param
+
+    for rule in rules:
+        params = rule.params
+        for index, value in enumerate(params):
+            params[index] = wrap(value)
+        # a named param is also an attribute of the list, and Snakemake reads that one
+        for name, (start, end) in getattr(params, "_names", {}).items():
+            if end is None:
+                setattr(params, name, params[start])
+
+
+def seeded(part: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of config section ``part`` whose ``seed: null`` is replaced by the global ``seed``."""
+    seed = part.get("seed")
+    return {**part, "seed": int(config.get("seed", 0)) if seed is None else seed}
 
 
 def section(config: Mapping[str, Any], *keys: str) -> Any:

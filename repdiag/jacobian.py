@@ -581,13 +581,18 @@ def model_fingerprint(model: Any) -> str:
 
 
 def cache_key(settings: Mapping[str, Any], model_digest: str, images_digest: str) -> str:
-    """Name of the cache folder: a hash of everything that determines the spectra, bit for bit."""
+    """Name of the cache folder: a hash of everything that determines the spectra, bit for bit.
+
+    That includes torch's intra-op thread count: CPU reductions are split by thread, so spectra
+    computed with another ``--cores`` differ in the last bits and must not be mixed in one store.
+    """
     payload = json.dumps(
         {
             "settings": settings,
             "model": model_digest,
             "images": images_digest,
             "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
         },
         sort_keys=True,
         default=str,
@@ -596,29 +601,54 @@ def cache_key(settings: Mapping[str, Any], model_digest: str, images_digest: str
 
 
 def _save_chunk(path: Path, spectra: Spectra, n_images: int) -> None:
-    meta = {"methods": spectra.methods, "d_out": spectra.d_out, "d_in": spectra.d_in, "n": n_images}
+    meta = {
+        "methods": spectra.methods,
+        "d_out": spectra.d_out,
+        "d_in": spectra.d_in,
+        "n": n_images,
+        "threads": torch.get_num_threads(),
+    }
     arrays = {f"s__{name}": values.numpy() for name, values in spectra.items()}
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
         np.savez(handle, meta=np.array(json.dumps(meta)), **arrays)
 
 
 def _load_chunk(path: Path, layers: Sequence[str], n_images: int) -> Spectra | None:
-    """A cached chunk, or None when it is absent or unusable (then it is recomputed)."""
+    """A cached chunk, or None when it is absent or unusable (then it is recomputed).
+
+    Any failure to read it (a cut or corrupt zip, bad JSON, a missing key, wrong dtype) counts
+    as missing: the chunk is logged by name and recomputed, never a stuck run.
+    """
     if not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             spectra = Spectra((name, torch.from_numpy(data[f"s__{name}"])) for name in layers)
-    except (OSError, ValueError, KeyError) as err:
-        log.warning("ignoring unreadable cached chunk %s (%s); recomputing it", path, err)
+        methods = {name: str(meta["methods"][name]) for name in layers}
+        d_out = {name: int(meta["d_out"][name]) for name in layers}
+        d_in, n, threads = int(meta["d_in"]), int(meta["n"]), meta.get("threads")
+    except Exception as err:  # zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, ...
+        log.warning(
+            "ignoring unreadable cached chunk %s (%s: %s); recomputing it",
+            path.name,
+            type(err).__name__,
+            err,
+        )
         return None
-    if meta["n"] != n_images or any(len(values) != n_images for values in spectra.values()):
-        log.warning("ignoring cached chunk %s: it holds another number of images", path)
+    if n != n_images or any(len(values) != n_images for values in spectra.values()):
+        log.warning("ignoring cached chunk %s: it holds another number of images", path.name)
         return None
-    spectra.methods = {name: meta["methods"][name] for name in layers}
-    spectra.d_out = {name: meta["d_out"][name] for name in layers}
-    spectra.d_in = meta["d_in"]
+    if threads != torch.get_num_threads():
+        log.warning(
+            "ignoring cached chunk %s: computed with %s threads, this run has %d (results "
+            "differ in the last bits across thread counts); recomputing it",
+            path.name,
+            threads,
+            torch.get_num_threads(),
+        )
+        return None
+    spectra.methods, spectra.d_out, spectra.d_in = methods, d_out, d_in
     return spectra
 
 

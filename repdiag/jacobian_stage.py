@@ -327,6 +327,8 @@ def run_stage(
         "probe_sets": probes.counts(),
         "batch_size": engine["batch_size"],
         "chunk_size": settings["chunk_size"],
+        # CPU results are bitwise reproducible at a fixed thread count only (see cache_key)
+        "torch_threads": torch.get_num_threads(),
         "wall_time_s": round(elapsed, 3),
     }
     formulas = list(options["formulas"])

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from repdiag.config import seeded
 from repdiag.errors import ConfigError
 
 DEFAULT_MIN_MODELS = 4
@@ -37,9 +38,8 @@ class StatsSettings:
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any], global_seed: int = 0) -> StatsSettings:
-        values = {k: section[k] for k in cls.__dataclass_fields__ if k in section}
-        if values.get("seed") is None:
-            values["seed"] = global_seed
+        resolved = seeded(section, {"seed": global_seed})
+        values = {k: resolved[k] for k in cls.__dataclass_fields__ if k in resolved}
         values["covariates"] = tuple(values.get("covariates", ()))
         return cls(**values)
 

@@ -1,8 +1,6 @@
 # SimCLR on CIFAR-10 (repdiag.cifar, repdiag.data.cifar): one GPU job per architecture x
 # augmentation regime x seed (train + linear probe), then a table and a figure. Off unless
 # cifar.enabled; `snakemake cifar` builds just this branch.
-import re
-
 from repdiag.cifar.study import run_names, run_params
 from repdiag.data.cifar import data_files
 
@@ -21,7 +19,7 @@ rule cifar_simclr:
     benchmark:
         bench_file("cifar_simclr", "{run}")
     wildcard_constraints:
-        run="|".join(re.escape(run) for run in CIFAR_RUNS) or "NO_RUNS",
+        run=one_of(CIFAR_RUNS, "NO_RUNS"),
     conda:
         "../envs/torch.yaml"
     threads: CIFAR["threads"]

@@ -1,7 +1,7 @@
 # Helpers shared by the stage files. Functions only: rules live in the stage files.
 import re
 
-from repdiag.config import check_config, fill_defaults, section
+from repdiag.config import check_config, fill_defaults, section, seeded
 from repdiag.encoders.entries import check_model_files
 from repdiag.gpu import count_visible_gpus
 from repdiag.runtime import expose_package
@@ -46,8 +46,13 @@ BINDING_PRIORITY = 10
 MODELS = config.get("models", {})
 
 
+def one_of(names, none):
+    """Wildcard constraint matching exactly ``names`` (``none``, a name no job has, if empty)."""
+    return "|".join(re.escape(str(name)) for name in names) or none
+
+
 wildcard_constraints:
-    model="|".join(re.escape(key) for key in MODELS) or "NO_MODELS",
+    model=one_of(MODELS, "NO_MODELS"),
 
 
 def add_targets(study, paths):

@@ -7,7 +7,10 @@ rule aggregate_models:
     input:
         metrics=expand("results/metrics/{model}.json", model=MODELS),
         jacobians=expand("results/jacobians/{model}.zarr", model=MODELS),
-        zoo_meta=[f"results/zoo/{run}/meta.json" for run in ZOO_MODEL_RUNS.values()],
+        zoo_meta=[
+            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json"
+            for key in sorted(ZOO_MODEL_RUNS)
+        ],
     output:
         models=report(
             "results/tables/models.csv",
@@ -44,7 +47,7 @@ rule aggregate_models:
             }
             for key, entry in MODELS.items()
         },
-        zoo_models=list(ZOO_MODEL_RUNS),
+        zoo_models=sorted(ZOO_MODEL_RUNS),  # sorted: the order of models in the file is no change
         readout=config["stats"]["readout"],
         jer_formula=config["stats"]["jer_formula"],
         jer_at=config["stats"]["jer_at"],
@@ -109,14 +112,7 @@ rule stats_tables:
         "../envs/analysis.yaml"
     threads: 1
     params:
-        stats={
-            **config["stats"],
-            "seed": (
-                config["stats"]["seed"]
-                if config["stats"]["seed"] is not None
-                else config["seed"]
-            ),
-        },
+        stats=seeded(config["stats"], config),
     script:
         "../workflow_scripts/stats_tables.py"
 
@@ -243,14 +239,7 @@ rule summarise:
         "../envs/analysis.yaml"
     threads: 1
     params:
-        stats={
-            **config["stats"],
-            "seed": (
-                config["stats"]["seed"]
-                if config["stats"]["seed"] is not None
-                else config["seed"]
-            ),
-        },
+        stats=seeded(config["stats"], config),
     script:
         "../workflow_scripts/summarise.py"
 

@@ -6,14 +6,7 @@ from repdiag.data.sugarcrepe import scored_models, sugarcrepe_files
 
 SUGARCREPE = config["sugarcrepe"]
 SUGARCREPE_MODELS = scored_models(config)
-SUGARCREPE_STATS = {
-    **config["stats"],
-    "seed": (
-        config["stats"]["seed"]
-        if config["stats"]["seed"] is not None
-        else config["seed"]
-    ),
-}
+SUGARCREPE_STATS = seeded(config["stats"], config)
 
 
 rule sugarcrepe_score:
@@ -49,11 +42,7 @@ rule sugarcrepe_score:
             "categories": SUGARCREPE["categories"],
             "max_per_category": SUGARCREPE["max_per_category"],
             "batch_size": SUGARCREPE["batch_size"],
-            "seed": (
-                SUGARCREPE["seed"]
-                if SUGARCREPE["seed"] is not None
-                else config["seed"]
-            ),
+            "seed": seeded(SUGARCREPE, config)["seed"],
             "zero_shot": (
                 SUGARCREPE["zero_shot"]
                 if SUGARCREPE["zero_shot"]["folder"] is not None

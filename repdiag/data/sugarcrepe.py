@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repdiag.errors import ConfigError
+from repdiag.errors import ConfigError, EncoderError
 
 CATEGORIES = (
     "replace_obj",
@@ -145,11 +145,14 @@ def load_examples(
 
 def open_rgb(path: str | Path) -> Any:
     """The image at ``path`` as an RGB ``PIL.Image`` (fully read, file closed)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
-    try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
+    from repdiag.encoders.preprocess import open_rgb as read_by_mode
+
+    try:  # by mode (16-bit, float) and within the pixel budget, naming the file
+        return read_by_mode(path)
+    except EncoderError as err:
+        raise ConfigError(str(err)) from err
     except (OSError, UnidentifiedImageError) as err:
         raise ConfigError(
             f"cannot read image {path} ({err}); the file is corrupt or truncated"

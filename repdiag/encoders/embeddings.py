@@ -232,6 +232,26 @@ def _grouped(ids: np.ndarray, values: np.ndarray, where: str, image_set: str) ->
     return values.reshape(len(groups), n_members, values.shape[-1])
 
 
+def _check_variance(rows: np.ndarray, variable: str, where: str, image_set: str) -> None:
+    """Refuse embeddings that are one constant value; flag constant rows by count."""
+    if rows.size and rows.min() == rows.max():
+        raise StoreError(
+            f"{where}: array {variable!r} ({image_set} images) is the constant {float(rows.flat[0])!r} "
+            "everywhere (zero variance): every metric of it would be degenerate; the model's "
+            "layer is dead or the store was overwritten. Check the model, delete the store and rerun"
+        )
+    constant = int(np.count_nonzero(rows.min(axis=1) == rows.max(axis=1))) if rows.size else 0
+    if constant:
+        log.warning(
+            "%s: array %r has %d of %d %s rows constant (one value for every dimension)",
+            where,
+            variable,
+            constant,
+            len(rows),
+            image_set,
+        )
+
+
 def read_embeddings(path: str | Path | xr.Dataset, layer: str, image_set: str) -> np.ndarray:
     """One layer's features of one image set.
 
@@ -251,8 +271,16 @@ def read_embeddings(path: str | Path | xr.Dataset, layer: str, image_set: str) -
         raise StoreError(
             f"{where} has no images of set {image_set!r}; it has {sorted(set(sets.tolist()))}"
         )
-    values = np.asarray(ds[variable].values[mask], dtype=np.float32)
+    array = ds[variable]
+    if array.dtype != np.float32 or array.ndim != 2 or array.dims[0] != "image":
+        raise StoreError(
+            f"{where}: array {variable!r} is {array.dtype} with dims {tuple(array.dims)}; "
+            f"docs/contracts.md says float32 with dims ('image', 'dim_{layer}'): the store was "
+            "not written by this workflow or was edited; delete it and rerun extract_embeddings"
+        )
+    values = np.asarray(array.values[mask], dtype=np.float32)
     check_finite(variable, values, where)
+    _check_variance(values.reshape(-1, values.shape[-1]), variable, where, image_set)
     if image_set in GROUPED_SETS:
         return _grouped(ds["image"].values[mask], values, where, image_set)
     return values

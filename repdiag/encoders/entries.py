@@ -27,6 +27,77 @@ SOURCE_KEYS = {
     "strict": ("checkpoint", "hub"),
 }
 
+# ``kwargs`` reach the library's factory. open_clip's factory has a fixed signature: only these
+# architecture switches pass (its ``weights_only``, ``pretrained_*_path``, ``cache_dir``, ``jit``,
+# ``precision`` ... would open, unpickle or download files the project's loader never checked).
+OPEN_CLIP_KWARGS = (
+    "force_quick_gelu",
+    "force_custom_text",
+    "force_patch_dropout",
+    "force_image_size",
+    "force_context_length",
+    "output_dict",
+    # model config overrides (open_clip's ``**model_kwargs``); their nested keys are checked below
+    "embed_dim",
+    "vision_cfg",
+    "text_cfg",
+    "quick_gelu",
+    "init_logit_scale",
+    "init_logit_bias",
+    "nonscalar_logit_scale",
+)
+# timm, torchvision, checkpoint and hub factories take model-specific keywords: a keyword (at any
+# depth) with one of these words in its name is a weights, file, download or unpickling switch and
+# is refused. ``python`` entries are code by design and not checked.
+WEIGHTS_WORDS = frozenset(
+    {"pretrained", "pretrain", "checkpoint", "ckpt", "weights", "file", "url", "hub", "cache",
+     "pickle", "jit", "load", "state", "dict", "download"}
+)  # fmt: skip
+
+
+def _weights_kwargs(value: Any, where: str) -> list[str]:
+    found = []
+    if isinstance(value, Mapping):
+        for name, inner in value.items():
+            words = set(re.split(r"[^a-z0-9]+", str(name).lower()))
+            if words & WEIGHTS_WORDS:
+                found.append(f"{where}.{name}")
+            found += _weights_kwargs(inner, f"{where}.{name}")
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            found += _weights_kwargs(inner, f"{where}[{i}]")
+    return found
+
+
+def check_kwargs(key: str, entry: Mapping[str, Any]) -> None:
+    """Refuse ``kwargs`` that would make a library open, unpickle or download weights itself."""
+    source, kwargs = entry.get("source"), entry.get("kwargs") or {}
+    where = f"models.{key}.kwargs"
+    if not isinstance(kwargs, Mapping):
+        raise ConfigError(f"{where}: must be a mapping of keyword arguments")
+    if source == "open_clip":
+        bad = [f"{where}.{name}" for name in kwargs if name not in OPEN_CLIP_KWARGS]
+        nested = [f for n, v in kwargs.items() for f in _weights_kwargs(v, f"{where}.{n}")]
+        if not bad and nested:
+            raise ConfigError(
+                f"{nested[0]}: keyword arguments that load, cache, download or unpickle weights "
+                "are refused; weights come only from `pretrained:`"
+            )
+        if bad:
+            raise ConfigError(
+                f"{bad[0]}: not a keyword open_clip entries may pass; allowed: "
+                f"{list(OPEN_CLIP_KWARGS)}. Weights come only from `pretrained:` (a tag or a "
+                "local file read by repdiag's own loader)"
+            )
+    elif source in ("timm", "torchvision", "checkpoint", "hub"):
+        bad = _weights_kwargs(kwargs, where)
+        if bad:
+            raise ConfigError(
+                f"{bad[0]}: keyword arguments that load, cache, download or unpickle weights are "
+                f"refused (the library would open a file repdiag never checked); give the weights "
+                f"as models.{key}.pretrained or models.{key}.weights instead"
+            )
+
 
 def zoo_files(entry: Mapping[str, Any], zoo_dir: str | Path = "results/zoo") -> list[str]:
     """The zoo checkpoint files an entry reads (``[]`` unless ``source: zoo``)."""
@@ -54,6 +125,7 @@ def check_entry(key: str, entry: Mapping[str, Any], *, check_names: bool = True)
         raise ConfigError(
             f"models.{key}.source: unknown source {source!r}; choose one of {SOURCE_NAMES}"
         )
+    check_kwargs(key, entry)
     for field, sources in SOURCE_KEYS.items():
         if entry.get(field) not in (None, "", True) and source not in sources:
             raise ConfigError(
@@ -64,7 +136,7 @@ def check_entry(key: str, entry: Mapping[str, Any], *, check_names: bool = True)
                     else ""
                 )
             )
-    if source == "python" and not PYTHON_TARGET.match(str(entry.get("id", ""))):
+    if source == "python" and not PYTHON_TARGET.fullmatch(str(entry.get("id", ""))):
         raise ConfigError(
             f"models.{key}.id: {entry.get('id')!r} must be 'package.module:callable' for source python"
         )

@@ -154,15 +154,74 @@ def check_safetensors(path: str | Path, key: str) -> Path:
     return path
 
 
+def check_weights(state: Mapping[str, Any], key: str, where: object) -> dict[str, Any]:
+    """Refuse bool and non-finite weights naming the tensor; cast float16/bfloat16 to float32.
+
+    Integer tensors pass (index buffers such as ``relative_position_index``); :func:`load_into`
+    refuses one where the model has a floating tensor.
+    """
+    checked, cast = {}, []
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor):
+            if tensor.dtype == torch.bool or tensor.is_complex():
+                raise _fail(
+                    key,
+                    f"{where}: tensor {name!r} has dtype {tensor.dtype}; weights must be floating "
+                    "point (re-export the checkpoint from the trained model)",
+                )
+            if tensor.is_floating_point():
+                bad = int((~torch.isfinite(tensor)).sum())
+                if bad:
+                    raise _fail(
+                        key,
+                        f"{where}: tensor {name!r} holds {bad} non-finite values (NaN/inf); "
+                        "the checkpoint is damaged or diverged",
+                    )
+                if tensor.dtype in (torch.float16, torch.bfloat16):
+                    cast.append(f"{name} ({str(tensor.dtype).removeprefix('torch.')})")
+                    tensor = tensor.to(torch.float32)
+        checked[name] = tensor
+    if cast:
+        log.warning(
+            "model %s: %d half-precision weights of %s cast to float32, e.g. %s",
+            key,
+            len(cast),
+            where,
+            cast[:3],
+        )
+    return checked
+
+
+def check_float_slots(
+    own: Mapping[str, torch.Tensor], state: Mapping[str, Any], key: str, where: object
+) -> None:
+    """Refuse an integer tensor in ``state`` where the model (``own``) has a floating one."""
+    not_float = [
+        k
+        for k in own
+        if isinstance(state.get(k), torch.Tensor)
+        and own[k].is_floating_point()
+        and not state[k].is_floating_point()
+    ]
+    if not_float:
+        k = not_float[0]
+        raise _fail(
+            key,
+            f"{where}: tensor {k!r} has dtype {state[k].dtype} where the model has "
+            f"{own[k].dtype} ({len(not_float)} such tensors); weights must be floating point",
+        )
+
+
 def load_safetensors(path: str | Path, key: str) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = check_safetensors(path, key)
     try:
-        return load_file(str(path))
+        state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise _fail(key, f"cannot read {path} ({err}); the file is truncated or corrupt") from err
+    return check_weights(state, key, path)
 
 
 def load_weights_file(path: str | Path, key: str) -> dict[str, torch.Tensor]:
@@ -188,7 +247,7 @@ def load_weights_file(path: str | Path, key: str) -> dict[str, torch.Tensor]:
             state = state[wrapper]
     if not isinstance(state, dict):
         raise _fail(key, f"{path} holds a {type(state).__name__}, not a state dict")
-    return state
+    return check_weights(state, key, path)
 
 
 def load_into(
@@ -241,6 +300,7 @@ def load_into(
         log.info(
             "model %s: ignoring %d unused weights, e.g. %s", key, len(unexpected), unexpected[:5]
         )
+    check_float_slots(own, state, key, where)
     wrong = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
     if wrong:
         k = wrong[0]
@@ -317,7 +377,10 @@ def build_timm(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
         path = Path(pretrained).expanduser()
         if not path.is_file():
             raise _fail(key, f"pretrained weights file {path} does not exist")
-        overlay: dict[str, Any] = {"file": str(path)}
+        # read by the project's loader (byte check, weights_only=True) and handed to timm as a
+        # state dict: timm applies its filters and classifier handling but never opens the file
+        state = load_weights_file(path, key)
+        overlay: dict[str, Any] = {"state_dict": state}
         if kwargs.get("num_classes"):  # the file's classifier is the one asked for: keep it
             overlay["num_classes"] = kwargs["num_classes"]
         kwargs["pretrained_cfg_overlay"] = overlay
@@ -327,6 +390,8 @@ def build_timm(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
         raise
     except Exception as err:  # timm raises RuntimeError/TypeError/ValueError/AssertionError
         raise _fail(key, f"timm could not build {name!r} ({type(err).__name__}: {err})") from err
+    if isinstance(pretrained, str):
+        check_float_slots(model.state_dict(), state, key, pretrained)
     return Built(model, from_timm(model))
 
 
@@ -366,6 +431,55 @@ def _open_clip_cached(key: str, name: str, tag: str) -> None:
     )
 
 
+def _open_clip_load_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """What ``open_clip.load_checkpoint`` does after reading its file, on an already-read state."""
+    from open_clip import factory
+
+    if state and next(iter(state)).startswith("module."):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    state = factory.convert_state_dict(model, state)
+    if "positional_embedding" in state and not hasattr(model, "positional_embedding"):
+        state = factory.convert_to_custom_text_state_dict(state)
+    for name in ("logit_scale", "logit_bias"):
+        own = getattr(model, name, None)
+        if name in state and own is not None and own.ndim != state[name].ndim:
+            state[name] = state[name].reshape(own.shape)
+    if "logit_bias" not in state and getattr(model, "logit_bias", None) is not None:
+        state["logit_bias"] = torch.zeros_like(state["logit_scale"])
+    state.pop("text.transformer.embeddings.position_ids", None)
+    factory.resize_pos_embed(state, model)
+    factory.resize_text_pos_embed(state, model)
+    model.load_state_dict(state, strict=True)
+
+
+def create_open_clip(
+    key: str, name: str, pretrained: str | None, kwargs: Mapping[str, Any]
+) -> nn.Module:
+    """``open_clip.create_model`` with only allowlisted ``kwargs`` (see ``entries.check_kwargs``);
+    a local weights file is read by :func:`load_weights_file` and loaded as a state dict, so
+    open_clip never opens (or unpickles) a file itself. ``pretrained``: as resolved by
+    :func:`resolve_open_clip_pretrained`."""
+    import open_clip
+
+    from repdiag.encoders.entries import check_kwargs
+
+    try:
+        check_kwargs(key, {"source": "open_clip", "kwargs": kwargs})
+    except ConfigError as err:
+        raise _fail(key, str(err)) from None
+    kwargs = dict(kwargs)
+    state, weights_file = None, pretrained
+    if pretrained and is_local_path(pretrained):
+        state = load_weights_file(pretrained, key)
+        pretrained = None
+        kwargs.update(pretrained_image=False, pretrained_text=False)
+    model = open_clip.create_model(name, pretrained=pretrained or None, **kwargs)
+    if state is not None:
+        check_float_slots(model.state_dict(), state, key, weights_file)
+        _open_clip_load_state(model, state)
+    return model
+
+
 @SOURCES.register("open_clip")
 def build_open_clip(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
     import open_clip
@@ -382,7 +496,9 @@ def build_open_clip(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
         )
     pretrained = resolve_open_clip_pretrained(key, name, pretrained)
     try:
-        model = open_clip.create_model(name, pretrained=pretrained or None, **kwargs)
+        model = create_open_clip(key, name, pretrained, kwargs)
+    except EncoderError:
+        raise
     except Exception as err:  # open_clip raises RuntimeError/ValueError/TypeError
         raise _fail(
             key, f"open_clip could not build {name!r} ({type(err).__name__}: {err})"

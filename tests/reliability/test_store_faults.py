@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import glob
 import json
+import logging
 import os
 import re
 import signal
@@ -557,3 +558,57 @@ def test_a_writer_killed_while_replacing_a_store(tmp_path):
     store(target, 3.0)
     assert open_store(target)["emb_final"].values[0, 0] == 3.0
     _assert_invisible_to_globs(tmp_path, ["m.zarr"])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["not a zip", "cut zip", "empty", "no meta", "meta not json", "meta lacks n", "pickled array"],
+)
+def test_an_unreadable_jacobian_cache_chunk_is_recomputed_and_logged(tmp_path, caplog, damage):
+    """Issue 22, case 8: any failure to read a chunk counts as missing, never a stuck run."""
+    model, x = _small_mlp(), torch.randn(5, 6, dtype=torch.float64)
+    reference = jac.run_chunked(model, x, tmp_path / "reference", chunk_size=2, method="exact")
+    run = tmp_path / "run"
+    jac.run_chunked(model, x, run, chunk_size=2, method="exact")
+    chunk = run / "chunk_0001.npz"
+    good = chunk.read_bytes()
+    if damage == "not a zip":
+        chunk.write_bytes(b"garbage" * 10)
+    elif damage == "cut zip":
+        chunk.write_bytes(good[: len(good) // 2])
+    elif damage == "empty":
+        chunk.write_bytes(b"")
+    elif damage == "no meta":
+        np.savez(chunk, s__output=np.zeros(2))
+    elif damage == "meta not json":
+        np.savez(chunk, meta=np.array("{not json"), s__output=np.zeros(2))
+    elif damage == "meta lacks n":
+        np.savez(chunk, meta=np.array('{"methods": {}}'), s__output=np.zeros(2))
+    else:
+        np.savez(chunk, meta=np.array("{}"), s__output=np.array([{"a": 1}], dtype=object))
+    with caplog.at_level(logging.WARNING, logger="repdiag.jacobian"):
+        resumed = jac.run_chunked(model, x, run, chunk_size=2, method="exact")
+    assert torch.equal(resumed["output"], reference["output"])
+    assert "chunk_0001.npz" in caplog.text and "recomputing" in caplog.text
+    assert chunk.read_bytes() != b"" and jac._load_chunk(chunk, ["output"], 2) is not None
+
+
+def test_the_jacobian_cache_key_and_chunks_carry_the_thread_count(tmp_path, caplog):
+    """Issue 22, case 4: spectra differ in the last bits across thread counts, so a resume
+    under another --cores must not mix chunks: the cache key changes and a chunk written with
+    another count is recomputed (logged)."""
+    settings = {"method": "exact", "k": 4}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        key_1 = jac.cache_key(settings, "m", "i")
+        model, x = _small_mlp(), torch.randn(4, 6, dtype=torch.float64)
+        jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
+        torch.set_num_threads(2)
+        key_2 = jac.cache_key(settings, "m", "i")
+        with caplog.at_level(logging.WARNING, logger="repdiag.jacobian"):
+            jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
+    finally:
+        torch.set_num_threads(before)
+    assert key_1 != key_2
+    assert "computed with 1 threads, this run has 2" in caplog.text

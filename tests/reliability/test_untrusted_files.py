@@ -183,3 +183,118 @@ def test_no_rule_passes_config_strings_to_a_shell() -> None:
     assert len(rules) > 20
     for rule, body in rules.items():  # targets only (rule all, rule cifar) have no action
         assert "    script:" in body or "    output:" not in body, rule
+
+
+# Keywords that would make a library open, unpickle or download a file itself (issue 22, case 1),
+# each given the payload in several path forms; nested forms for the factories that take dicts.
+WEIGHTS_KWARGS = [
+    "weights_only",
+    "pretrained",
+    "pretrained_cfg",
+    "pretrained_cfg_overlay",
+    "checkpoint_path",
+    "cache_dir",
+    "pretrained_image_path",
+    "pretrained_text_path",
+    "weights",
+    "state_dict",
+    "file",
+    "load_weights",
+    "jit",
+]
+KWARG_SOURCES = {
+    "timm": {"source": "timm", "id": "resnet18", "family": "supervised"},
+    "open_clip": {"source": "open_clip", "id": "RN50", "family": "vision_language"},
+    "torchvision": {"source": "torchvision", "id": "resnet18", "family": "supervised"},
+    "checkpoint": {"source": "checkpoint", "id": "resnet18", "family": "other"},
+    "hub": {"source": "hub", "id": "tiny", "family": "other"},
+}
+
+
+def _kwarg_value(keyword: str, form: str, path: Path):
+    if keyword == "weights_only":
+        return False
+    if keyword in ("jit", "load_weights"):
+        return True
+    return {
+        "absolute": str(path),
+        "relative": os.path.relpath(path),
+        "nested": {"file": str(path)},
+    }[form]
+
+
+@pytest.mark.parametrize("form", ["absolute", "relative", "nested"])
+@pytest.mark.parametrize("keyword", WEIGHTS_KWARGS)
+@pytest.mark.parametrize("source", list(KWARG_SOURCES))
+def test_kwargs_that_reach_a_library_loader_are_refused_naming_the_key(
+    tmp_path: Path, source: str, keyword: str, form: str
+) -> None:
+    from repdiag.encoders.entries import check_entry
+    from repdiag.errors import ConfigError
+
+    marker = tmp_path / "marker"
+    payload = torch_save_payload(tmp_path / "evil.pt", marker)
+    entry = dict(KWARG_SOURCES[source], kwargs={keyword: _kwarg_value(keyword, form, payload)})
+    if source == "checkpoint":
+        entry["weights"] = str(tmp_path / "missing.safetensors")
+    if source == "hub":
+        entry["repo"] = str(hub_repo(tmp_path))
+    with pytest.raises(ConfigError, match=rf"models\.evil\.kwargs\.{keyword}"):
+        check_entry("evil", entry, check_names=False)
+    with pytest.raises(EncoderError, match=rf"model 'evil'.*models\.evil\.kwargs\.{keyword}"):
+        build_encoder("evil", entry, zoo_dir=tmp_path / "no-zoo")
+    assert not marker.exists()
+
+
+def test_nested_open_clip_tower_switches_are_refused(tmp_path: Path) -> None:
+    entry = dict(KWARG_SOURCES["open_clip"], kwargs={"vision_cfg": {"timm_model_pretrained": True}})
+    with pytest.raises(EncoderError, match=r"models\.evil\.kwargs\.vision_cfg"):
+        build_encoder("evil", entry)
+    entry = dict(KWARG_SOURCES["timm"], kwargs={"pretrained_cfg_overlay": {"file": "x.pth"}})
+    with pytest.raises(EncoderError, match=r"models\.evil\.kwargs\.pretrained_cfg_overlay"):
+        build_encoder("evil", entry)
+
+
+def test_the_issue_open_clip_weights_only_case_never_unpickles(tmp_path: Path) -> None:
+    """`pretrained: evil.pt, kwargs: {weights_only: false}` ran the payload before the fix."""
+    marker = tmp_path / "marker"
+    payload = torch_save_payload(tmp_path / "evil.pt", marker)
+    entry = dict(KWARG_SOURCES["open_clip"], pretrained=str(payload))
+    for kwargs in ({"weights_only": False}, {}):
+        with pytest.raises(EncoderError, match=r"model 'evil'"):
+            build_encoder("evil", dict(entry, kwargs=kwargs))
+        assert not marker.exists()
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+def test_local_weights_files_are_read_by_the_project_loader(tmp_path: Path, suffix: str) -> None:
+    """timm and open_clip get a state dict, never the path: the library opens nothing itself."""
+    from unittest import mock
+
+    import open_clip
+    import timm
+    from safetensors.torch import save_file
+
+    net = timm.create_model("resnet18", pretrained=False)
+    clip = open_clip.create_model("RN50")
+    cases = [
+        ("timm", net.state_dict(), net.state_dict()),
+        ("open_clip", clip.state_dict(), clip.visual.state_dict()),
+    ]
+    for source, state, expected in cases:
+        path = tmp_path / f"{source}{suffix}"
+        if suffix == ".safetensors":
+            save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+        else:
+            torch.save(state, path)
+        opened: list = []
+
+        def spy(f, *args, _opened=opened, _load=torch.load, **kwargs):
+            _opened.append((f, kwargs.get("weights_only")))
+            return _load(f, *args, **kwargs)
+
+        with mock.patch("torch.load", spy):
+            encoder = build_encoder("m", dict(KWARG_SOURCES[source], pretrained=str(path)))
+        assert all(weights_only is True for _, weights_only in opened), opened
+        got = encoder.model.state_dict()
+        assert all(torch.equal(got[k], v) for k, v in expected.items() if k in got)

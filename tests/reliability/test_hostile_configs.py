@@ -1,0 +1,270 @@
+"""Hostile but fair configs (issue 22): path strings, parameter order, YAML size.
+
+Every config string that becomes part of an output, log or store path is matched by an anchored
+pattern (``\\A...\\Z``: ``$`` would accept a trailing newline) and refused at config time naming
+the key; a config whose mappings are reordered plans the same jobs with the same params.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from repdiag.config import load_config
+from repdiag.errors import ConfigError
+from tests.conftest import REPO
+
+SCHEMAS = REPO / "schemas"
+# Patterns that are a search inside a longer string (a template must contain "{}"), not a
+# whole-string pattern.
+SEARCH_PATTERNS = {"\\{\\}"}
+# String schema nodes whose value becomes part of a path (results/, logs/, store names), by the
+# last key of their location; "propertyNames" are the keys of models, zoo runs and backbones.
+PATH_KEYS = {"propertyNames", "layer", "layers", "a", "b", "probe_set", "image_sets"}
+
+
+def _walk(node: Any, where: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict]]:
+    if isinstance(node, dict):
+        yield where, node
+        for key, value in node.items():
+            yield from _walk(value, (*where, str(key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk(value, (*where, str(i)))
+
+
+def _schema_nodes() -> Iterator[tuple[str, tuple[str, ...], dict]]:
+    for path in sorted(SCHEMAS.glob("*.schema.yaml")):
+        for where, node in _walk(yaml.safe_load(path.read_text()), ()):
+            yield path.name, where, node
+
+
+def _anchored(pattern: str) -> bool:
+    return pattern.startswith("\\A") and pattern.endswith("\\Z")
+
+
+def test_every_whole_string_pattern_is_anchored_with_A_and_Z() -> None:
+    loose = [
+        (name, "/".join(where), node["pattern"])
+        for name, where, node in _schema_nodes()
+        if isinstance(node.get("pattern"), str)
+        and node["pattern"] not in SEARCH_PATTERNS
+        and not _anchored(node["pattern"])
+    ]
+    assert not loose, (
+        f"patterns not anchored with \\A...\\Z ($ accepts a trailing newline): {loose}"
+    )
+
+
+def test_every_string_that_feeds_a_path_has_an_anchored_pattern() -> None:
+    found, missing = [], []
+    for name, where, node in _schema_nodes():
+        if not where:
+            continue
+        # the node itself (layer: {type: string}) or the items of an array (layers: [str])
+        key = where[-1] if where[-1] not in ("items",) else where[-2]
+        if key not in PATH_KEYS or (where[-2:-1] == ("properties",) and key == "items"):
+            continue
+        if where[-1] != "propertyNames" and node.get("type") != "string" and "pattern" not in node:
+            continue
+        found.append((name, "/".join(where)))
+        if "enum" not in node and not _anchored(str(node.get("pattern", ""))):
+            missing.append((name, "/".join(where)))
+    assert len(found) >= 8, found  # models, zoo runs and backbones, pair a/b/layer, layer lists
+    assert not missing, f"string properties that feed a path without an anchored pattern: {missing}"
+
+
+def _write(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+BASE = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+
+
+def _pair_config(**pair: str) -> dict:
+    config = copy.deepcopy(BASE)
+    a, b = list(config["models"])[:2]
+    config["alignment"]["real"]["pairs"] = [{"a": a, "b": b, "layer": "final", **pair}]
+    return config
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        (_pair_config(layer="final/../../../../outside/escape"), r"\['layer'\]"),
+        (_pair_config(layer="final\n"), r"\['layer'\]"),
+        (_pair_config(layer="../final"), r"\['layer'\]"),
+        (_pair_config(a="../../outside"), r"\['a'\]"),
+        (
+            {**BASE, "models": {"ab\n": next(iter(BASE["models"].values()))}},
+            r"instance\['models'\]",
+        ),
+        (
+            {**BASE, "models": {"a/../../b": next(iter(BASE["models"].values()))}},
+            r"instance\['models'\]",
+        ),
+    ],
+    ids=[
+        "layer-traversal",
+        "layer-newline",
+        "layer-dotdot",
+        "pair-a-traversal",
+        "key-newline",
+        "key-slash",
+    ],
+)
+def test_path_strings_are_refused_at_config_time_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict, key: str
+) -> None:
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ConfigError, match=key):
+        load_config(_write(tmp_path, config))
+    assert not (tmp_path.parent / "outside").exists()
+
+
+def test_a_python_target_with_a_trailing_newline_is_refused() -> None:
+    from repdiag.encoders.entries import check_entry
+
+    entry = {"source": "python", "id": "repdiag.binding.controls:occupancy\n", "family": "control"}
+    with pytest.raises(ConfigError, match=r"models\.x\.id"):
+        check_entry("x", entry, check_names=False)
+
+
+def _reversed(value: Any) -> Any:
+    """Every mapping with its keys in reverse order (lists keep their order: it is meaningful)."""
+    if isinstance(value, dict):
+        return {key: _reversed(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reversed(item) for item in value]
+    return value
+
+
+def _dry_run(workdir: Path, *args: str):
+    import subprocess
+
+    from tests.conftest import snakemake_command, snakemake_env
+
+    return subprocess.run(
+        [*snakemake_command(*args), "--cores", "1"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=snakemake_env(),
+    )
+
+
+@pytest.mark.workflow
+def test_a_config_with_every_mapping_reordered_reruns_nothing(tmp_path: Path) -> None:
+    """All outputs marked up to date (`--touch` records their params), then the same configs
+    with the keys of every mapping in reverse order: nothing to be done, no "Params have changed".
+    """
+    from tests.conftest import copy_workflow
+
+    workdir = copy_workflow(tmp_path / "run")
+    # a --touch of missing outputs records their params (metadata); once they exist it only
+    # orders their times
+    recorded = _dry_run(workdir, "--touch")
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    summary = _dry_run(workdir, "--summary")
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    for line in summary.stdout.splitlines()[1:]:
+        output = workdir / line.split("\t")[0]
+        if output.suffix == ".zarr":
+            output.mkdir(parents=True, exist_ok=True)
+        else:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.touch()
+    touched = _dry_run(workdir, "--touch")
+    assert touched.returncode == 0, touched.stderr[-3000:]
+    same = _dry_run(workdir, "-n")
+    assert "Nothing to be done" in same.stdout + same.stderr, (same.stdout + same.stderr)[-3000:]
+    assert "missing provenance" not in same.stdout + same.stderr  # params are recorded
+    for name in ("config.yaml", "config/test.yaml"):
+        path = workdir / name
+        path.write_text(
+            yaml.safe_dump(_reversed(yaml.safe_load(path.read_text())), sort_keys=False)
+        )
+    reordered = _dry_run(workdir, "-n")
+    out = reordered.stdout + reordered.stderr
+    assert reordered.returncode == 0, out[-3000:]
+    assert "Params have changed" not in out and "Nothing to be done" in out, out[-3000:]
+
+
+# --- YAML size and schema messages (case 10) ----------------------------------------------------
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """~1 KB of YAML that expands to 10**levels leaves (the billion laughs)."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        refs = ", ".join([f"*a{i - 1}"] * 10)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(lines)
+
+
+def _bomb_config(tmp_path: Path) -> Path:
+    base = (REPO / "config" / "test.yaml").read_text()
+    key = next(iter(BASE["models"]))
+    config = copy.deepcopy(BASE)
+    config["models"][key]["kwargs"] = {"payload": "BOMB"}
+    text = yaml.safe_dump(config).replace("payload: BOMB", "payload: *a8")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("_anchors:\n" + "\n".join("  " + line for line in _alias_bomb().splitlines())
+                    + "\n" + text)  # fmt: skip
+    assert len(path.read_bytes()) < len(base) + 4096
+    return path
+
+
+def test_a_yaml_alias_bomb_is_refused_before_validation(tmp_path: Path) -> None:
+    import time
+
+    from repdiag.config import load_yaml
+
+    path = _bomb_config(tmp_path)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"bomb\.yaml: \d+ aliases expanding to \d+ YAML nodes"):
+        load_yaml(path)
+    with pytest.raises(ConfigError, match=r"aliases expanding"):
+        load_config(path)
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.workflow
+def test_a_yaml_alias_bomb_stops_a_dry_run_in_seconds(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from tests.conftest import copy_workflow, snakemake_env
+
+    workdir = copy_workflow(tmp_path / "run")
+    path = _bomb_config(workdir / "config")
+    exe = Path(__import__("sys").executable).with_name("snakemake")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [str(exe), "-n", "--cores", "1", f"--configfile={path}"],
+        cwd=workdir, capture_output=True, text=True, timeout=120, env=snakemake_env(),
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "aliases expanding" in out, out[-3000:]
+    assert time.monotonic() - start < 60 and len(out) < 20_000
+    assert not (workdir / "results").exists()
+
+
+def test_a_schema_error_prints_the_key_path_not_the_instance(tmp_path: Path) -> None:
+    config = copy.deepcopy(BASE)
+    key = next(iter(config["models"]))
+    config["models"][key]["preprocess"] = {"mean": [[0.5] * 1000] * 100}  # 100k numbers, wrong type
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, config))
+    message = str(err.value)
+    assert f"models.{key}.preprocess.mean" in message and "instance['models']" in message
+    assert "'type'" in message or "'maxItems'" in message
+    assert len(message) < 1500, len(message)
