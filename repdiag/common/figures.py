@@ -26,6 +26,9 @@ FAMILY_COLOURS = {
 }
 
 
+_FIXED_METADATA = {"pdf": {"CreationDate": None}}
+
+
 def family_colour(family: str) -> str:
     """The fixed colour of an objective family (black for unknown families)."""
     return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
@@ -39,15 +42,17 @@ def cycle_colour(index: int) -> str:
 def save_figure(fig: Any, *paths: str | Path, dpi: int = DPI) -> list[Path]:
     """Write ``fig`` to each path (format from the suffix) atomically, then close it.
 
-    No ``bbox_inches="tight"``: a PNG is exactly ``figsize * dpi`` pixels, the same on every run.
+    No ``bbox_inches="tight"``: a PNG is exactly ``figsize * dpi`` pixels. A PDF carries no
+    creation date, so the same figure gives the same bytes on every run.
     """
     import matplotlib.pyplot as plt
 
     written = []
     try:
         for path in map(Path, paths):
+            fmt = path.suffix.lstrip(".").lower()
             with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
+                fig.savefig(tmp, format=fmt, dpi=dpi, metadata=_FIXED_METADATA.get(fmt))
             written.append(path)
     finally:
         plt.close(fig)

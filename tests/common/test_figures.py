@@ -51,3 +51,13 @@ def test_save_figure_writes_exact_pixels_atomically_and_closes(tmp_path):
     assert pdf.read_bytes()[:5] == b"%PDF-"
     assert not plt.fignum_exists(fig.number)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pdf", "a.png"]
+
+
+def test_the_same_figure_gives_the_same_pdf_bytes(tmp_path):
+    def draw(name):
+        fig, ax = plt.subplots(figsize=(2.0, 2.0))
+        ax.plot([0, 1], [0, 1])
+        return save_figure(fig, tmp_path / f"{name}.pdf")[0].read_bytes()
+
+    first, second = draw("a"), draw("b")
+    assert first == second and b"CreationDate" not in first
