@@ -16,16 +16,19 @@ from repdiag.store import atomic_path
 
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
 METRICS = {
+    "tr_intervention": "M_tr (intervention)",
+    "cont_intervention": "M_cont (intervention)",
+    "concept_match": "concepts on the same latent",
     "explained_variance": "M_extract: explained variance",
     "mcc": "M_extract: MCC vs concepts",
     "tr_r2": "M_tr: translation R²",
     "tr_cosine": "M_tr: translation cosine",
     "jaccard": "M_cont: active-set Jaccard",
-    "code_correlation": "M_cont: code correlation",
+    "code_correlation": "M_cont: code correlation (firing-weighted)",
     "probe_transfer": "M_cont: probe transfer accuracy",
     "cycle_r2": "cycle consistency R²",
 }
-FRACTION_METRICS = ("tr_r2", "jaccard", "probe_transfer", "explained_variance")
+FRACTION_METRICS = ("tr_intervention", "cont_intervention", "tr_r2", "jaccard")
 VARIANT_ORDER = (
     "independent",
     "sae_a",
@@ -70,7 +73,7 @@ def methods_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> Non
     variants = _variants(synthetic)
     colours = _colours(variants)
     fraction = synthetic.loc[synthetic["paired_fraction"] > 0, "paired_fraction"].max()
-    metrics = [m for m in METRICS if synthetic[m].notna().any()]
+    metrics = [m for m in METRICS if m in synthetic and synthetic[m].notna().any()]
     ncols = 4
     nrows = int(np.ceil(len(metrics) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.0 * nrows + 0.6), squeeze=False)
@@ -110,6 +113,9 @@ def paired_fraction_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path
         1, len(FRACTION_METRICS), figsize=(3.6 * len(FRACTION_METRICS), 3.4), squeeze=False
     )
     for ax, metric in zip(axes.flat, FRACTION_METRICS, strict=True):
+        if metric not in synthetic or synthetic[metric].isna().all():
+            ax.set_title(f"{METRICS[metric]}: not computed", fontsize=9)
+            continue
         for variant in variants:
             rows = synthetic[synthetic["variant"] == variant]
             if (rows["paired_fraction"] > 0).any():

@@ -5,6 +5,14 @@ one paired fraction and one seed, named ``<variant>__p<fraction>__s<seed>`` (e.g
 ``cosae-all__p0.001__s0``). Variants that read no pairs (``independent``,
 ``cosae-distributional``) run once per seed with fraction 0: their training sees no pair at all.
 Importable by the Snakefile and by rules in the analysis environment (no torch).
+
+Testbed presets (``alignment.preset``, :data:`PRESETS`): a preset sets the difficulty keys of
+``alignment.synthetic`` and the SAE width of ``alignment.sae`` over the values written there;
+``none`` uses the sections as written. ``easy`` is the original testbed (exchangeable,
+uncorrelated, all-shared concepts; SAE width and k as configured, 32 latents and k = 3 =
+``k_active`` by default); ``hard`` has power-law concept frequencies, correlated concept pairs,
+4 concepts private to each domain (16 shared + 8 private = 24), 4 active concepts per row and
+a TopK SAE of 96 latents with k = 6 (wider than the concept count, k not the true sparsity).
 """
 
 from __future__ import annotations
@@ -29,6 +37,22 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "all": LOSS_TERMS,
 }
 PAIR_TERMS = ("translation", "consistency")
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "easy": {
+        "synthetic": {"frequency_exponent": 0.0, "correlation": 0.0, "n_specific": 0},
+        "sae": {},
+    },
+    "hard": {
+        "synthetic": {
+            "frequency_exponent": 1.0,
+            "correlation": 0.5,
+            "n_specific": 4,
+            "k_active": 4,
+        },
+        "sae": {"n_latents": 96, "k": 6},
+    },
+    "none": {"synthetic": {}, "sae": {}},
+}
 PAIR_FREE_VARIANTS = ("independent", "cosae-distributional")
 BASELINES = ("sae_a", "crosscoder", "usae")
 
@@ -108,14 +132,27 @@ def cell_params(alignment: Mapping[str, Any], cell: str) -> dict[str, Any]:
     if cell not in cells:
         raise ConfigError(f"alignment cell {cell!r} is not in the grid (alignment.grid)")
     spec = cells[cell]
+    synthetic, sae = preset_sections(alignment)
     return {
         "cell": {"name": cell, **spec},
-        "synthetic": dict(alignment["synthetic"]),
-        "sae": dict(alignment["sae"]),
+        "synthetic": synthetic,
+        "sae": sae,
         "train": _training_params(alignment["train"], spec["variant"]),
         "weights": _weights(alignment["weights"], spec["variant"]),
         "evaluation": dict(alignment["evaluation"]),
     }
+
+
+def preset_sections(alignment: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``alignment.synthetic`` and ``alignment.sae`` with the preset's keys applied over them."""
+    name = alignment.get("preset", "none")
+    if name not in PRESETS:
+        raise ConfigError(f"unknown alignment.preset {name!r}; choose one of {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    return (
+        {**alignment["synthetic"], **preset["synthetic"]},
+        {**alignment["sae"], **preset["sae"]},
+    )
 
 
 def real_pair_name(pair: Mapping[str, str]) -> str:
@@ -148,18 +185,19 @@ def check_alignment_config(config: Mapping[str, Any]) -> None:
     alignment = config.get("alignment") or {}
     if not alignment:
         return
-    synthetic = alignment.get("synthetic", {})
-    if synthetic.get("k_active", 1) > synthetic.get("n_concepts", 1):
+    if "synthetic" in alignment and "sae" in alignment:
+        synthetic, preset_sae = preset_sections(alignment)
+    else:
+        synthetic, preset_sae = alignment.get("synthetic", {}), alignment.get("sae", {})
+    n_total = synthetic.get("n_concepts", 1) + 2 * synthetic.get("n_specific", 0)
+    if synthetic.get("k_active", 1) > n_total:
         raise ConfigError(
-            f"alignment.synthetic.k_active={synthetic['k_active']} exceeds "
-            f"alignment.synthetic.n_concepts={synthetic['n_concepts']}"
+            f"alignment.synthetic.k_active={synthetic['k_active']} exceeds the "
+            f"{n_total} concepts of alignment.synthetic (n_concepts + 2 n_specific, "
+            f"preset {alignment.get('preset', 'none')!r})"
         )
     for where in ("alignment.sae", "alignment.real.sae"):
-        sae = (
-            alignment.get("sae", {})
-            if where == "alignment.sae"
-            else alignment.get("real", {}).get("sae", {})
-        )
+        sae = preset_sae if where == "alignment.sae" else alignment.get("real", {}).get("sae", {})
         if sae and sae.get("k", 1) > sae.get("n_latents", 1):
             raise ConfigError(f"{where}.k={sae['k']} exceeds {where}.n_latents={sae['n_latents']}")
     models = config.get("models", {})

@@ -16,6 +16,9 @@ squared norm, so every term is on the same scale.
   ``L = sum_i ||x_i^p - D_i z||^2``; it needs pairs. Standalone codes use one encoder alone.
 - ``usae`` (Universal SAE, Thasarathan et al. 2025): each step a random source domain ``i``;
   ``z = E_i(x_i^p)`` must reconstruct every domain, ``L = sum_j ||x_j^p - D_j z||^2``; needs pairs.
+  As in the published update (their Fig. 3, ``Optimizers[i].step()``) only model ``i``'s
+  parameters (encoder and decoder of domain ``i``) are stepped, each model with its own Adam
+  state (``per_model_update``).
 - ``cosae`` (the CoSAE paper): per-domain SAEs trained jointly on
   ``w_rec L_rec + w_tr L_tr + w_cont L_cont + w_dtr L_tr^dist + w_dcont L_cont^dist`` with
   ``L_rec = sum_i ||x_i - D_i E_i x_i||^2`` (all rows), ``L_tr = sum_{i != j} ||x_j^p - D_j E_i x_i^p||^2``
@@ -26,9 +29,17 @@ squared norm, so every term is on the same scale.
   (rec + cont), ``distributional`` (rec + both dist terms, no pairs at all) or ``all``.
 
 All methods add AuxK (``aux_coef`` times the normalised dead-latent residual loss) per SAE.
-Crosscoder and USAE train on the anchor pairs only, as published; the other methods use every
-row for reconstruction, so at small paired fractions the comparison is the one the paper makes
-(a few anchors plus unpaired data, against methods that need pairs).
+
+Data and sample budget (:class:`repdiag.sae.train.BatchSampler`): every method sees
+``batch_size + pair_batch_size`` rows per domain per step and the same number of steps.
+CoSAE with a pair term splits them into ``batch_size`` unpaired rows and ``pair_batch_size``
+anchor pairs; methods whose training reads no pairs (independent, SAE-A, CoSAE-distributional)
+get all of them as unpaired rows; Crosscoder and USAE get all of them as anchor pairs (all the
+pairs there are, when fewer). Crosscoder and USAE cannot use unpaired rows: the crosscoder's
+code is a function of both domains' inputs of one instance, and every USAE loss term decodes one
+instance's code into every domain; so at small paired fractions they see fewer distinct rows,
+which is the comparison the paper makes (a few anchors plus unpaired data, against methods that
+need pairs).
 """
 
 from __future__ import annotations
@@ -130,6 +141,9 @@ class Method:
     name = "method"
     needs_pairs = False  # cannot train at all without pairs
     uses_pairs = False  # reads the anchor pairs (training or post-hoc)
+    per_model_update = False  # step only the parameters of ``active_model`` (USAE)
+    trains_on_pairs = False  # its loss reads anchor pairs (SAE-A only uses them after training)
+    active_model: int | None = None
 
     def build(self, dims: Sequence[int], generator: torch.Generator) -> PairModel:
         return PairModel([self._sae(d, generator) for d in dims])
@@ -215,6 +229,7 @@ class Crosscoder(Method):
     name = "crosscoder"
     needs_pairs = True
     uses_pairs = True
+    trains_on_pairs = True
 
     def build(self, dims: Sequence[int], generator: torch.Generator) -> PairModel:
         return CrosscoderModel([self._sae(d, generator) for d in dims])
@@ -240,12 +255,15 @@ class UniversalSAE(Method):
     name = "usae"
     needs_pairs = True
     uses_pairs = True
+    trains_on_pairs = True
+    per_model_update = True
 
     def loss_terms(
         self, model: PairModel, batch: Batch, generator: torch.Generator
     ) -> dict[str, Tensor]:
         assert batch.pairs is not None
         source = int(torch.randint(len(model.saes), (1,), generator=generator))
+        self.active_model = source
         sae = model.saes[source]
         pre = sae.pre_activation(batch.pairs[source])
         z = topk_relu(pre, sae.k)
@@ -285,6 +303,7 @@ class CoSAE(Method):
             )
         self.terms = ABLATIONS[self.ablation]
         self.uses_pairs = any(term in PAIR_TERMS for term in self.terms)
+        self.trains_on_pairs = self.uses_pairs
         self.needs_pairs = self.uses_pairs and "reconstruction" not in self.terms
 
     def weight(self, term: str) -> float:

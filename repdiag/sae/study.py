@@ -52,15 +52,19 @@ def fit_and_evaluate(
         data.test,
         labels=data.test_labels,
         concepts=data.test_concepts,
+        truth=data.truth,
         sw_projections=int(evaluation["sw_projections"]),
         probe_train_fraction=float(evaluation["probe_train_fraction"]),
         seed=seed,
     )
     summary = metrics["summary"]
     log.info(
-        "%s: EV %.3f, M_tr R2 %.3f, Jaccard %.3f, cycle R2 %.3f",
+        "%s: EV %.3f, M_tr (intervention) %s, M_cont (intervention) %s, R2 %.3f, Jaccard %.3f, "
+        "cycle R2 %.3f",
         variant,
         summary["explained_variance"],
+        summary["tr_intervention"],
+        summary["cont_intervention"],
         summary["tr_r2"],
         summary["jaccard"],
         summary["cycle_r2"],

@@ -34,11 +34,16 @@ def normalise(data: PairedData) -> tuple[PairedData, tuple[float, float]]:
     scales = tuple(unit_mean_square_scale(x) for x in data.train)
     train = tuple((x / s).astype(np.float32) for x, s in zip(data.train, scales, strict=True))
     test = tuple((x / s).astype(np.float32) for x, s in zip(data.test, scales, strict=True))
-    return replace(data, train=train, test=test), scales  # type: ignore[arg-type]
+    truth = replace(data.truth, scales=scales) if data.truth is not None else None
+    return replace(data, train=train, test=test, truth=truth), scales  # type: ignore[arg-type]
 
 
 class BatchSampler:
-    """Independent random rows of each domain, plus a random subset of the anchor pairs."""
+    """Independent random rows of each domain, plus a random subset of the anchor pairs.
+
+    Every method gets the same budget of ``batch_size + pair_batch_size`` rows per domain per
+    step (see :func:`batch_sizes`).
+    """
 
     def __init__(
         self,
@@ -62,10 +67,35 @@ class BatchSampler:
         rows = self._rows(self.n_paired, self.settings.pair_batch_size)
         return self.x[0][rows], self.x[1][rows]
 
-    def __call__(self, with_pairs: bool) -> Batch:
-        size = self.settings.batch_size
+    def pairs_of(self, size: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.n_paired == 0:
+            return None
+        rows = self._rows(self.n_paired, size)
+        return self.x[0][rows], self.x[1][rows]
+
+    def __call__(self, with_pairs: bool, unpaired: int | None = None, paired: int = 0) -> Batch:
+        size = self.settings.batch_size if unpaired is None else unpaired
+        pairs = (self.pairs_of(paired) if paired else self.pairs()) if with_pairs else None
+        if size == 0 and pairs is not None:
+            return Batch(x=pairs, pairs=pairs)  # pair-only methods read batch.pairs alone
         x = tuple(xi[self._rows(len(xi), size)] for xi in self.x)
-        return Batch(x=x, pairs=self.pairs() if with_pairs else None)  # type: ignore[arg-type]
+        return Batch(x=x, pairs=pairs)  # type: ignore[arg-type]
+
+
+def batch_sizes(method: Method, settings: TrainSettings) -> tuple[int, int]:
+    """``(unpaired rows, anchor pairs)`` per domain per step: the same total for every method.
+
+    Methods that train on pairs only (Crosscoder, USAE) get the whole budget
+    ``batch_size + pair_batch_size`` as pairs, methods whose loss reads no pair (independent,
+    SAE-A, CoSAE-distributional) as unpaired rows, CoSAE with pair terms ``batch_size`` +
+    ``pair_batch_size``.
+    """
+    total = settings.batch_size + settings.pair_batch_size
+    if method.needs_pairs and method.trains_on_pairs:
+        return 0, total
+    if method.trains_on_pairs:
+        return settings.batch_size, settings.pair_batch_size
+    return total, 0
 
 
 def _learning_rate(settings: TrainSettings, step: int) -> float:
@@ -106,20 +136,28 @@ def train_method(
             torch.as_tensor(x[: data.n_paired] if method.needs_pairs else x, device=device)
         )
     sampler = BatchSampler(data, settings, generator, device)
-    optimiser = Adam(model.parameters(), lr=settings.lr)
+    unpaired, paired = batch_sizes(method, settings)
+    if method.per_model_update:  # one Adam per domain's SAE; only the active one steps
+        optimisers = [Adam(sae.parameters(), lr=settings.lr) for sae in model.saes]
+    else:
+        optimisers = [Adam(model.parameters(), lr=settings.lr)]
     progress = Progress(settings.steps, f"training {method.name}")
     curve, running = [], {}
     start = time.monotonic()
     for step in range(settings.steps):
-        optimiser.lr = _learning_rate(settings, step)
-        batch = sampler(with_pairs=method.uses_pairs)
+        batch = sampler(with_pairs=paired > 0, unpaired=unpaired, paired=paired)
         terms = method.loss_terms(model, batch, generator)
         loss = sum(method.weight(name) * value for name, value in terms.items())
-        optimiser.zero_grad()
+        for optimiser in optimisers:
+            optimiser.lr = _learning_rate(settings, step)
+            optimiser.zero_grad()
         loss.backward()
         for sae in model.saes:
             sae.remove_parallel_grad()
-        optimiser.step()
+        if method.per_model_update:
+            optimisers[method.active_model].step()
+        else:
+            optimisers[0].step()
         for sae in model.saes:
             sae.normalise_decoder()
         for name, value in terms.items():

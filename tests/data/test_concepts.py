@@ -154,3 +154,64 @@ def test_embedding_pairs_errors_name_the_store(tmp_path):
         read_layer(path_a, "block03")
     with pytest.raises(StoreError, match="does not exist"):
         read_layer(tmp_path / "missing.zarr", "final")
+
+
+def test_test_split_noise_is_identical_across_paired_fractions():
+    noisy = {**SMALL, "noise": 0.1}
+    runs = [synthetic_pairs(**noisy, paired_fraction=f, seed=7) for f in (0.001, 0.01, 0.3, 1.0)]
+    for run in runs[1:]:
+        for domain in (0, 1):
+            np.testing.assert_array_equal(run.test[domain], runs[0].test[domain])
+        # domain a's training rows (concepts and noise) do not depend on the pairing either
+        np.testing.assert_array_equal(run.train[0], runs[0].train[0])
+    # the noise is really there, and the test noise is not the training noise
+    clean = synthetic_pairs(**SMALL, paired_fraction=1.0, seed=7)
+    test_noise = runs[0].test[1] - clean.test[1]
+    assert test_noise.std() > 0.01
+    train_noise = runs[0].train[1][: len(test_noise)] - clean.train[1][: len(test_noise)]
+    assert not np.allclose(test_noise, train_noise)
+
+
+def test_truth_change_is_the_concept_effect_and_counterfactuals_remove_it():
+    data = synthetic_pairs(**SMALL, paired_fraction=1.0, seed=4)
+    truth = data.truth
+    rows = np.flatnonzero(truth.concepts[:, 2] > 0)
+    for domain in (0, 1):
+        change = truth.change(domain, rows, 2)
+        z = truth.concepts[rows].copy()
+        z[:, 2] = 0.0
+        np.testing.assert_allclose(
+            data.test[domain][rows] - change, truth.maps[domain](z), atol=1e-5
+        )
+    assert list(truth.shared) == list(range(6))
+
+
+def test_hard_testbed_power_law_correlation_and_private_concepts():
+    hard = {
+        **SMALL,
+        "n_train": 20000,
+        "frequency_exponent": 1.0,
+        "correlation": 0.6,
+        "n_specific": 2,
+    }
+    data = synthetic_pairs(**hard, paired_fraction=1.0, seed=0)
+    z = data.train_concepts[0]
+    assert z.shape[1] == 10 and np.all(np.count_nonzero(z, axis=1) == 2)
+    frequency = np.sort(np.mean(z > 0, axis=0))[::-1]
+    assert frequency[0] > 3 * frequency[-1]  # power law: frequent and rare concepts
+    truth = data.truth
+    assert list(truth.shared) == list(range(6))
+    assert list(np.flatnonzero(truth.present[0] & ~truth.present[1])) == [6, 7]
+    assert list(np.flatnonzero(truth.present[1] & ~truth.present[0])) == [8, 9]
+    # a private concept is invisible in the other domain
+    np.testing.assert_array_equal(truth.maps[0].dictionary[:, 8:], 0.0)
+    np.testing.assert_array_equal(truth.maps[1].dictionary[:, 6:8], 0.0)
+    # correlated pairs (0, 1), (2, 3), ... co-occur more often than independent draws would
+    uniform = sample_concepts(20000, 10, 2, np.random.default_rng(0))
+    correlated = sample_concepts(20000, 10, 2, np.random.default_rng(0), correlation=0.6)
+
+    def together(codes):
+        active = codes > 0
+        return np.mean(active[:, 0::2] & active[:, 1::2])
+
+    assert together(correlated) > 1.5 * together(uniform)

@@ -67,9 +67,12 @@ def test_code_correlation_by_hand():
     a = np.array([[1.0, 0.0, 0.0], [2.0, 1.0, 0.0], [3.0, 0.0, 0.0], [4.0, 1.0, 0.0]])
     b = np.array([[2.0, 1.0, 0.0], [4.0, 0.0, 0.0], [6.0, 1.0, 0.0], [8.0, 0.0, 0.0]])
     # latent 0: corr 1; latent 1: corr -1; latent 2 unused in both: excluded
-    assert code_correlation(a, b) == pytest.approx(0.0)
+    assert code_correlation(a, b, weighted=False) == pytest.approx(0.0)
+    # weighted by firing frequency: latent 0 fires on 100%, latent 1 on 50% of rows
+    assert code_correlation(a, b) == pytest.approx((1.0 - 0.5) / 1.5)
     b[:, 1] = 0.0  # latent 1 constant in b: counts as 0
-    assert code_correlation(a, b) == pytest.approx(0.5)
+    assert code_correlation(a, b, weighted=False) == pytest.approx(0.5)
+    assert code_correlation(a, b) == pytest.approx(1.0 / 1.25)  # weight of latent 1: 0.25
 
 
 def test_probe_transfer_identical_and_scrambled_codes():
@@ -147,3 +150,110 @@ def test_evaluate_alignment_sees_a_latent_permutation():
     assert summary["jaccard"] == pytest.approx(0.0, abs=1e-6)  # one-hot codes on other latents
     assert summary["tr_r2"] < 0.0
     assert summary["probe_transfer"] < 0.5 < summary["probe_source"]
+
+
+# intervention metrics ---------------------------------------------------------------------------
+def _perfect_pair(seed=0, n_specific=0):
+    """The true dictionaries as two TopK SAEs (encoder = pinv(W), k = k_active), linear, noiseless."""
+    from repdiag.data.concepts import synthetic_pairs
+    from repdiag.sae.methods import PairModel
+    from repdiag.sae.topk import TopKSAE
+
+    data = synthetic_pairs(
+        n_concepts=12,
+        k_active=3,
+        dims=[64, 80],
+        maps=["linear", "linear"],
+        nonlinearity=0.0,
+        noise=0.0,
+        n_train=512,
+        n_test=600,
+        paired_fraction=1.0,
+        seed=seed,
+        n_specific=n_specific,
+    )
+    saes = []
+    for domain_map in data.truth.maps:
+        w = torch.as_tensor(domain_map.dictionary)
+        sae = TopKSAE(w.shape[0], w.shape[1], 3)
+        with torch.no_grad():
+            sae.decoder.copy_(w)
+            sae.encoder.copy_(torch.linalg.pinv(w))
+            sae.b_dec.zero_()
+            sae.b_enc.zero_()
+        saes.append(sae)
+    return PairModel(saes).eval(), data
+
+
+def test_intervention_metrics_of_the_true_dictionaries_are_one():
+    from repdiag.metrics.alignment import intervention_metrics
+
+    model, data = _perfect_pair()
+    result = intervention_metrics(model, data.test, data.truth)
+    for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
+        assert result[key] == pytest.approx(1.0, abs=1e-4), key
+    assert result["n_shared_concepts"] == 12
+    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=data.truth)[
+        "summary"
+    ]
+    assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_permuted_latents_score_near_zero_by_index_and_one_after_sae_a_matching():
+    from repdiag.metrics.alignment import intervention_metrics
+    from repdiag.sae.methods import SAEAligned, SAESettings
+
+    model, data = _perfect_pair(seed=1)
+    order = np.roll(np.arange(12), 5)  # no latent keeps its index
+    model.saes[1].permute_latents(order)
+    shuffled = intervention_metrics(model, data.test, data.truth)
+    # index matching: the latent that carries c in one domain decodes another concept in the
+    # other, and the two domains move different latents
+    assert abs(shuffled["tr_intervention"]) < 0.15
+    assert shuffled["cont_intervention"] == pytest.approx(0.0, abs=1e-6)
+    assert shuffled["concept_match"] == 0.0
+    # translating through the input cannot help either: the code lands on the wrong atoms
+    assert abs(shuffled["tr_intervention_input"]) < 0.15
+    # SAE-A's Hungarian matching on paired codes undoes the permutation
+    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    pairs = tuple(torch.as_tensor(x) for x in data.test)
+    sae_a.finalise(model, pairs)
+    matched = intervention_metrics(model, data.test, data.truth)
+    for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
+        assert matched[key] == pytest.approx(1.0, abs=1e-4), key
+
+
+def test_intervention_metrics_only_score_shared_concepts():
+    from repdiag.metrics.alignment import intervention_metrics
+
+    model, data = _perfect_pair(seed=2, n_specific=3)
+    result = intervention_metrics(model, data.test, data.truth)
+    assert result["n_shared_concepts"] == 12
+    assert result["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert result["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_change_agreement_by_hand():
+    from repdiag.metrics.alignment import change_agreement, pooled_agreement
+
+    t = np.array([[1.0, 0.0]])
+    assert pooled_agreement([change_agreement(t, t)]) == pytest.approx(1.0)
+    assert pooled_agreement([change_agreement(np.array([[0.0, 1.0]]), t)]) == pytest.approx(0.0)
+    assert pooled_agreement([change_agreement(-t, t)]) == pytest.approx(-1.0)
+    assert pooled_agreement([change_agreement(0 * t, t)]) == pytest.approx(0.0)
+    # half the magnitude: 1 - 0.25 / 1.25
+    assert pooled_agreement([change_agreement(0.5 * t, t)]) == pytest.approx(0.8)
+    assert pooled_agreement([]) is None
+
+
+def test_weighted_code_correlation_discounts_rare_latents():
+    a = np.zeros((100, 2))
+    a[:, 0] = np.arange(100) % 7 + 1.0  # fires on every row, identical in both domains
+    b = a.copy()
+    a[0, 1], b[1, 1] = 1.0, 1.0  # fires once in each domain, on different rows: corr ~ -0.01
+    rare = np.corrcoef(a[:, 1], b[:, 1])[0, 1]
+    assert code_correlation(a, b, weighted=False) == pytest.approx((1 + rare) / 2)
+    # weights: latent 0 fires on 100% of rows, latent 1 on 1%
+    assert code_correlation(a, b) == pytest.approx((1.0 * 1 + 0.01 * rare) / 1.01)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -127,6 +128,11 @@ def _record(variant, fraction, seed, **metrics):
     summary = dict.fromkeys(SUMMARY_COLUMNS, 0.5)
     summary.update(sw_scale=1.0, sw_floor=0.01, sw_translation=0.01)
     summary.update(metrics)
+    # the intervention metrics follow the secondary ones unless given
+    if "tr_intervention" not in metrics:
+        summary["tr_intervention"] = summary["tr_r2"]
+    if "cont_intervention" not in metrics:
+        summary["cont_intervention"] = summary["jaccard"]
     return {
         "cell": f"{variant}__p{fraction:g}__s{seed}",
         "variant": variant,
@@ -191,7 +197,9 @@ def test_claims_follow_the_decision_rules():
     assert claims.loc["distributional_fails_instance", "verdict"] == "supported"
     assert claims.loc["anchoring_matches_full", "verdict"] == "supported"
     assert claims.loc["cosae_ahead", "verdict"] == "supported"
-    assert "ahead on 4/4" in claims.loc["cosae_ahead", "evidence"]
+    # 2 fractions x 2 metrics x 2 baselines (sae_a, usae)
+    assert "ahead on 8/8" in claims.loc["cosae_ahead", "evidence"]
+    assert "tr_intervention" in claims.loc["cosae_ahead", "evidence"]
     assert set(claims["scope"]) == {"synthetic"}
 
     behind = claims_table(results_table(_fake_grid(cosae_ahead=False))).set_index("claim_id")
@@ -235,3 +243,114 @@ def test_figures_are_written(tmp_path):
     for name in ("m.png", "m.pdf", "f.png", "f.pdf"):
         assert (tmp_path / name).stat().st_size > 5000
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _two_methods(differences, metric="tr_intervention"):
+    """cosae-all and usae at one fraction, cosae-all ahead by ``differences[seed]`` on M_tr."""
+    records = []
+    for seed, diff in enumerate(differences):
+        records.append(_record("usae", 0.01, seed, tr_intervention=0.8, cont_intervention=0.5))
+        records.append(
+            _record("cosae-all", 0.01, seed, tr_intervention=0.8 + diff, cont_intervention=0.9)
+        )
+    return claims_table(results_table(records)).set_index("claim_id")
+
+
+@pytest.mark.parametrize(
+    ("differences", "verdict"),
+    [
+        ((0.05, 0.06, 0.04), "supported"),  # above the margin on every seed
+        ((0.01, 0.015, 0.012), "mixed"),  # M_tr: below the margin of 0.02 -> not ahead
+        ((-0.01, 0.10, 0.10), "mixed"),  # M_tr: mean 0.063 but a sign flip on seed 0
+    ],
+)
+def test_ahead_needs_the_margin_and_the_same_sign_on_every_seed(differences, verdict):
+    claims = _two_methods(differences)
+    assert claims.loc["cosae_ahead", "verdict"] == verdict
+    # M_cont (0.9 vs 0.5) holds in every case, M_tr only in the first
+    wins = "2/2" if verdict == "supported" else "1/2"
+    assert f"ahead on {wins}" in claims.loc["cosae_ahead", "evidence"]
+
+
+def test_a_single_comparison_below_the_margin_or_with_a_sign_flip_is_not_supported():
+    from repdiag.sae.report import compare
+
+    ahead = pd.Series([0.90, 0.91, 0.92])
+    below = compare(ahead, ahead - 0.01)  # 0.01 < margin 0.02
+    flip = compare(ahead, ahead + pd.Series([0.02, -0.1, -0.1]))  # seed 0 behind
+    clear = compare(ahead, ahead - 0.05)
+    assert (below["ahead"], flip["ahead"], clear["ahead"]) == (False, False, True)
+    assert flip["signs"] == "-++"
+    # on a grid where every M_tr/M_cont comparison is of the first two kinds: not supported
+    records = []
+    for seed, (tr, cont) in enumerate([(0.01, -0.03), (0.01, 0.1), (0.015, 0.1)]):
+        records.append(_record("usae", 0.01, seed, tr_intervention=0.8, cont_intervention=0.5))
+        records.append(
+            _record("cosae-all", 0.01, seed, tr_intervention=0.8 + tr, cont_intervention=0.5 + cont)
+        )
+    claims = claims_table(results_table(records)).set_index("claim_id")
+    assert claims.loc["cosae_ahead", "verdict"] == "not supported"
+
+
+def test_anchoring_match_needs_every_seed_within_the_margin():
+    records = []
+    for seed, shortfall in enumerate((0.0, 0.01, 0.05)):
+        records.append(_record("cosae-all", 1.0, seed, tr_intervention=0.9, cont_intervention=0.9))
+        records.append(
+            _record(
+                "cosae-all",
+                0.001,
+                seed,
+                tr_intervention=0.9 - shortfall,
+                cont_intervention=0.9,
+            )
+        )
+    claims = claims_table(results_table(records)).set_index("claim_id")
+    # M_cont matches, M_tr falls short by 0.05 > 0.02 on seed 2
+    assert claims.loc["anchoring_matches_full", "verdict"] == "mixed"
+
+
+def test_cycle_proxy_is_judged_by_the_rank_correlation_interval():
+    from repdiag.sae.report import spearman_interval
+
+    x = np.linspace(0, 1, 40)
+    rho, low, _ = spearman_interval(x, x)
+    assert rho == pytest.approx(1.0) and low == pytest.approx(1.0)
+    faithful = [
+        _record("usae", 0.01, seed, cycle_r2=v, tr_intervention=v, cont_intervention=0.5)
+        for seed, v in enumerate(np.linspace(0.1, 0.9, 30))
+    ]
+    claims = claims_table(results_table(faithful)).set_index("claim_id")
+    assert claims.loc["cycle_not_proxy", "verdict"] == "not supported"
+    noise = np.random.default_rng(0).random(30)
+    unfaithful = [
+        _record("usae", 0.01, seed, cycle_r2=v, tr_intervention=w, cont_intervention=0.5)
+        for seed, (v, w) in enumerate(zip(np.linspace(0.1, 0.9, 30), noise, strict=True))
+    ]
+    claims = claims_table(results_table(unfaithful)).set_index("claim_id")
+    assert claims.loc["cycle_not_proxy", "verdict"] == "supported"
+    assert "bootstrap interval" in claims.loc["cycle_not_proxy", "evidence"]
+
+
+def test_presets_set_the_testbed_and_keep_the_easy_one():
+    alignment = _config()["alignment"]
+    assert alignment["preset"] == "easy"
+    easy = cell_params(alignment, "cosae-all__p1__s0")
+    assert easy["synthetic"]["n_specific"] == 0
+    assert easy["synthetic"]["frequency_exponent"] == 0.0
+    assert easy["sae"]["n_latents"] == 32 and easy["sae"]["k"] == 3
+    hard = cell_params({**alignment, "preset": "hard"}, "cosae-all__p1__s0")
+    assert hard["synthetic"]["n_specific"] == 4 and hard["synthetic"]["correlation"] == 0.5
+    assert hard["synthetic"]["frequency_exponent"] == 1.0 and hard["synthetic"]["k_active"] == 4
+    assert hard["sae"]["n_latents"] == 96 and hard["sae"]["k"] == 6
+    # the preset's keys win; the rest of the section is kept
+    assert hard["synthetic"]["n_train"] == easy["synthetic"]["n_train"]
+    written = {**alignment, "preset": "none"}
+    written["synthetic"] = {**alignment["synthetic"], "n_specific": 2}
+    assert cell_params(written, "cosae-all__p1__s0")["synthetic"]["n_specific"] == 2
+    with pytest.raises(ConfigError, match="k_active=5 exceeds the 4 concepts"):
+        check_alignment_config(
+            _config(
+                {"preset": "none", "synthetic": {"n_concepts": 2, "n_specific": 1, "k_active": 5}}
+            )
+        )

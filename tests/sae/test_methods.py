@@ -181,3 +181,65 @@ def test_usae_reconstructs_every_domain_from_one_code():
     z = model.encode(source, batch.pairs[source])
     expected = sum(squared_error(model.decode(j, z), x) for j, x in enumerate(batch.pairs))
     torch.testing.assert_close(terms["reconstruction"], expected)
+
+
+def test_every_method_gets_the_same_sample_budget():
+    from repdiag.sae.train import TrainSettings, batch_sizes
+
+    settings = TrainSettings(batch_size=256, pair_batch_size=128)
+
+    def method(variant):
+        name, _, ablation = variant.partition("-")
+        return make_method(name, SAE, ablation=ablation or None)
+
+    budgets = {
+        variant: batch_sizes(method(variant), settings)
+        for variant in (
+            "independent",
+            "sae_a",
+            "crosscoder",
+            "usae",
+            "cosae-translation",
+            "cosae-distributional",
+            "cosae-all",
+        )
+    }
+    assert {sum(b) for b in budgets.values()} == {384}
+    assert budgets["crosscoder"] == budgets["usae"] == (0, 384)  # pairs only
+    assert budgets["independent"] == budgets["sae_a"] == budgets["cosae-distributional"] == (384, 0)
+    assert budgets["cosae-all"] == budgets["cosae-translation"] == (256, 128)
+
+
+def test_usae_steps_only_the_sampled_model():
+    from repdiag.data.concepts import synthetic_pairs
+    from repdiag.sae.train import TrainSettings, normalise, train_method
+
+    data, _ = normalise(
+        synthetic_pairs(
+            n_concepts=4,
+            k_active=1,
+            dims=[6, 5],
+            maps=["linear", "linear"],
+            nonlinearity=0.0,
+            noise=0.0,
+            n_train=256,
+            n_test=32,
+            paired_fraction=1.0,
+            seed=0,
+        )
+    )
+    settings = TrainSettings(steps=1, batch_size=16, pair_batch_size=16, decay_fraction=0.0)
+    sae = SAESettings(n_latents=8, k=2, aux_k=0, aux_coef=0.0, dead_after=100)
+    method = make_method("usae", sae)
+    before = method.build([6, 5], torch.Generator().manual_seed(3))
+    after = train_method(method, data, settings, seed=3).model
+    source = method.active_model
+    other = 1 - source
+    # same initialisation: train_method builds from the same seeded generator
+    for name in ("encoder", "decoder", "b_enc"):
+        assert not torch.equal(
+            getattr(after.saes[source], name), getattr(before.saes[source], name)
+        )
+        torch.testing.assert_close(
+            getattr(after.saes[other], name), getattr(before.saes[other], name)
+        )
