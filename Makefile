@@ -45,7 +45,7 @@ format: setup
 
 # docs/configuration.md from the schemas' descriptions (a test fails when it is stale).
 docs: setup
-	$(BIN)/python -m repdiag.schema_docs
+	$(BIN)/python -m repdiag.core.schema_docs
 
 clean-results:
 	rm -rf results .snakemake/incomplete

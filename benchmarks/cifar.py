@@ -29,14 +29,14 @@ import numpy as np
 import torch
 import yaml
 
+from repdiag.cifar.data import synthetic_images
 from repdiag.cifar.encoders import build_simclr_model, parameter_count
 from repdiag.cifar.probe import linear_probe
 from repdiag.cifar.regimes import REGIMES, regime_settings
 from repdiag.cifar.study import run_params
 from repdiag.cifar.train import TrainSettings, param_groups
 from repdiag.cifar.views import eval_transform, to_chw_tensor, view_transform
-from repdiag.config import fill_defaults
-from repdiag.data.cifar import synthetic_images
+from repdiag.core.config import fill_defaults
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
 
 REPO = Path(__file__).resolve().parent.parent

@@ -35,9 +35,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
+from repdiag.core.store import write_text
 from repdiag.encoders import build_encoder
 from repdiag.encoders.embeddings import extract_embeddings, write_embeddings
-from repdiag.store import write_text
 
 
 def parse_args() -> argparse.Namespace:

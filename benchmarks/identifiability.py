@@ -45,13 +45,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import repdiag.contrastive.train as train_module
-from repdiag.config import load_config
-from repdiag.contrastive.losses import info_nce_broadcast
-from repdiag.contrastive.study import build_cell, cell_params, grid_cells
-from repdiag.contrastive.train import contrastive_step_loss, encode_latents, encode_views
-from repdiag.data.sphere import sample_uniform
-from repdiag.metrics.identifiability import identifiability_metrics
+import repdiag.identifiability.train as train_module
+from repdiag.core.config import load_config
+from repdiag.identifiability.losses import info_nce_broadcast
+from repdiag.identifiability.metrics import identifiability_metrics
+from repdiag.identifiability.sphere import sample_uniform
+from repdiag.identifiability.study import build_cell, cell_params, grid_cells
+from repdiag.identifiability.train import contrastive_step_loss, encode_latents, encode_views
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ Runs, on one timm ViT and the same images in one process:
 (a) naive: ``torch.autograd.functional.jacobian`` per image per layer, then ``svdvals``;
 (b) the published one-direction-at-a-time protocol: randomized subspace iteration with k JVP/VJP
     calls per round per layer in a Python loop (same maths as the engine's randomized mode);
-(c) :func:`repdiag.jacobian.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``, on the
+(c) :func:`repdiag.binding.jacobian.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``, on the
     same model behind the encoder registry's taps (what the workflow differentiates).
 
 Prints wall time per image, peak memory above the baseline (VmHWM on Linux, or CUDA peak), the
@@ -31,14 +31,14 @@ from pathlib import Path
 
 import torch
 
-from repdiag.jacobian import (
+from repdiag.binding.jacobian import (
     DEFAULT_BATCH_SIZE,
     _jacobian_mode,
     input_directions,
     jacobian_spectra,
     jer,
 )
-from repdiag.store import write_text
+from repdiag.core.store import write_text
 
 
 class ViTTaps:

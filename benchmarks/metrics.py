@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from repdiag.metrics import geometry as geo
-from repdiag.metrics import readouts as ro
-from repdiag.metrics.probes import same_different_probe
+from repdiag.binding.metrics import geometry as geo
+from repdiag.binding.metrics import readouts as ro
+from repdiag.binding.metrics.probes import same_different_probe
 
 
 def _time(fn: Callable[[], object], repeats: int = 1) -> float:

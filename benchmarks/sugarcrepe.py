@@ -7,7 +7,7 @@ images, many images and captions shared), in one process:
 
 * ``per_example``: for each example, open and transform its image, embed it, tokenize and embed
   its two captions (batch of 2), compare: the loop of SugarCrepe's reference script;
-* ``scored``: :func:`repdiag.metrics.sugarcrepe.score_examples`: every distinct image and caption
+* ``scored``: :func:`repdiag.sugarcrepe.scoring.score_examples`: every distinct image and caption
   embedded once, in batches of ``--batch-size``.
 
 Both give the same scores (checked, atol 1e-4). Each runs ``--repeats`` rounds in alternating
@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from repdiag.data.sugarcrepe import CATEGORIES, load_examples
-from repdiag.metrics.sugarcrepe import build_image_text_model, score_examples
-from repdiag.store import write_text
+from repdiag.core.store import write_text
+from repdiag.sugarcrepe.data import CATEGORIES, load_examples
+from repdiag.sugarcrepe.scoring import build_image_text_model, score_examples
 
 
 def parse_args() -> argparse.Namespace:

@@ -1,8 +1,8 @@
 # The alignment study (CoSAE vs Crosscoder, USAE and SAE-A): one job per synthetic grid cell, one
-# job per real-embedding pair, then tables, claims and figures (repdiag.sae, repdiag.metrics.alignment).
+# job per real-embedding pair, then tables, claims and figures (repdiag.alignment, repdiag.alignment.metrics).
 import re
 
-from repdiag.sae.grid import cell_params, grid_cells, real_pairs, real_params
+from repdiag.alignment.grid import cell_params, grid_cells, real_pairs, real_params
 
 ALIGNMENT = config["alignment"]
 ALIGNMENT_CELLS = list(grid_cells(ALIGNMENT))

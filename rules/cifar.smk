@@ -1,8 +1,8 @@
-# SimCLR on CIFAR-10 (repdiag.cifar, repdiag.data.cifar): one GPU job per architecture x
+# SimCLR on CIFAR-10 (repdiag.cifar, repdiag.cifar.data): one GPU job per architecture x
 # augmentation regime x seed (train + linear probe), then a table and a figure. Off unless
 # cifar.enabled; `snakemake cifar` builds just this branch.
 from repdiag.cifar.study import run_names, run_params
-from repdiag.data.cifar import data_files
+from repdiag.cifar.data import data_files
 
 CIFAR = config["cifar"]
 CIFAR_RUNS = run_names(CIFAR)

@@ -1,11 +1,11 @@
 # Helpers shared by the stage files. Functions only: rules live in the stage files.
 import re
 
-from repdiag.config import check_config, fill_defaults, section, seeded
+from repdiag.core.config import check_config, fill_defaults, section, seeded
 from repdiag.encoders.entries import check_model_files
-from repdiag.gpu import count_visible_gpus
-from repdiag.runtime import expose_package
-from repdiag.slurm_compat import patch_slurm_status
+from repdiag.core.gpu import count_visible_gpus
+from repdiag.core.runtime import expose_package
+from repdiag.core.slurm import patch_slurm_status
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
 expose_package(workflow.basedir)
@@ -13,7 +13,7 @@ expose_package(workflow.basedir)
 patch_slurm_status()
 
 # GPU rules ask for gpu=1. Without --resources gpu=N, cap concurrent GPU jobs at the number of
-# visible devices (repdiag.gpu.gpu_slot gives each its own); with none, they run on CPU.
+# visible devices (repdiag.core.gpu.gpu_slot gives each its own); with none, they run on CPU.
 if "gpu" not in workflow.global_resources and count_visible_gpus():
     workflow.register_resource("gpu", count_visible_gpus())
 

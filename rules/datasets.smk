@@ -1,5 +1,5 @@
 # The attribute-binding benchmark: query/candidate sets and Same/Different pairs rendered from
-# config["datasets"]["binding"] (repdiag.data.binding), plus a contact sheet to look at.
+# config["datasets"]["binding"] (repdiag.binding.dataset), plus a contact sheet to look at.
 
 
 rule render_binding:

@@ -1,10 +1,10 @@
-# The identifiability study (repdiag.contrastive, repdiag.data.sphere): one job per grid cell
+# The identifiability study (repdiag.identifiability, repdiag.identifiability.sphere): one job per grid cell
 # (generator x sampling x encoder x loss [x constrained ratio] x seed), then tables and figures.
 import re
 
 # Aliased: every .smk shares one namespace, and lambdas look names up when they run.
-from repdiag.contrastive.study import cell_names as identifiability_cell_names
-from repdiag.contrastive.study import cell_params as identifiability_cell_params
+from repdiag.identifiability.study import cell_names as identifiability_cell_names
+from repdiag.identifiability.study import cell_params as identifiability_cell_params
 
 IDENTIFIABILITY = config["identifiability"]
 IDENTIFIABILITY_CELLS = identifiability_cell_names(IDENTIFIABILITY)

@@ -1,5 +1,5 @@
 # Per-layer Jacobian spectra and JER of every model on the probe images (binding queries, a
-# Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.jacobian).
+# Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.binding.jacobian).
 from repdiag.encoders.entries import zoo_files
 
 

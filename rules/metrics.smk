@@ -1,5 +1,5 @@
 # Binding accuracy per readout, the Same/Different probe and the geometry metrics, per model and
-# layer, from the binding dataset and the model's embedding store (repdiag.metrics).
+# layer, from the binding dataset and the model's embedding store (repdiag.binding.metrics).
 
 
 rule compute_metrics:

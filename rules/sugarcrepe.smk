@@ -1,8 +1,8 @@
 # SugarCrepe (natural images, hard negative captions) for the image-text models, with zero-shot
-# accuracy as a covariate (repdiag.metrics.sugarcrepe, repdiag.metrics.sugarcrepe_report): a GPU
+# accuracy as a covariate (repdiag.sugarcrepe.scoring, repdiag.sugarcrepe.report): a GPU
 # job per model, a table across models, the partial correlation of JER with SugarCrepe accuracy
 # given zero-shot accuracy, a figure and the models table joined with the accuracies.
-from repdiag.data.sugarcrepe import scored_models, sugarcrepe_files
+from repdiag.sugarcrepe.data import scored_models, sugarcrepe_files
 
 SUGARCREPE = config["sugarcrepe"]
 SUGARCREPE_MODELS = scored_models(config)

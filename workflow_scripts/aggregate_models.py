@@ -1,8 +1,8 @@
 """Rule aggregate_models: one row per model -> results/tables/{models,depth_profiles,spectra}.csv."""
 
+from repdiag.binding.report import StatsSettings, aggregate
 from repdiag.common.tables import write_csv
-from repdiag.report import StatsSettings, aggregate
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     models = snakemake.params.models

@@ -1,14 +1,14 @@
 """Rule alignment_cell: train one synthetic grid cell and write its metrics JSON."""
 
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     import resource
 
-    from repdiag.gpu import gpu_slot
-    from repdiag.runtime import select_device
-    from repdiag.sae.study import run_cell
-    from repdiag.store import write_json
+    from repdiag.alignment.study import run_cell
+    from repdiag.core.gpu import gpu_slot
+    from repdiag.core.runtime import select_device
+    from repdiag.core.store import write_json
 
     params = snakemake.params.cell
     log.info("alignment cell %s", params["cell"]["name"])

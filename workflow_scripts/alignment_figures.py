@@ -1,11 +1,11 @@
 """Rule alignment_figures: metrics per method and metrics against the paired fraction."""
 
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     import pandas as pd
 
-    from repdiag.sae.figures import methods_figure, paired_fraction_figure
+    from repdiag.alignment.figures import methods_figure, paired_fraction_figure
 
     table = pd.read_csv(snakemake.input.table, keep_default_na=True)
     out = snakemake.output

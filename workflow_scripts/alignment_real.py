@@ -1,12 +1,12 @@
 """Rule alignment_real: every alignment variant on two encoders' embeddings, paired by image id."""
 
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    from repdiag.gpu import gpu_slot
-    from repdiag.runtime import select_device
-    from repdiag.sae.study import run_real
-    from repdiag.store import write_json
+    from repdiag.alignment.study import run_real
+    from repdiag.core.gpu import gpu_slot
+    from repdiag.core.runtime import select_device
+    from repdiag.core.store import write_json
 
     params = snakemake.params.real
     log.info("alignment on real embeddings: %s", params["pair"])

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from repdiag.cifar.report import plot_cifar
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     plot_cifar(

@@ -1,8 +1,8 @@
 """Train one SimCLR run on CIFAR-10 and probe it: JSON record and loss curve (rule cifar_simclr)."""
 
-from repdiag.gpu import gpu_slot
-from repdiag.runtime import script_logging, select_device
-from repdiag.store import write_json, write_text
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.store import write_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     with gpu_slot():

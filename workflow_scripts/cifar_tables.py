@@ -2,8 +2,8 @@
 
 from repdiag.cifar.report import runs_table, summary_table
 from repdiag.common.tables import write_csv
-from repdiag.runtime import script_logging
-from repdiag.store import read_json
+from repdiag.core.runtime import script_logging
+from repdiag.core.store import read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     runs = runs_table([read_json(path) for path in snakemake.input.runs])

@@ -1,8 +1,8 @@
 """Rule compute_metrics: per-layer binding, probe and geometry metrics of one model -> JSON."""
 
-from repdiag.metrics.model_metrics import compute_model_metrics
-from repdiag.runtime import script_logging
-from repdiag.store import write_json
+from repdiag.binding.metrics.model_metrics import compute_model_metrics
+from repdiag.core.runtime import script_logging
+from repdiag.core.store import write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     metrics = compute_model_metrics(

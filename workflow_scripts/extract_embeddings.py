@@ -6,9 +6,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import hug
 
 from pathlib import Path
 
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging
 from repdiag.encoders.embeddings import extract_model
-from repdiag.gpu import gpu_slot
-from repdiag.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     key, params = snakemake.wildcards.model, snakemake.params

@@ -1,12 +1,12 @@
 """Train and evaluate one identifiability cell: JSON metrics and the loss curve (rule identifiability_cell)."""
 
-from repdiag.gpu import gpu_slot
-from repdiag.runtime import script_logging, select_device
-from repdiag.store import write_json, write_text
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.store import write_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     with gpu_slot():
-        from repdiag.contrastive.study import run_cell
+        from repdiag.identifiability.study import run_cell
 
         device = select_device(snakemake.params.device)
         record, curve = run_cell(dict(snakemake.params.cell), str(device))

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from repdiag.contrastive.report import plot_r2, plot_ratio
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
+from repdiag.identifiability.report import plot_r2, plot_ratio
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     table = pd.read_csv(snakemake.input.table)

@@ -1,8 +1,8 @@
 """Aggregate the identifiability cells over seeds and compare with the paper (rule identifiability_tables)."""
 
-from repdiag.contrastive.report import aggregate, paper_comparison, results_frame, write_csv
-from repdiag.runtime import script_logging
-from repdiag.store import read_json
+from repdiag.core.runtime import script_logging
+from repdiag.core.store import read_json
+from repdiag.identifiability.report import aggregate, paper_comparison, results_frame, write_csv
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     frame = results_frame(read_json(path) for path in snakemake.input.cells)

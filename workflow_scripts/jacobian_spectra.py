@@ -6,12 +6,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import hug
 
 from pathlib import Path
 
-from repdiag.gpu import gpu_slot
-from repdiag.runtime import script_logging, select_device
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
+    from repdiag.binding.jacobian_stage import load_probes, run_stage
     from repdiag.encoders import build_encoder
-    from repdiag.jacobian_stage import load_probes, run_stage
 
     key, params = snakemake.wildcards.model, snakemake.params
     device = select_device(params.device)

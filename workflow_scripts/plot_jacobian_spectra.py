@@ -1,9 +1,9 @@
 """Rule plot_jacobian_spectra: normalised singular value spectra at each model's final layer."""
 
+from repdiag.binding.plots import spectra_figure
+from repdiag.binding.report import read_table
 from repdiag.common.figures import save_figure
-from repdiag.plots import spectra_figure
-from repdiag.report import read_table
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     spectra = read_table(snakemake.input.spectra)

@@ -1,9 +1,9 @@
 """Rule plot_metric_scatter: every metric against binding accuracy, one panel each."""
 
+from repdiag.binding.plots import scatter_grid
+from repdiag.binding.report import StatsSettings, headline_metrics, read_table
 from repdiag.common.figures import save_figure
-from repdiag.plots import scatter_grid
-from repdiag.report import StatsSettings, headline_metrics, read_table
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     models = read_table(snakemake.input.models)

@@ -1,9 +1,9 @@
 """Rule plot_readouts: binding accuracy per model for cosine, kNN and local PCA, chance line."""
 
+from repdiag.binding.plots import readout_figure
+from repdiag.binding.report import read_table
 from repdiag.common.figures import save_figure
-from repdiag.plots import readout_figure
-from repdiag.report import read_table
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     models = read_table(snakemake.input.models)

@@ -1,10 +1,10 @@
 """Rule plot_zoo_curves: the training curves of every zoo run in one figure (PNG and PDF)."""
 
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.core.store import read_json
     from repdiag.encoders.zoo.plot import plot_curves, read_curve
-    from repdiag.store import read_json
 
     runs = snakemake.params.runs
     curves = {run: read_curve(path) for run, path in zip(runs, snakemake.input.curves, strict=True)}

@@ -2,14 +2,14 @@
 
 import time
 
-from repdiag.data.binding import (
+from repdiag.binding.dataset import (
     BindingParams,
     chunk_encoding,
     contact_sheet,
     render_binding_dataset,
 )
-from repdiag.runtime import script_logging
-from repdiag.store import write_store
+from repdiag.core.runtime import script_logging
+from repdiag.core.store import write_store
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     params = BindingParams.from_config(snakemake.params.binding)

@@ -2,10 +2,10 @@
 
 import pandas as pd
 
+from repdiag.binding.report import StatsSettings, read_table, statistics_tables
 from repdiag.common.tables import write_csv
-from repdiag.report import StatsSettings, read_table, statistics_tables
-from repdiag.runtime import script_logging
-from repdiag.store import write_text
+from repdiag.core.runtime import script_logging
+from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     settings = StatsSettings.from_config(snakemake.params.stats)

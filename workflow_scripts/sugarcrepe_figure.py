@@ -1,9 +1,9 @@
 """Rule sugarcrepe_figure: JER against SugarCrepe accuracy, raw and given zero-shot accuracy."""
 
+from repdiag.binding.report import metric_label, read_table
 from repdiag.common.figures import save_figure
-from repdiag.metrics.sugarcrepe_report import sugarcrepe_figure
-from repdiag.report import metric_label, read_table
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
+from repdiag.sugarcrepe.report import sugarcrepe_figure
 
 with script_logging(snakemake.log[0], snakemake.threads):
     figure = sugarcrepe_figure(

@@ -1,9 +1,9 @@
 """Rule sugarcrepe_models: results/tables/models.csv joined with the SugarCrepe accuracies."""
 
+from repdiag.binding.report import read_table
 from repdiag.common.tables import write_csv
-from repdiag.metrics.sugarcrepe_report import join_models
-from repdiag.report import read_table
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
+from repdiag.sugarcrepe.report import join_models
 
 with script_logging(snakemake.log[0], snakemake.threads):
     models = read_table(snakemake.input.models)

@@ -4,12 +4,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before open_clip imports huggingface_hub
 
-from repdiag.gpu import gpu_slot
-from repdiag.runtime import script_logging, select_device
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
-    from repdiag.metrics.sugarcrepe import evaluate_model
-    from repdiag.store import provenance, write_json
+    from repdiag.core.store import provenance, write_json
+    from repdiag.sugarcrepe.scoring import evaluate_model
 
     key, params = snakemake.wildcards.model, snakemake.params
     device = select_device(params.device)

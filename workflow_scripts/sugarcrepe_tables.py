@@ -1,14 +1,14 @@
 """Rule sugarcrepe_tables: per-model SugarCrepe JSON + Jacobian stores -> accuracy and partial tables."""
 
+from repdiag.binding.report import StatsSettings
 from repdiag.common.tables import write_csv
-from repdiag.metrics.sugarcrepe_report import (
+from repdiag.core.runtime import script_logging
+from repdiag.sugarcrepe.report import (
     model_jer,
     partial_correlations,
     read_result,
     sugarcrepe_table,
 )
-from repdiag.report import StatsSettings
-from repdiag.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     settings = StatsSettings.from_config(snakemake.params.stats)

@@ -1,8 +1,8 @@
 """Rule summarise: results/summary.md, a digest of the headline numbers of this run."""
 
-from repdiag.report import StatsSettings, read_table, summary_markdown, zoo_curves
-from repdiag.runtime import script_logging
-from repdiag.store import write_text
+from repdiag.binding.report import StatsSettings, read_table, summary_markdown, zoo_curves
+from repdiag.core.runtime import script_logging
+from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads):
     settings = StatsSettings.from_config(snakemake.params.stats)

@@ -1,12 +1,12 @@
 """Rule train_zoo: train one zoo run and write model.safetensors, meta.json, curve.csv."""
 
-from repdiag.runtime import script_logging
+from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.core.gpu import gpu_slot
+    from repdiag.core.runtime import select_device
     from repdiag.encoders.zoo.checkpoint import save_zoo_run
     from repdiag.encoders.zoo.train import train
-    from repdiag.gpu import gpu_slot
-    from repdiag.runtime import select_device
 
     spec, device = snakemake.params.spec, snakemake.params.device
     log.info("zoo run %s: %s on %s, %d steps x %d scenes", spec["run"], spec["objective"],

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.data.render import BENCHMARK_SHAPES, SHAPE_AREA, SHAPES
-from repdiag.registry import Registry
+from repdiag.binding.render import BENCHMARK_SHAPES, SHAPE_AREA, SHAPES
+from repdiag.core.registry import Registry
 
 CONTROLS: Registry[Callable[..., nn.Module]] = Registry("control encoder")
 

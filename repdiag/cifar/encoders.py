@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from repdiag.core.errors import ConfigError
+from repdiag.core.registry import Registry
 from repdiag.encoders.zoo.heads import MLPHead
-from repdiag.errors import ConfigError
-from repdiag.registry import Registry
 
 ARCHITECTURES: Registry = Registry("CIFAR encoder architecture")
 TRAINING_ONLY_KEYS = (

@@ -20,7 +20,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from repdiag.errors import ConfigError
+from repdiag.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

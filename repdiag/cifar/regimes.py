@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from repdiag.errors import ConfigError
-from repdiag.registry import Registry
+from repdiag.core.errors import ConfigError
+from repdiag.core.registry import Registry
 
 AUGMENTATION_GROUPS: dict[str, tuple[str, ...]] = {
     "geometric": ("crop_scale", "crop_ratio", "flip_p"),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repdiag.cifar.regimes import REGIMES, regime_settings
-from repdiag.errors import ConfigError
+from repdiag.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def _check_range(key: str, pair: list[float], low: float, high: float) -> None:
 
 
 def check_cifar_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``cifar`` (registered in repdiag.config.SEMANTIC_CHECKS).
+    """Semantic checks of ``cifar`` (registered in repdiag.core.config.SEMANTIC_CHECKS).
 
     When the study is enabled the data directory must hold CIFAR-10 in one of the two layouts
     (the error says where to put it and how to get it).
@@ -147,7 +147,7 @@ def check_cifar_config(config: Mapping[str, Any]) -> None:
             f"cifar.n_train = {n_train} is smaller than cifar.train.batch_size = {batch}: "
             "no full batch to train on"
         )
-    from repdiag.data.cifar import locate
+    from repdiag.cifar.data import locate
 
     locate(cifar["data_dir"], cifar["format"])
 
@@ -158,11 +158,11 @@ def run_simclr_probe(
     """Train one SimCLR run and probe it: (JSON record, loss curve rows (step, loss, lr))."""
     import torch
 
+    from repdiag.cifar.data import load_cifar10
     from repdiag.cifar.encoders import build_simclr_model, parameter_count
     from repdiag.cifar.probe import linear_probe
     from repdiag.cifar.train import TrainSettings, extract_features, train_simclr
     from repdiag.cifar.views import eval_transform, to_chw_tensor, view_transform
-    from repdiag.data.cifar import load_cifar10
 
     start = time.monotonic()
     seed = int(params["seed"])

@@ -8,7 +8,7 @@ in DataLoader workers), z = g(f(x)) for all 2N views, and one AdamW step on NT-X
 
 averaged over the 2N anchors, with sim the cosine similarity and j the other view of i; the
 loss is :func:`repdiag.encoders.zoo.objectives.simclr.nt_xent_loss`, the project's one NT-Xent
-(the InfoNCE of :mod:`repdiag.contrastive.losses` takes explicit negatives, not the in-batch form).
+(the InfoNCE of :mod:`repdiag.identifiability.losses` takes explicit negatives, not the in-batch form).
 The learning rate warms up linearly, then follows a cosine decay to zero (SimCLR). Weight decay
 skips biases and normalisation weights. On CUDA the forward pass runs in bfloat16 autocast
 (``amp``); the loss is computed in float32.
@@ -32,9 +32,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from repdiag.cifar.views import TwoViews
+from repdiag.core.errors import ConfigError
+from repdiag.core.runtime import Progress
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
-from repdiag.errors import ConfigError
-from repdiag.runtime import Progress
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repdiag.store import atomic_path
+from repdiag.core.store import atomic_path
 
 
 def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = None) -> None:

@@ -23,11 +23,11 @@ import torch
 import xarray as xr
 import zarr
 
+from repdiag.core.errors import EncoderError, StoreError
+from repdiag.core.runtime import Progress, select_device
+from repdiag.core.store import check_finite, open_store, write_store
 from repdiag.encoders.preprocess import load_image_folder
 from repdiag.encoders.registry import Encoder, build_encoder
-from repdiag.errors import EncoderError, StoreError
-from repdiag.runtime import Progress, select_device
-from repdiag.store import check_finite, open_store, write_store
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ ImageSets = Mapping[str, tuple[Sequence[str], np.ndarray]]
 def binding_image_sets(
     dataset: str | Path, names: Iterable[str] = BINDING_SETS
 ) -> dict[str, tuple[list[str], np.ndarray]]:
-    """The named image sets of the binding store (``repdiag.data.binding.image_sets``)."""
-    from repdiag.data.binding import image_sets
+    """The named image sets of the binding store (``repdiag.binding.dataset.image_sets``)."""
+    from repdiag.binding.dataset import image_sets
 
     ds = open_store(dataset)
     # zarr v3 variable-length strings read back as numpy StringDType, which `.astype(str)` rejects
@@ -158,7 +158,7 @@ def write_embeddings(
     config: Mapping[str, Any] | None = None,
     seed: int | None = None,
 ) -> Path:
-    """Write the Dataset with :func:`repdiag.store.write_store` (atomic, provenance attrs)."""
+    """Write the Dataset with :func:`repdiag.core.store.write_store` (atomic, provenance attrs)."""
     with warnings.catch_warnings():  # zarr flags fixed-width unicode as not yet in the v3 spec
         warnings.filterwarnings(
             "ignore", message="The data type .* does not have a Zarr V3 specification"
@@ -200,7 +200,7 @@ def _open_layer(path: Path, variable: str) -> xr.Dataset:
     """Open only ``variable`` (+ coordinates) of an embeddings store, validated.
 
     Metadata and chunk completeness are checked for the whole store, checksums and finiteness
-    for what is loaded (:func:`repdiag.store.open_store`).
+    for what is loaded (:func:`repdiag.core.store.open_store`).
     """
     if not path.exists():
         raise StoreError(f"store {path} does not exist: run the rule extract_embeddings")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from repdiag.errors import ConfigError
+from repdiag.core.errors import ConfigError
 
 SOURCE_NAMES = ("timm", "open_clip", "torchvision", "hub", "checkpoint", "zoo", "python")
 ZOO_FILES = ("model.safetensors", "meta.json")
@@ -216,7 +216,7 @@ def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = 
 
 
 def check_embeddings_config(config: Mapping[str, Any]) -> None:
-    """``embeddings.folder``, when set, is an existing folder (registered in repdiag.config)."""
+    """``embeddings.folder``, when set, is an existing folder (registered in repdiag.core.config)."""
     folder = (config.get("embeddings") or {}).get("folder")
     if folder and not Path(folder).expanduser().is_dir():
         raise ConfigError(

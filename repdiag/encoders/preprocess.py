@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from repdiag.errors import EncoderError
+from repdiag.core.errors import EncoderError
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -19,7 +19,7 @@ Preprocessing comes from the model's own config unless the entry's ``preprocess`
 Weights are read as safetensors, or, for the files timm/torchvision/hub publish as ``.pth``, with
 ``torch.load(weights_only=True)``; a ``checkpoint``/``zoo`` file must be safetensors and a pickle is
 refused without being unpickled. Nothing is downloaded: missing weights are an error that says
-where to put them. Every failure is one :class:`~repdiag.errors.EncoderError` naming the model key.
+where to put them. Every failure is one :class:`~repdiag.core.errors.EncoderError` naming the model key.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
+from repdiag.core.errors import ConfigError, EncoderError, RegistryError
+from repdiag.core.registry import Registry
 from repdiag.encoders.entries import PICKLE_SUFFIXES, check_entry, is_local_path
 from repdiag.encoders.heads import WithHead
 from repdiag.encoders.preprocess import (
@@ -52,8 +54,6 @@ from repdiag.encoders.preprocess import (
     from_torchvision,
 )
 from repdiag.encoders.taps import TapPlan, run_taps, tap_plan
-from repdiag.errors import ConfigError, EncoderError, RegistryError
-from repdiag.registry import Registry
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from repdiag.errors import EncoderError
+from repdiag.core.errors import EncoderError
 
 POOLINGS = ("cls", "mean")
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from repdiag.binding.controls import CONTROLS, build_control
-from repdiag.data.binding import BindingParams, image_sets, render_binding_dataset
+from repdiag.binding.dataset import BindingParams, image_sets, render_binding_dataset
+from repdiag.binding.metrics.model_metrics import compute_model_metrics
+from repdiag.core.errors import RegistryError
+from repdiag.core.store import write_store
 from repdiag.encoders import build_encoder
 from repdiag.encoders.embeddings import extract_embeddings, write_embeddings
-from repdiag.errors import RegistryError
-from repdiag.metrics.model_metrics import compute_model_metrics
-from repdiag.store import write_store
 
 CHANCE_CONTROLS = ("occupancy", "slot_area", "colour_histogram", "bag_of_shapes", "random_features")
 

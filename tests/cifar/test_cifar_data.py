@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repdiag.data import cifar
-from repdiag.errors import ConfigError, StoreError
+from repdiag.cifar import data as cifar
+from repdiag.core.errors import ConfigError, StoreError
 
 
 def _official_batch(images: np.ndarray, labels: list[int]) -> dict:
@@ -116,7 +116,7 @@ def test_missing_directory_says_where_to_put_the_data(tmp_path: Path) -> None:
         "cifar.data_dir",
         "cifar-10-batches-py/data_batch_1",
         "https://www.cs.toronto.edu/~kriz/cifar.html",
-        "python -m repdiag.data.cifar download",
+        "python -m repdiag.cifar.data download",
         "train/<class>/*.png",
     ):
         assert part in message, part

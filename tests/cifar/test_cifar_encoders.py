@@ -21,7 +21,7 @@ from repdiag.cifar.encoders import (
 from repdiag.cifar.study import ARCHITECTURE_NAMES
 from repdiag.cifar.train import extract_features
 from repdiag.cifar.views import eval_transform
-from repdiag.errors import ConfigError, RegistryError
+from repdiag.core.errors import ConfigError, RegistryError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "cifar.schema.yaml"
 SMALL = {

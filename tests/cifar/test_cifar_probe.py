@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from repdiag.cifar.probe import linear_probe
-from repdiag.errors import ConfigError
+from repdiag.core.errors import ConfigError
 
 
 def _blobs(n: int, n_classes: int, dim: int, rng: np.random.Generator, separation: float):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from repdiag.cifar.data import synthetic_images, write_fixture
 from repdiag.cifar.encoders import build_simclr_model
 from repdiag.cifar.regimes import AUGMENTATION_GROUPS
 from repdiag.cifar.study import (
@@ -22,10 +23,9 @@ from repdiag.cifar.study import (
 )
 from repdiag.cifar.train import TrainSettings, lr_factor, planned_steps, train_simclr
 from repdiag.cifar.views import to_chw_tensor, view_transform
-from repdiag.config import fill_defaults
-from repdiag.data.cifar import synthetic_images, write_fixture
+from repdiag.core.config import fill_defaults
+from repdiag.core.errors import ConfigError
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
-from repdiag.errors import ConfigError
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from repdiag.cifar.data import synthetic_images
 from repdiag.cifar.regimes import AUGMENTATION_GROUPS, REGIMES, regime_settings
 from repdiag.cifar.views import (
     TwoViews,
@@ -23,7 +24,6 @@ from repdiag.cifar.views import (
     to_chw_tensor,
     view_transform,
 )
-from repdiag.data.cifar import synthetic_images
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "cifar.schema.yaml"
 DEFAULTS = {

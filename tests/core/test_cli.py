@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from repdiag.cli import main
-from repdiag.store import write_store
+from repdiag.core.cli import main
+from repdiag.core.store import write_store
 
 
 def test_inspect_prints_dimensions_coordinates_arrays_and_provenance(tmp_path, capsys):

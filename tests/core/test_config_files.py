@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repdiag.config import UniqueKeyLoader, check_config_files, load_config, load_yaml
+from repdiag.core.config import UniqueKeyLoader, check_config_files, load_config, load_yaml
+from repdiag.core.errors import ConfigError
 from repdiag.encoders.entries import check_embeddings_config, check_model_files
-from repdiag.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([REPO / "config.yaml", *(REPO / "config").glob("*.yaml")])

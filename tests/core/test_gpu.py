@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from repdiag.gpu import gpu_slot, visible_devices
+from repdiag.core.gpu import gpu_slot, visible_devices
 
 HOLDER = """
 import os, sys, time
-from repdiag.gpu import gpu_slot
+from repdiag.core.gpu import gpu_slot
 with gpu_slot(poll_s=0.05) as device:
     with open(sys.argv[1], "w") as out:
         out.write(f"{device} {os.environ.get('CUDA_VISIBLE_DEVICES')}")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from repdiag.errors import RegistryError
-from repdiag.registry import Registry
+from repdiag.core.errors import RegistryError
+from repdiag.core.registry import Registry
 
 
 def test_register_get_and_list():

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from repdiag.errors import ConfigError
-from repdiag.runtime import PROGRESS_ENV, Progress, progress_interval
+from repdiag.core.errors import ConfigError
+from repdiag.core.runtime import PROGRESS_ENV, Progress, progress_interval
 
 
 def test_progress_interval_defaults_to_ten_seconds(monkeypatch):

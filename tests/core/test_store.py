@@ -10,8 +10,8 @@ import pytest
 import xarray as xr
 import zarr
 
-from repdiag.errors import StoreError
-from repdiag.store import atomic_path, open_store, read_json, write_json, write_store
+from repdiag.core.errors import StoreError
+from repdiag.core.store import atomic_path, open_store, read_json, write_json, write_store
 
 
 def small_dataset(value: float = 1.0) -> xr.Dataset:

@@ -8,6 +8,8 @@ import torch
 import xarray as xr
 from PIL import Image
 
+from repdiag.core.errors import EncoderError, StoreError
+from repdiag.core.store import open_store, write_store
 from repdiag.encoders import build_encoder
 from repdiag.encoders.embeddings import (
     extract_embeddings,
@@ -16,8 +18,6 @@ from repdiag.encoders.embeddings import (
     write_embeddings,
 )
 from repdiag.encoders.preprocess import Preprocess, load_image_folder
-from repdiag.errors import EncoderError, StoreError
-from repdiag.store import open_store, write_store
 
 torch.set_num_threads(1)
 
@@ -65,7 +65,7 @@ def dataset() -> xr.Dataset:
 
 @pytest.fixture(scope="module")
 def image_sets(dataset):
-    from repdiag.data.binding import image_sets
+    from repdiag.binding.dataset import image_sets
 
     return image_sets(dataset)
 

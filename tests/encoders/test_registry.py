@@ -12,10 +12,10 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
+from repdiag.core.errors import ConfigError, EncoderError
 from repdiag.encoders import SOURCES, build_encoder
 from repdiag.encoders.entries import check_models
 from repdiag.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD
-from repdiag.errors import ConfigError, EncoderError
 
 torch.set_num_threads(1)
 

@@ -10,9 +10,9 @@ import torchvision
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 
+from repdiag.core.errors import EncoderError
 from repdiag.encoders import layer_outputs
 from repdiag.encoders.taps import tap_plan
-from repdiag.errors import EncoderError
 
 torch.set_num_threads(1)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from repdiag.data.sugarcrepe import CATEGORIES
+from repdiag.sugarcrepe.data import CATEGORIES
 from tests.conftest import REPO, copy_workflow, snakemake
 
 TEST_YAML = (REPO / "config" / "test.yaml").read_text()

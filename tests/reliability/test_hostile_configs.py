@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from repdiag.config import load_config
-from repdiag.errors import ConfigError
+from repdiag.core.config import load_config
+from repdiag.core.errors import ConfigError
 from tests.conftest import REPO
 
 SCHEMAS = REPO / "schemas"
@@ -226,7 +226,7 @@ def _bomb_config(tmp_path: Path) -> Path:
 def test_a_yaml_alias_bomb_is_refused_before_validation(tmp_path: Path) -> None:
     import time
 
-    from repdiag.config import load_yaml
+    from repdiag.core.config import load_yaml
 
     path = _bomb_config(tmp_path)
     start = time.monotonic()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from repdiag.core.errors import EncoderError
 from repdiag.encoders.registry import build_encoder
-from repdiag.errors import EncoderError
 
 
 def _resnet_state() -> dict[str, torch.Tensor]:
@@ -180,7 +180,7 @@ def _big_store(tmp_path: Path) -> Path:
     import numpy as np
     import xarray as xr
 
-    from repdiag.store import write_store
+    from repdiag.core.store import write_store
 
     ds = xr.Dataset({"emb_final": (("image", "dim"), np.zeros((2048, 2048), dtype=np.float32))})
     encoding = {"emb_final": {"chunks": (128, 2048)}}
@@ -193,7 +193,7 @@ def test_inspect_summarises_a_large_array_in_bounded_memory(
     """The whole store was loaded (2.2 GB for a 35 KB store declaring 16384 x 16384)."""
     import tracemalloc
 
-    from repdiag import inspect as repdiag_inspect
+    from repdiag.core import inspect as repdiag_inspect
 
     path = _big_store(tmp_path)  # 16 MB of float32 zeros, a few KB on disk
     monkeypatch.setattr(repdiag_inspect, "READ_ELEMENTS", 1 << 18)
@@ -212,8 +212,8 @@ def test_inspect_summarises_a_large_array_in_bounded_memory(
 def test_inspect_never_prints_bytes_of_a_file_outside_the_store(tmp_path: Path) -> None:
     import os
 
-    from repdiag.errors import StoreError
-    from repdiag.inspect import describe_store
+    from repdiag.core.errors import StoreError
+    from repdiag.core.inspect import describe_store
 
     path = _big_store(tmp_path)
     secret = tmp_path / "secret.txt"
@@ -236,7 +236,7 @@ def _embeddings_store(tmp_path: Path, values) -> Path:
     import numpy as np
     import xarray as xr
 
-    from repdiag.store import write_store
+    from repdiag.core.store import write_store
 
     n = len(values)
     ds = xr.Dataset(
@@ -264,8 +264,8 @@ def test_embeddings_of_another_dtype_or_zero_variance_are_refused_naming_the_arr
     """Valid checksums, wrong content: all-zero embeddings gave g_pr 0.0 with no warning."""
     import numpy as np
 
+    from repdiag.core.errors import StoreError
     from repdiag.encoders.embeddings import read_embeddings
-    from repdiag.errors import StoreError
 
     values = {
         "zeros": np.zeros((6, 4), np.float32),

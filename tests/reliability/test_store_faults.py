@@ -35,11 +35,11 @@ from torch import nn
 from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.storage import LocalStore
 
-from repdiag import jacobian as jac
+from repdiag.binding import jacobian as jac
+from repdiag.core.errors import StoreError
+from repdiag.core.store import open_store, write_json, write_store, write_text
 from repdiag.encoders.embeddings import read_embeddings
 from repdiag.encoders.zoo import checkpoint
-from repdiag.errors import StoreError
-from repdiag.store import open_store, write_json, write_store, write_text
 
 matplotlib.use("Agg")
 
@@ -460,7 +460,7 @@ KILLED_WRITER = textwrap.dedent(
     import os, signal, sys
     import numpy as np, xarray as xr
     from zarr.storage import LocalStore
-    from repdiag.store import write_store
+    from repdiag.core.store import write_store
 
     target, mode, at = sys.argv[1], sys.argv[2], int(sys.argv[3])
     calls = []
@@ -586,7 +586,7 @@ def test_an_unreadable_jacobian_cache_chunk_is_recomputed_and_logged(tmp_path, c
         np.savez(chunk, meta=np.array('{"methods": {}}'), s__output=np.zeros(2))
     else:
         np.savez(chunk, meta=np.array("{}"), s__output=np.array([{"a": 1}], dtype=object))
-    with caplog.at_level(logging.WARNING, logger="repdiag.jacobian"):
+    with caplog.at_level(logging.WARNING, logger="repdiag.binding.jacobian"):
         resumed = jac.run_chunked(model, x, run, chunk_size=2, method="exact")
     assert torch.equal(resumed["output"], reference["output"])
     assert "chunk_0001.npz" in caplog.text and "recomputing" in caplog.text
@@ -606,7 +606,7 @@ def test_the_jacobian_cache_key_and_chunks_carry_the_thread_count(tmp_path, capl
         jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
         torch.set_num_threads(2)
         key_2 = jac.cache_key(settings, "m", "i")
-        with caplog.at_level(logging.WARNING, logger="repdiag.jacobian"):
+        with caplog.at_level(logging.WARNING, logger="repdiag.binding.jacobian"):
             jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
     finally:
         torch.set_num_threads(before)

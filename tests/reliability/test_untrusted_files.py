@@ -17,8 +17,8 @@ import pytest
 import torch
 import yaml
 
+from repdiag.core.errors import EncoderError, StoreError
 from repdiag.encoders.registry import build_encoder
-from repdiag.errors import EncoderError, StoreError
 from tests.conftest import REPO, copy_workflow, snakemake
 
 
@@ -134,7 +134,7 @@ def test_weights_files_that_would_run_code_are_refused(
 
 
 def test_cifar_batches_are_unpickled_with_numpy_globals_only(tmp_path: Path) -> None:
-    from repdiag.data.cifar import read_pickle_batch
+    from repdiag.cifar.data import read_pickle_batch
 
     marker = tmp_path / "marker"
     batch = raw_pickle_payload(tmp_path / "data_batch_1", marker)
@@ -229,8 +229,8 @@ def _kwarg_value(keyword: str, form: str, path: Path):
 def test_kwargs_that_reach_a_library_loader_are_refused_naming_the_key(
     tmp_path: Path, source: str, keyword: str, form: str
 ) -> None:
+    from repdiag.core.errors import ConfigError
     from repdiag.encoders.entries import check_entry
-    from repdiag.errors import ConfigError
 
     marker = tmp_path / "marker"
     payload = torch_save_payload(tmp_path / "evil.pt", marker)

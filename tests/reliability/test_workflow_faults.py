@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import zarr
 
-from repdiag.errors import StoreError
-from repdiag.store import open_store
+from repdiag.core.errors import StoreError
+from repdiag.core.store import open_store
 from tests.conftest import (
     REPO,
     copy_workflow,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from repdiag.data.sugarcrepe import CATEGORIES
+from repdiag.sugarcrepe.data import CATEGORIES
 
 RED0, RED_STEP = 20, 40
 OBJECTS = ("dog", "cat", "horse", "bus", "kite", "pizza")

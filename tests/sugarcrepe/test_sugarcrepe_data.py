@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repdiag.config import fill_defaults, load_config
-from repdiag.data.sugarcrepe import (
+from repdiag.core.config import fill_defaults, load_config
+from repdiag.core.errors import ConfigError
+from repdiag.sugarcrepe.data import (
     CATEGORIES,
     check_sugarcrepe_config,
     labelled_folder,
@@ -19,7 +20,6 @@ from repdiag.data.sugarcrepe import (
     scored_models,
     sugarcrepe_files,
 )
-from repdiag.errors import ConfigError
 from tests.sugarcrepe.fixture import make_labelled_folder, make_sugarcrepe
 
 REPO = Path(__file__).resolve().parents[2]

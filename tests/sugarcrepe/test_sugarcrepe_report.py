@@ -10,11 +10,13 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
+from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.figures import save_figure
 from repdiag.common.intervals import wilson_interval
-from repdiag.data.sugarcrepe import CATEGORIES
-from repdiag.errors import ConfigError, StoreError
-from repdiag.metrics.sugarcrepe_report import (
+from repdiag.core.errors import ConfigError, StoreError
+from repdiag.core.store import write_json
+from repdiag.sugarcrepe.data import CATEGORIES
+from repdiag.sugarcrepe.report import (
     TABLE_COLUMNS,
     join_models,
     model_jer,
@@ -23,9 +25,7 @@ from repdiag.metrics.sugarcrepe_report import (
     sugarcrepe_figure,
     sugarcrepe_table,
 )
-from repdiag.stats_options import StatsSettings
-from repdiag.store import write_json
-from tests.stats_fakes import fake_jacobian_store
+from tests.binding.stats_fakes import fake_jacobian_store
 
 SETTINGS = StatsSettings(n_bootstrap=200, seed=0)
 CONTRACT_COLUMNS = ["model", "category", "accuracy", "ci_low", "ci_high", "n", "zero_shot_accuracy"]

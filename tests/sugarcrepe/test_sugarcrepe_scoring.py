@@ -13,9 +13,9 @@ import torch
 from PIL import Image
 from scipy.stats import binomtest
 
-from repdiag.data.sugarcrepe import CATEGORIES, labelled_folder, load_examples
-from repdiag.errors import ConfigError, EncoderError
-from repdiag.metrics.sugarcrepe import (
+from repdiag.core.errors import ConfigError, EncoderError
+from repdiag.sugarcrepe.data import CATEGORIES, labelled_folder, load_examples
+from repdiag.sugarcrepe.scoring import (
     accuracy_by_category,
     build_image_text_model,
     evaluate_model,

@@ -1,6 +1,6 @@
 """The alignment branch on config/test.yaml: one JSON per grid cell, real pair, tables, figures.
 
-(Named ``test_alignment_workflow`` because ``tests/metrics/test_alignment.py`` exists and the
+(Named ``test_alignment_workflow`` because ``tests/alignment/test_metrics.py`` exists and the
 test folders are not packages.)
 """
 
@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repdiag.sae.grid import grid_cells, real_pairs
-from repdiag.sae.report import CLAIMS
+from repdiag.alignment.grid import grid_cells, real_pairs
+from repdiag.alignment.report import CLAIMS
 
 pytestmark = pytest.mark.workflow
 
 
 def _alignment(workdir: Path) -> dict:
-    from repdiag.config import load_config
+    from repdiag.core.config import load_config
 
     return load_config(workdir / "config" / "test.yaml")["alignment"]
 

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from repdiag.cifar.data import write_fixture
 from repdiag.cifar.study import run_names
-from repdiag.config import fill_defaults
-from repdiag.data.cifar import write_fixture
+from repdiag.core.config import fill_defaults
 from tests.conftest import copy_workflow, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -113,7 +113,7 @@ def test_missing_data_directory_fails_before_any_job(tmp_path: Path) -> None:
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "CIFAR-10 was not found in no/such/dir (config key cifar.data_dir)" in text
-    assert "python -m repdiag.data.cifar download" in text
+    assert "python -m repdiag.cifar.data download" in text
 
 
 def test_the_branch_is_off_in_the_default_and_test_configs() -> None:

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from repdiag.config import load_config
-from repdiag.contrastive.report import PAPER_CLAIMS
-from repdiag.contrastive.study import cell_names, parse_cell
-from repdiag.store import read_json
+from repdiag.core.config import load_config
+from repdiag.core.store import read_json
+from repdiag.identifiability.report import PAPER_CLAIMS
+from repdiag.identifiability.study import cell_names, parse_cell
 from tests.conftest import snakemake
 
 pytestmark = pytest.mark.workflow

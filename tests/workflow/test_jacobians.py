@@ -14,7 +14,7 @@ pytestmark = pytest.mark.workflow
 
 
 def _config(workdir: Path) -> dict:
-    from repdiag.config import fill_defaults
+    from repdiag.core.config import fill_defaults
 
     return fill_defaults(yaml.safe_load((workdir / "config" / "test.yaml").read_text()))
 
@@ -65,8 +65,8 @@ def test_every_model_has_a_labelled_store_and_a_depth_profile(workflow_run: Path
 def test_stored_exact_spectrum_matches_autograd_on_the_trained_encoder(workflow_run: Path) -> None:
     import torch
 
+    from repdiag.binding.jacobian_stage import noise_images
     from repdiag.encoders import build_encoder
-    from repdiag.jacobian_stage import noise_images
 
     config = _config(workflow_run)
     model, entry = next(iter(config["models"].items()))

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import yaml
 
-from repdiag.metrics.readouts import binding_accuracy
-from repdiag.store import open_store
+from repdiag.binding.metrics.readouts import binding_accuracy
+from repdiag.core.store import open_store
 from tests.conftest import REPO, copy_workflow, snakemake
 
 pytestmark = pytest.mark.workflow
 
 
 def _config(workdir: Path) -> dict:
-    from repdiag.config import load_config
+    from repdiag.core.config import load_config
 
     return load_config(workdir / "config" / "test.yaml")
 

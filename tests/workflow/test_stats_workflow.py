@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repdiag.config import load_config
-from repdiag.store import open_store
+from repdiag.core.config import load_config
+from repdiag.core.store import open_store
 from tests.conftest import snakemake
 
 pytestmark = pytest.mark.workflow

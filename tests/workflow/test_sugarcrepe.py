@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from repdiag.common.intervals import wilson_interval
-from repdiag.data.sugarcrepe import CATEGORIES
+from repdiag.sugarcrepe.data import CATEGORIES
 from tests.conftest import REPO, copy_workflow, snakemake
 from tests.sugarcrepe.fixture import make_sugarcrepe
 

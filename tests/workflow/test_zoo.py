@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from repdiag.config import load_config
+from repdiag.core.config import load_config
+from repdiag.core.store import open_store, read_json
 from repdiag.encoders.zoo.checkpoint import load_zoo_model
 from repdiag.encoders.zoo.plot import read_curve
 from repdiag.encoders.zoo.spec import FAMILIES, zoo_runs
-from repdiag.store import open_store, read_json
 from tests.conftest import edit_config, snakemake
 
 pytestmark = pytest.mark.workflow

@@ -15,7 +15,7 @@ import timm
 import torch
 from torch import nn
 
-from repdiag.errors import EncoderError
+from repdiag.core.errors import EncoderError
 
 
 def _accepts(timm_model: str, kwargs: Mapping[str, Any], name: str, value: Any) -> bool:

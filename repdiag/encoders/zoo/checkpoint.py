@@ -4,7 +4,7 @@
 projection head's under ``head.*``; ``meta.json`` holds what rebuilds both
 (``timm.create_model(meta["timm_model"], **meta["timm_kwargs"])`` and ``meta["head"]``).
 Every file is written atomically; a missing, truncated or mismatched file is an
-:class:`~repdiag.errors.EncoderError` naming it.
+:class:`~repdiag.core.errors.EncoderError` naming it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import save_file
 from torch import nn
 
+from repdiag.core.errors import EncoderError, StoreError
+from repdiag.core.store import atomic_path, read_json, write_json, write_text
 from repdiag.encoders.zoo.backbones import build_backbone
 from repdiag.encoders.zoo.heads import MLPHead, build_head
-from repdiag.errors import EncoderError, StoreError
-from repdiag.store import atomic_path, read_json, write_json, write_text
 
 HEAD_PREFIX = "head."
 META_KEYS = ("objective", "family", "timm_model", "timm_kwargs", "pooling", "preprocess", "head")

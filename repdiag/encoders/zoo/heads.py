@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from repdiag.errors import EncoderError
+from repdiag.core.errors import EncoderError
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 NORMS = {"batch": nn.BatchNorm1d, "layer": nn.LayerNorm}

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from repdiag.common.figures import family_colour, save_figure
-from repdiag.errors import StoreError
+from repdiag.core.errors import StoreError
 
 
 def read_curve(path: str | os.PathLike[str]) -> np.ndarray:

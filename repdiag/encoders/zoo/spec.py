@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repdiag.binding import BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
-from repdiag.errors import ConfigError
+from repdiag.core.errors import ConfigError
 
 FAMILIES: dict[str, str] = {
     "barlow_twins": "variance_decorrelation",
@@ -98,7 +98,7 @@ def _check_widths(where: str, objective: str, hparams: Mapping[str, Any]) -> Non
 
 
 def check_zoo_config(config: Mapping[str, Any]) -> None:
-    """Cross-key checks of the zoo (registered in ``repdiag.config.SEMANTIC_CHECKS``).
+    """Cross-key checks of the zoo (registered in ``repdiag.core.config.SEMANTIC_CHECKS``).
 
     Every model with ``source: zoo`` names a run of ``zoo.objectives`` whose objective's family is
     the model's ``family``; every run names a known backbone (a ViT for mae) and valid overrides.

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from repdiag.config import fill_defaults
+from repdiag.core.config import fill_defaults
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec
 
 TINY_VIT = {

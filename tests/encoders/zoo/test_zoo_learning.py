@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from repdiag.config import load_config
-from repdiag.data.scenes import bag_caption, scene_batch
+from repdiag.binding.scenes import bag_caption, scene_batch
+from repdiag.core.config import load_config
 from repdiag.encoders.zoo.learning import plateau_check, slot_probe_accuracy
 from repdiag.encoders.zoo.objectives.clip import clip_loss
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from repdiag.data.scenes import scene_batch
+from repdiag.binding.scenes import scene_batch
 from repdiag.encoders.zoo.heads import build_head
 from repdiag.encoders.zoo.objectives import OBJECTIVES
 from repdiag.encoders.zoo.objectives.supervised import mirror_slots

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from repdiag.core.errors import StoreError
 from repdiag.encoders.zoo.checkpoint import write_curve
 from repdiag.encoders.zoo.plot import moving_average, plot_curves, read_curve
-from repdiag.errors import StoreError
 
 
 def test_curve_round_trip_is_exact(tmp_path):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from repdiag.config import load_config
+from repdiag.core.config import load_config
+from repdiag.core.errors import ConfigError
 from repdiag.encoders.zoo.spec import FAMILIES, check_zoo_config, run_spec, zoo_runs
-from repdiag.errors import ConfigError
 from tests.encoders.zoo.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[3]

@@ -12,10 +12,10 @@ import timm
 import torch
 from safetensors.torch import load_file
 
+from repdiag.core.errors import EncoderError
 from repdiag.encoders.zoo.checkpoint import load_zoo_model, save_zoo_run
 from repdiag.encoders.zoo.plot import read_curve
 from repdiag.encoders.zoo.train import learning_rate, parameter_groups, train
-from repdiag.errors import EncoderError
 
 
 def save(result, run_dir):

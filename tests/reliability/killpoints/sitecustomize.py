@@ -3,7 +3,7 @@
 Every Python process started with this directory on PYTHONPATH imports this module at start-up.
 When ``REPDIAG_FAULT_AT`` is set, the process acts at a chosen point of its work:
 
-- ``progress:<label>:<n>``: when a :class:`repdiag.runtime.Progress` whose label contains
+- ``progress:<label>:<n>``: when a :class:`repdiag.core.runtime.Progress` whose label contains
   ``<label>`` reaches ``n`` done (mid-loop: training steps, images, Jacobian chunks);
 - ``store:<path>:<n>``: after the ``n``-th chunk or metadata write into a zarr store whose path
   contains ``<path>`` (mid-write of an output store).
@@ -53,7 +53,7 @@ def _act() -> None:
 
 
 def _at_progress(label: str, at: int) -> None:
-    from repdiag import runtime
+    from repdiag.core import runtime
 
     update = runtime.Progress.update
     fired = False

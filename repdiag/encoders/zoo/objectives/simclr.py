@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.data.scenes import SceneConfig
+from repdiag.binding.scenes import SceneConfig
 from repdiag.encoders.zoo.augment import simclr_view
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead

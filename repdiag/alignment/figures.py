@@ -1,0 +1,159 @@
+"""Figures of the alignment study (PNG at 150 dpi and PDF), Okabe-Ito colour-blind-safe palette."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repdiag.core.store import atomic_path
+
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+METRICS = {
+    "tr_intervention": "M_tr (intervention)",
+    "cont_intervention": "M_cont (intervention)",
+    "concept_match": "concepts on the same latent",
+    "explained_variance": "M_extract: explained variance",
+    "mcc": "M_extract: MCC vs concepts",
+    "tr_r2": "M_tr: translation R²",
+    "tr_cosine": "M_tr: translation cosine",
+    "jaccard": "M_cont: active-set Jaccard",
+    "code_correlation": "M_cont: code correlation (firing-weighted)",
+    "probe_transfer": "M_cont: probe transfer accuracy",
+    "cycle_r2": "cycle consistency R²",
+}
+FRACTION_METRICS = ("tr_intervention", "cont_intervention", "tr_r2", "jaccard")
+VARIANT_ORDER = (
+    "independent",
+    "sae_a",
+    "crosscoder",
+    "usae",
+    "cosae-translation",
+    "cosae-consistency",
+    "cosae-distributional",
+    "cosae-all",
+)
+
+
+def _variants(table: pd.DataFrame) -> list[str]:
+    """Variants in the study's order (baselines, then CoSAE ablations), unknown ones last."""
+    present = list(dict.fromkeys(table["variant"]))
+    known = [v for v in VARIANT_ORDER if v in present]
+    return known + [v for v in present if v not in known]
+
+
+def _colours(variants: Sequence[str]) -> dict[str, str]:
+    return {v: OKABE_ITO[i % len(OKABE_ITO)] for i, v in enumerate(variants)}
+
+
+def save_figure(fig: plt.Figure, png: str | Path, pdf: str | Path) -> None:
+    """Write ``fig`` as PNG and PDF, each atomically, and close it."""
+    for path, fmt in ((png, "png"), (pdf, "pdf")):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _seed_stats(rows: pd.DataFrame, column: str) -> tuple[float, float]:
+    values = rows[column].astype(float).dropna()
+    if values.empty:
+        return float("nan"), 0.0
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def methods_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> None:
+    """One panel per metric; bars per variant at the largest paired fraction (pair-free at 0)."""
+    synthetic = table[table["data"] == "synthetic"]
+    variants = _variants(synthetic)
+    colours = _colours(variants)
+    fraction = synthetic.loc[synthetic["paired_fraction"] > 0, "paired_fraction"].max()
+    metrics = [m for m in METRICS if m in synthetic and synthetic[m].notna().any()]
+    ncols = 4
+    nrows = int(np.ceil(len(metrics) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.0 * nrows + 0.6), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        for i, variant in enumerate(variants):
+            rows = synthetic[synthetic["variant"] == variant]
+            rows = (
+                rows[np.isclose(rows["paired_fraction"], fraction)]
+                if (rows["paired_fraction"] > 0).any()
+                else rows
+            )
+            mean, std = _seed_stats(rows, metric)
+            ax.bar(i, mean, yerr=std, color=colours[variant], capsize=3)
+        ax.set_title(METRICS[metric], fontsize=9)
+        ax.set_xticks(range(len(variants)))
+        ax.set_xticklabels(variants, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("score (unitless)", fontsize=8)
+        ax.axhline(0, color="0.5", linewidth=0.6)
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.axis("off")
+    fig.suptitle(
+        f"Alignment methods on synthetic concepts (paired fraction {fraction:g}; "
+        "pair-free variants at 0; mean ± sd over seeds)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    save_figure(fig, png, pdf)
+
+
+def paired_fraction_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> None:
+    """Metrics against the paired fraction (log axis); pair-free variants as dashed lines."""
+    synthetic = table[table["data"] == "synthetic"]
+    variants = _variants(synthetic)
+    colours = _colours(variants)
+    fractions = sorted(f for f in synthetic["paired_fraction"].unique() if f > 0)
+    fig, axes = plt.subplots(
+        1, len(FRACTION_METRICS), figsize=(3.6 * len(FRACTION_METRICS), 3.4), squeeze=False
+    )
+    for ax, metric in zip(axes.flat, FRACTION_METRICS, strict=True):
+        if metric not in synthetic or synthetic[metric].isna().all():
+            ax.set_title(f"{METRICS[metric]}: not computed", fontsize=9)
+            continue
+        for variant in variants:
+            rows = synthetic[synthetic["variant"] == variant]
+            if (rows["paired_fraction"] > 0).any():
+                stats = [
+                    _seed_stats(rows[np.isclose(rows["paired_fraction"], f)], metric)
+                    for f in fractions
+                ]
+                means, stds = zip(*stats, strict=True)
+                ax.errorbar(
+                    fractions,
+                    means,
+                    yerr=stds,
+                    marker="o",
+                    color=colours[variant],
+                    label=variant,
+                    capsize=3,
+                )
+            else:
+                mean, _ = _seed_stats(rows, metric)
+                ax.axhline(
+                    mean, linestyle="--", color=colours[variant], label=f"{variant} (no pairs)"
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel("paired fraction of training rows (log scale)")
+        ax.set_ylabel("score (unitless)", fontsize=8)
+        ax.set_title(METRICS[metric], fontsize=9)
+    fig.suptitle(
+        "Alignment against the paired (anchor) fraction, mean ± sd over seeds", fontsize=10
+    )
+    fig.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(len(labels), 4),
+        fontsize=8,
+        frameon=False,
+    )
+    save_figure(fig, png, pdf)

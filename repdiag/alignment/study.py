@@ -1,0 +1,174 @@
+"""Running the alignment study: one synthetic cell, or every variant on a real-embedding pair."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repdiag.alignment.concepts import PairedData, embedding_pairs, synthetic_pairs
+from repdiag.alignment.grid import real_pair_name, split_variant, uses_pairs
+from repdiag.alignment.methods import SAESettings, make_method
+from repdiag.alignment.metrics import evaluate_alignment
+from repdiag.alignment.train import TrainSettings, normalise, train_method
+from repdiag.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def fit_and_evaluate(
+    variant: str,
+    data: PairedData,
+    *,
+    sae: Mapping[str, Any],
+    train: Mapping[str, Any],
+    weights: Mapping[str, float] | None,
+    evaluation: Mapping[str, Any],
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Train one variant on normalised ``data`` and compute every metric on its held-out pairs."""
+    method_name, ablation = split_variant(variant)
+    train_settings = TrainSettings(**{k: v for k, v in train.items() if k != "sw_projections"})
+    method = make_method(
+        method_name,
+        SAESettings(**sae),
+        ablation=ablation,
+        weights=weights,
+        sw_projections=int(train.get("sw_projections", 32)),
+    )
+    if method.uses_pairs and data.n_paired == 0:
+        raise ConfigError(f"{variant} needs anchor pairs but the paired fraction gives none")
+    log.info("training %s (%d anchor pairs, seed %d)", variant, data.n_paired, seed)
+    result = train_method(method, data, train_settings, seed=seed, device=device)
+    model = result.model.cpu()
+    start = time.monotonic()
+    metrics = evaluate_alignment(
+        model,
+        data.test,
+        labels=data.test_labels,
+        concepts=data.test_concepts,
+        truth=data.truth,
+        sw_projections=int(evaluation["sw_projections"]),
+        probe_train_fraction=float(evaluation["probe_train_fraction"]),
+        seed=seed,
+    )
+    summary = metrics["summary"]
+    log.info(
+        "%s: EV %.3f, M_tr (intervention) %s, M_cont (intervention) %s, R2 %.3f, Jaccard %.3f, "
+        "cycle R2 %.3f",
+        variant,
+        summary["explained_variance"],
+        summary["tr_intervention"],
+        summary["cont_intervention"],
+        summary["tr_r2"],
+        summary["jaccard"],
+        summary["cycle_r2"],
+    )
+    method, ablation = split_variant(variant)
+    return {
+        "variant": variant,
+        "method": method,
+        "ablation": ablation,
+        "n_paired": data.n_paired,
+        "n_train": [len(x) for x in data.train],
+        "n_test": len(data.test[0]),
+        "train": {
+            "steps": train_settings.steps,
+            "wall_time_s": result.wall_time_s,
+            "final_terms": result.final_terms,
+            "curve": result.curve,
+            "finalise": result.finalise_info,
+        },
+        "eval_wall_time_s": time.monotonic() - start,
+        "metrics": {k: v for k, v in metrics.items() if k != "summary"},
+        "summary": summary,
+    }
+
+
+def run_cell(params: Mapping[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
+    """One synthetic cell from its :func:`cell_params`; the JSON written to results/alignment/."""
+    cell = params["cell"]
+    start, cpu_start = time.monotonic(), time.process_time()
+    data = synthetic_pairs(
+        **params["synthetic"], paired_fraction=cell["paired_fraction"], seed=cell["seed"]
+    )
+    data, scales = normalise(data)
+    record = fit_and_evaluate(
+        cell["variant"],
+        data,
+        sae=params["sae"],
+        train=params["train"],
+        weights=params["weights"],
+        evaluation=params["evaluation"],
+        seed=cell["seed"],
+        device=device,
+    )
+    return {
+        "cell": cell["name"],
+        "data": "synthetic",
+        "paired_fraction": cell["paired_fraction"],
+        "seed": cell["seed"],
+        **record,
+        "input_scales": list(scales),
+        "wall_time_s": time.monotonic() - start,
+        "cpu_time_s": time.process_time() - cpu_start,
+        "params": dict(params),
+    }
+
+
+def run_real(
+    params: Mapping[str, Any],
+    store_a: str | Path,
+    store_b: str | Path,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Every variant x paired fraction on one pair of embedding stores (one job, one JSON)."""
+    pair = params["pair"]
+    seed = int(params["seed"])
+    start, cpu_start = time.monotonic(), time.process_time()
+    runs, info = [], None
+    fractions = sorted(set(params["paired_fractions"]))
+    for variant in params["variants"]:
+        for fraction in fractions if uses_pairs(variant) else [0.0]:
+            data = embedding_pairs(
+                store_a,
+                store_b,
+                layer=pair.get("layer", "final"),
+                paired_fraction=fraction,
+                test_fraction=params["test_fraction"],
+                seed=seed,
+                image_sets=params["image_sets"] or None,
+                max_images=params["max_images"],
+                n_clusters=params["n_clusters"],
+            )
+            if info is None:  # the split is the same for every fraction: record it once
+                info = {k: v for k, v in data.info.items() if k != "paired_fraction"}
+            data, _ = normalise(data)
+            record = fit_and_evaluate(
+                variant,
+                data,
+                sae=params["sae"],
+                train=params["train"],
+                weights=params["weights"].get(variant),
+                evaluation=params["evaluation"],
+                seed=seed,
+                device=device,
+            )
+            runs.append({"paired_fraction": float(fraction), "seed": seed, **record})
+    return {
+        "pair": real_pair_name(pair),
+        "data": "real",
+        "a": pair["a"],
+        "b": pair["b"],
+        "layer": pair.get("layer", "final"),
+        "data_info": info,
+        "runs": runs,
+        "wall_time_s": time.monotonic() - start,
+        "cpu_time_s": time.process_time() - cpu_start,
+        "params": dict(params),
+    }

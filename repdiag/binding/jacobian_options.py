@@ -1,0 +1,49 @@
+"""Options of the Jacobian stage: the config checks JSON schema cannot express.
+
+Kept free of heavy imports: the Snakefile runs :func:`check_jacobians_config` on every parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from repdiag.core.errors import ConfigError
+
+
+def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
+    """Images per probe set that will be used (0 for a skipped set; folder: at most n)."""
+    probes = jacobians.get("probes", {})
+    folder = probes.get("folder", {})
+    return {
+        "binding": int(probes.get("binding", {}).get("n", 0)),
+        "noise": int(probes.get("noise", {}).get("n", 0)),
+        "folder": int(folder.get("n", 0)) if folder.get("path") else 0,
+    }
+
+
+def check_jacobians_config(config: Mapping[str, Any]) -> None:
+    """Semantic checks of ``jacobians`` (registered in ``repdiag.core.config.SEMANTIC_CHECKS``).
+
+    At least one probe image; no more binding probes than rendered queries.
+    """
+    jacobians = config.get("jacobians") or {}
+    counts = probe_counts(jacobians)
+    if sum(counts.values()) == 0:
+        raise ConfigError(
+            "jacobians.probes: every probe set is empty; set jacobians.probes.binding.n, "
+            "jacobians.probes.noise.n or jacobians.probes.folder.path and .n"
+        )
+    folder = (jacobians.get("probes") or {}).get("folder") or {}
+    if counts["folder"] and not Path(folder["path"]).expanduser().is_dir():
+        raise ConfigError(
+            f"jacobians.probes.folder.path: {folder['path']} is not a folder; give a folder of "
+            "images (relative paths are relative to the workflow directory) or set it to null"
+        )
+    n_queries = config.get("datasets", {}).get("binding", {}).get("n_queries")
+    if isinstance(n_queries, int) and counts["binding"] > n_queries:
+        raise ConfigError(
+            f"jacobians.probes.binding.n = {counts['binding']} exceeds datasets.binding.n_queries "
+            f"= {n_queries}: lower it or render more queries"
+        )

@@ -1,0 +1,1 @@
+"""Binding metrics: geometry (G.PR, G.Iso, L.Iso), readouts, the Same/Different probe."""

@@ -1,0 +1,321 @@
+"""Figures of the binding study (matplotlib, Agg), saved as PNG and PDF of a fixed pixel size.
+
+One colour per objective family (:data:`repdiag.common.figures.FAMILY_COLOURS`); readouts are
+told apart by grey level and hatching so that they never compete with the family colours.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from repdiag.binding import APART_FAMILIES, BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
+from repdiag.binding.report import metric_label
+from repdiag.binding.stats import pearson
+from repdiag.common.figures import FAMILY_COLOURS, family_colour
+
+READOUT_STYLES = {
+    "cosine": {"color": "#333333", "hatch": ""},
+    "knn": {"color": "#888888", "hatch": "//"},
+    "local_pca": {"color": "#DDDDDD", "hatch": ".."},
+}
+READOUT_NAMES = {"cosine": "cosine", "knn": "kNN", "local_pca": "local PCA"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+UNITS = {
+    "g_pr": "fraction of dimension",
+    "g_iso": "unitless, 0-1",
+    "effective_rank": "dimensions",
+    "participation_ratio": "dimensions",
+    "jer": "effective rank, directions",
+    "same_different": "fraction correct",
+}
+
+
+def axis_label(column: str) -> str:
+    """Axis label with unit: ``G.Iso (unitless, 0-1)``."""
+    unit = UNITS.get(column)
+    if unit is None and column.startswith("l_iso"):
+        unit = "unitless, 0-1"
+    if unit is None and column.startswith("jer_"):
+        unit = "effective rank, directions"
+    return f"{metric_label(column)} ({unit})" if unit else metric_label(column)
+
+
+APART_MARKERS = {CONTROL_FAMILY: "x", BINDING_SUPERVISED_FAMILY: "*"}
+APART_LABELS = {
+    CONTROL_FAMILY: "control (not in fits)",
+    BINDING_SUPERVISED_FAMILY: "told the binding (not in fits)",
+}
+
+
+def family_handles(families: Sequence[str]) -> list[Line2D]:
+    """Legend entries: one marker in each family's colour (a cross for the controls)."""
+    return [
+        Line2D(
+            [],
+            [],
+            color=family_colour(f),
+            marker=APART_MARKERS.get(f, "o"),
+            markeredgecolor="black" if f == BINDING_SUPERVISED_FAMILY else None,
+            linestyle="",
+            label=APART_LABELS.get(f, f.replace("_", " ")),
+        )
+        for f in families
+    ]
+
+
+def _families(table: pd.DataFrame) -> list[str]:
+    return sorted(
+        table["family"].astype(str).unique(),
+        key=lambda f: list(FAMILY_COLOURS).index(f) if f in FAMILY_COLOURS else 99,
+    )
+
+
+def scatter_grid(
+    table: pd.DataFrame,
+    metrics: Sequence[str],
+    target: str = "binding",
+    *,
+    target_label: str = "binding accuracy (fraction correct)",
+    chance: float | None = None,
+    ncols: int = 3,
+) -> Figure:
+    """One panel per metric: models coloured by family against ``target``, OLS line, r and p."""
+    metrics = list(metrics)
+    nrows = max(1, math.ceil(len(metrics) / ncols))
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows + 0.6), squeeze=False, layout="constrained"
+    )
+    y_all = table[target].to_numpy(float)
+    trained = (~table["family"].isin(APART_FAMILIES)).to_numpy()
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        x_all = table[metric].to_numpy(float)
+        for family in _families(table):
+            rows = (table["family"] == family).to_numpy()
+            control = family == CONTROL_FAMILY
+            ax.scatter(
+                x_all[rows],
+                y_all[rows],
+                color=family_colour(family),
+                marker=APART_MARKERS.get(family, "o"),
+                s=60 if family == BINDING_SUPERVISED_FAMILY else 28,
+                edgecolor=None if control else "black" if family in APART_FAMILIES else "white",
+                linewidth=1.0 if control else 0.5,
+                zorder=3,
+            )
+        r, p, n = pearson(x_all[trained], y_all[trained])  # controls never enter the fit
+        mask = np.isfinite(x_all) & np.isfinite(y_all) & trained
+        if np.isfinite(r):
+            slope, intercept = np.polyfit(x_all[mask], y_all[mask], 1)
+            xs = np.linspace(x_all[mask].min(), x_all[mask].max(), 50)
+            ax.plot(
+                xs,
+                intercept + slope * xs,
+                color="#444444",
+                linewidth=1.2,
+                zorder=2,
+                label="OLS fit",
+            )
+            text = f"r = {r:.2f}, p = {p:.2g}\nn = {n} trained models"
+        else:
+            text = f"r undefined\nn = {n}"
+        ax.text(
+            0.03,
+            0.97,
+            text,
+            transform=ax.transAxes,
+            va="top",
+            fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0},
+        )
+        if chance is not None and np.isfinite(chance):
+            ax.axhline(
+                chance, color="#999999", linestyle="--", linewidth=1, zorder=1, label="chance"
+            )
+        ax.set_xlabel(axis_label(metric), fontsize=8)
+        ax.set_ylabel(target_label, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.set_axis_off()
+    handles = family_handles(_families(table))
+    handles.append(Line2D([], [], color="#444444", linewidth=1.2, label="least-squares fit"))
+    if chance is not None and np.isfinite(chance):
+        handles.append(Line2D([], [], color="#999999", linestyle="--", label="chance"))
+    fig.legend(
+        handles=handles,
+        title="objective family (points) and lines",
+        loc="outside lower center",
+        ncols=4,
+        fontsize=7,
+        title_fontsize=8,
+    )
+    fig.suptitle("Metrics against binding accuracy (one point per model)", fontsize=10)
+    return fig
+
+
+def spectra_figure(spectra: pd.DataFrame, *, layer: str | None = None) -> Figure:
+    """Mean normalised singular values s_i / s_1 against rank i, one line per model.
+
+    ``layer`` None takes each model's deepest layer.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    styles = _model_styles(spectra)
+    for model, part in spectra.groupby("model", sort=False):
+        chosen = (
+            part[part["layer"] == layer]
+            if layer is not None
+            else part[part["layer_index"] == part["layer_index"].max()]
+        )
+        chosen = chosen.sort_values("rank")
+        colour, marker = styles[model]
+        values = chosen["sv_normalised"].to_numpy(float)
+        ax.plot(
+            chosen["rank"],
+            np.where(values > 0, values, np.nan),  # exact zeros (rank-deficient) off the log axis
+            color=colour,
+            marker=marker,
+            markersize=3,
+            linewidth=1.3,
+            label=f"{model} ({chosen['layer'].iloc[0] if len(chosen) else '-'})",
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("singular value index i (rank)")
+    ax.set_ylabel("normalised singular value s_i / s_1 (unitless)")
+    ax.set_title("Jacobian singular value spectra (mean over probe images)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title="model (layer), colour = family", fontsize=7, title_fontsize=8, ncols=2)
+    return fig
+
+
+def _model_styles(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Family colour and a marker that tells the models of one family apart."""
+    styles, seen = {}, {}
+    for model, family in (
+        frame[["model", "family"]].drop_duplicates("model").itertuples(index=False)
+    ):
+        count = seen.get(family, 0)
+        seen[family] = count + 1
+        styles[model] = (family_colour(family), MARKERS[count % len(MARKERS)])
+    return styles
+
+
+def depth_figure(depth: pd.DataFrame, *, formula: str = "pr", probe_set: str = "binding") -> Figure:
+    """Mean JER per layer against relative depth (0 = first tap, 1 = last), one line per model."""
+    part = depth[(depth["formula"] == formula) & (depth["probe_set"] == probe_set)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    styles = _model_styles(part)
+    for model, rows in part.groupby("model", sort=False):
+        rows = rows.sort_values("layer_index")
+        colour, marker = styles[model]
+        ax.plot(
+            rows["relative_depth"],
+            rows["jer_mean"],
+            color=colour,
+            marker=marker,
+            markersize=4,
+            linewidth=1.3,
+            label=model,
+        )
+        if rows["jer_ci_low"].notna().any():
+            ax.fill_between(
+                rows["relative_depth"],
+                rows["jer_ci_low"],
+                rows["jer_ci_high"],
+                color=colour,
+                alpha=0.12,
+                linewidth=0,
+            )
+    ax.set_xlabel("relative depth (layer index / last index)")
+    ax.set_ylabel(f"JER, {formula} formula (effective rank, directions)")
+    ax.set_title(
+        f"Depth profile of the Jacobian effective rank ({probe_set} probe images)", fontsize=10
+    )
+    ax.set_xlim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="model, colour = family", fontsize=7, title_fontsize=8, ncols=2)
+    return fig
+
+
+def readout_figure(
+    table: pd.DataFrame,
+    readouts: Sequence[str] = ("cosine", "knn", "local_pca"),
+    *,
+    chance: float | None = None,
+) -> Figure:
+    """Binding accuracy per model for each readout (bars, binomial CI whiskers), chance line."""
+    readouts = [r for r in readouts if f"binding_{r}" in table]
+    # trained models first, controls after them, apart
+    table = pd.concat(
+        [table[~table["family"].isin(APART_FAMILIES)], table[table["family"].isin(APART_FAMILIES)]]
+    )
+    n = len(table)
+    n_trained = int((~table["family"].isin(APART_FAMILIES)).sum())
+    fig, ax = plt.subplots(
+        figsize=(max(6.5, round(0.75 * n + 2.0) + 0.5), 4.4), layout="constrained"
+    )
+    width = 0.8 / max(1, len(readouts))
+    x = np.arange(n)
+    for i, readout in enumerate(readouts):
+        values = table[f"binding_{readout}"].to_numpy(float)
+        low = table.get(f"binding_{readout}_ci_low", pd.Series(np.nan, index=table.index)).to_numpy(
+            float
+        )
+        high = table.get(
+            f"binding_{readout}_ci_high", pd.Series(np.nan, index=table.index)
+        ).to_numpy(float)
+        errors = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
+        errors = np.where(np.isfinite(errors), errors, 0.0)
+        style = READOUT_STYLES.get(readout, {"color": "#555555", "hatch": "xx"})
+        ax.bar(
+            x + (i - (len(readouts) - 1) / 2) * width,
+            values,
+            width,
+            color=style["color"],
+            hatch=style["hatch"],
+            edgecolor="black",
+            linewidth=0.5,
+            yerr=errors,
+            capsize=2,
+            error_kw={"linewidth": 0.8},
+            label=READOUT_NAMES.get(readout, readout),
+        )
+    if chance is not None and np.isfinite(chance):
+        ax.axhline(
+            chance, color="#000000", linestyle="--", linewidth=1.2, label=f"chance ({chance:.3f})"
+        )
+    if 0 < n_trained < n:
+        ax.axvline(n_trained - 0.5, color="#999999", linewidth=1.0)
+        ax.text(
+            n_trained - 0.4,
+            0.97,
+            "controls, told the binding",
+            fontsize=8,
+            color="#666666",
+            va="top",
+        )
+    ax.set_xticks(x, table["model"].astype(str), rotation=35, ha="right", fontsize=8)
+    for tick, family in zip(ax.get_xticklabels(), table["family"], strict=True):
+        tick.set_color(family_colour(str(family)))
+    ax.set_xlabel("model (label colour = objective family)")
+    ax.set_ylabel("binding accuracy (fraction correct)")
+    ax.set_ylim(0, 1.0)
+    ax.set_title("Binding accuracy by readout at the final layer", fontsize=10)
+    ax.legend(title="readout", fontsize=8, title_fontsize=8, ncols=2, loc="upper left")
+    fig.legend(
+        handles=family_handles(_families(table)),
+        title="objective family",
+        loc="outside right upper",
+        fontsize=7,
+        title_fontsize=8,
+    )
+    return fig

@@ -1,0 +1,528 @@
+"""Statistics across models: correlations with bootstrap intervals, OLS, partial correlation.
+
+Every function works on a table with one row per model (``results/tables/models.csv``). The
+binding paper (Chung and Kim 2026, Sec. 5) reports Pearson r with p-values over its 26 encoders,
+a bivariate OLS ``binding ~ JER + same_different`` (R^2 = 0.78), and a partial correlation that
+controls for zero-shot accuracy; this module computes the same quantities with scipy and
+statsmodels. Intervals resample *models* (rows) with replacement, seeded, and take percentiles.
+
+With fewer rows than ``min_models`` (or than a statistic needs) a function returns NaN values and
+a ``note`` saying why, never an exception: a run with three models still writes its tables.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from scipy import stats as sps
+
+from repdiag.binding.stats_options import DEFAULT_MIN_MODELS
+from repdiag.common.intervals import mean_interval
+from repdiag.core.errors import ConfigError
+
+NAN = float("nan")
+
+
+def too_few_note(n: int, needed: int, what: str) -> str:
+    return (
+        f"too few models for {what}: {n} < {needed}; add models to config.models "
+        f"(or lower stats.min_models) to compute it"
+    )
+
+
+def complete_rows(*columns: np.ndarray) -> np.ndarray:
+    """Boolean mask of rows where every column is finite (pairwise-complete analysis)."""
+    mask = np.ones(len(columns[0]), dtype=bool)
+    for column in columns:
+        values = np.asarray(column, dtype=float)
+        mask &= np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    return mask
+
+
+# --------------------------------------------------------------------------- correlations
+
+
+def rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson r of each row pair: sum(xc yc) / sqrt(sum xc^2 sum yc^2); NaN for a constant row."""
+    xc = x - x.mean(axis=-1, keepdims=True)
+    yc = y - y.mean(axis=-1, keepdims=True)
+    ssx, ssy = (xc * xc).sum(axis=-1), (yc * yc).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.clip((xc * yc).sum(axis=-1) / np.sqrt(ssx * ssy), -1.0, 1.0)
+    r[(ssx <= _round_off(x)) | (ssy <= _round_off(y))] = NAN
+    return r
+
+
+def _round_off(values: np.ndarray) -> np.ndarray:
+    """Sum of squares below which centred values are rounding noise (a constant row)."""
+    scale = np.abs(values).max(axis=-1)
+    return values.shape[-1] * (1e-10 * np.maximum(scale, 1e-300)) ** 2
+
+
+def bootstrap_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """``(n_boot, n)`` row indices drawn with replacement from ``default_rng(seed)``."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def bootstrap_correlation_ci(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    method: str = "pearson",
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, int]:
+    """Percentile bootstrap interval of Pearson or Spearman r, resampling models (rows).
+
+    Resamples in which either variable is constant have no correlation and are skipped; the
+    third value returned is how many resamples were usable.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    idx = bootstrap_indices(len(x), n_boot, seed)
+    xs, ys = x[idx], y[idx]
+    if method == "spearman":
+        xs, ys = sps.rankdata(xs, axis=1), sps.rankdata(ys, axis=1)
+    elif method != "pearson":
+        raise ValueError(f"unknown correlation method {method!r}; use pearson or spearman")
+    r = rowwise_pearson(xs, ys)
+    valid = r[np.isfinite(r)]
+    if valid.size == 0:
+        return NAN, NAN, 0
+    alpha = 1.0 - confidence
+    low, high = np.quantile(valid, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high), int(valid.size)
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Pearson and Spearman correlation of two columns with p-values and bootstrap intervals."""
+
+    n: int
+    pearson_r: float = NAN
+    pearson_p: float = NAN
+    pearson_ci_low: float = NAN
+    pearson_ci_high: float = NAN
+    spearman_rho: float = NAN
+    spearman_p: float = NAN
+    spearman_ci_low: float = NAN
+    spearman_ci_high: float = NAN
+    n_boot_valid: int = 0
+    note: str = ""
+
+
+def is_constant(values: np.ndarray) -> bool:
+    values = np.asarray(values, dtype=float)
+    return len(values) == 0 or bool(((values - values.mean()) ** 2).sum() <= _round_off(values))
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]:
+    """Pearson r and two-sided p (scipy) on the complete rows; NaN when undefined."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    mask = complete_rows(x, y)
+    x, y = x[mask], y[mask]
+    if len(x) < 3 or is_constant(x) or is_constant(y):
+        return NAN, NAN, len(x)
+    result = sps.pearsonr(x, y)
+    return float(result.statistic), float(result.pvalue), len(x)
+
+
+def correlation(
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    min_models: int = DEFAULT_MIN_MODELS,
+) -> Correlation:
+    """Pearson r (scipy ``pearsonr``) and Spearman rho (``spearmanr``) with bootstrap intervals.
+
+    Rows where either value is missing are dropped. With fewer than ``min_models`` rows, or a
+    constant column, every statistic is NaN and ``note`` says why.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    mask = complete_rows(x, y)
+    x, y = x[mask], y[mask]
+    n = len(x)
+    needed = max(min_models, 3)
+    if n < needed:
+        return Correlation(n=n, note=too_few_note(n, needed, "a correlation"))
+    constant = [name for name, v in (("metric", x), ("target", y)) if is_constant(v)]
+    if constant:
+        return Correlation(
+            n=n, note=f"{' and '.join(constant)} constant across models: correlation undefined"
+        )
+    p = sps.pearsonr(x, y)
+    s = sps.spearmanr(x, y)
+    p_low, p_high, valid = bootstrap_correlation_ci(
+        x, y, method="pearson", n_boot=n_boot, seed=seed, confidence=confidence
+    )
+    s_low, s_high, _ = bootstrap_correlation_ci(
+        x, y, method="spearman", n_boot=n_boot, seed=seed, confidence=confidence
+    )
+    note = "" if valid == n_boot else f"{n_boot - valid} of {n_boot} resamples constant, skipped"
+    return Correlation(
+        n=n,
+        pearson_r=float(p.statistic),
+        pearson_p=float(p.pvalue),
+        pearson_ci_low=p_low,
+        pearson_ci_high=p_high,
+        spearman_rho=float(s.statistic),
+        spearman_p=float(s.pvalue),
+        spearman_ci_low=s_low,
+        spearman_ci_high=s_high,
+        n_boot_valid=valid,
+        note=note,
+    )
+
+
+def correlation_table(
+    table: pd.DataFrame,
+    target: str,
+    metrics: Sequence[str],
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    min_models: int = DEFAULT_MIN_MODELS,
+) -> pd.DataFrame:
+    """One row per metric: its correlation with ``target`` over the models of ``table``."""
+    require_columns(table, [target, *metrics], "the models table")
+    rows = []
+    for metric in metrics:
+        result = correlation(
+            table[metric].to_numpy(float),
+            table[target].to_numpy(float),
+            n_boot=n_boot,
+            seed=seed,
+            confidence=confidence,
+            min_models=min_models,
+        )
+        rows.append({"metric": metric, "target": target, **asdict(result)})
+    frame = pd.DataFrame(rows, columns=["metric", "target", *Correlation.__dataclass_fields__])
+    frame["confidence"] = confidence
+    frame["n_bootstrap"] = n_boot
+    return frame
+
+
+def require_columns(table: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ConfigError(
+            f"{what} has no column(s) {missing}; available: {', '.join(map(str, table.columns))}"
+        )
+
+
+# --------------------------------------------------------------------------- OLS
+
+
+@dataclass
+class OLSFit:
+    """One ordinary-least-squares fit: fit statistics, a coefficient table and statsmodels' summary."""
+
+    response: str
+    predictors: list[str]
+    n: int
+    r2: float = NAN
+    adj_r2: float = NAN
+    f_pvalue: float = NAN
+    aic: float = NAN
+    coefficients: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summary: str = ""
+    note: str = ""
+
+    @property
+    def formula(self) -> str:
+        return f"{self.response} ~ {' + '.join(self.predictors)}"
+
+
+COEFFICIENT_COLUMNS = ["term", "coef", "se", "t", "p", "ci_low", "ci_high"]
+
+
+def fit_ols(
+    table: pd.DataFrame,
+    response: str,
+    predictors: Sequence[str],
+    *,
+    confidence: float = 0.95,
+    min_models: int = DEFAULT_MIN_MODELS,
+) -> OLSFit:
+    """``response ~ 1 + predictors`` by statsmodels OLS on the complete rows of ``table``.
+
+    R^2 = 1 - RSS/TSS, adjusted R^2 = 1 - (1 - R^2)(n - 1)/(n - p - 1); standard errors from
+    s^2 (X'X)^-1 with s^2 = RSS/(n - p - 1); t-tests two-sided on n - p - 1 degrees of freedom.
+    """
+    predictors = list(predictors)
+    require_columns(table, [response, *predictors], "the models table")
+    data = table[[response, *predictors]].astype(float)
+    data = data[complete_rows(data.to_numpy())]
+    n = len(data)
+    fit = OLSFit(response=response, predictors=predictors, n=n)
+    needed = max(min_models, len(predictors) + 2)
+    if n < needed:
+        fit.note = too_few_note(n, needed, f"the fit {fit.formula}")
+        return fit
+    design = sm.add_constant(data[predictors], has_constant="add").rename(
+        columns={"const": "Intercept"}
+    )
+    if is_constant(data[response].to_numpy()):
+        fit.note = f"{response} is constant across models: R^2 undefined"
+        return fit
+    if np.linalg.matrix_rank(design.to_numpy()) < design.shape[1]:
+        fit.note = "predictors are constant or collinear across models: coefficients not identified"
+        return fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small-n kurtosis/omnibus warnings in the summary
+        result = sm.OLS(data[response], design).fit()
+        summary = result.summary(alpha=1 - confidence, title=fit.formula).as_text()
+    ci = result.conf_int(alpha=1 - confidence)
+    fit.coefficients = pd.DataFrame(
+        {
+            "term": design.columns,
+            "coef": result.params.to_numpy(),
+            "se": result.bse.to_numpy(),
+            "t": result.tvalues.to_numpy(),
+            "p": result.pvalues.to_numpy(),
+            "ci_low": ci.iloc[:, 0].to_numpy(),
+            "ci_high": ci.iloc[:, 1].to_numpy(),
+        }
+    )
+    fit.r2, fit.adj_r2 = float(result.rsquared), float(result.rsquared_adj)
+    fit.f_pvalue, fit.aic = float(result.f_pvalue), float(result.aic)
+    fit.summary = summary
+    return fit
+
+
+def ols_table(fits: Sequence[OLSFit]) -> pd.DataFrame:
+    """Long table: one row per fit and term, with the fit statistics repeated on each row."""
+    rows = []
+    for fit in fits:
+        head = {
+            "formula": fit.formula,
+            "response": fit.response,
+            "n": fit.n,
+            "r2": fit.r2,
+            "adj_r2": fit.adj_r2,
+            "f_pvalue": fit.f_pvalue,
+            "aic": fit.aic,
+        }
+        if fit.coefficients.empty:
+            rows.append({**head, **dict.fromkeys(COEFFICIENT_COLUMNS, NAN), "note": fit.note})
+        for record in fit.coefficients.to_dict("records"):
+            rows.append({**head, **record, "note": fit.note})
+    columns = ["formula", "response", "n", "r2", "adj_r2", "f_pvalue", "aic"]
+    return pd.DataFrame(rows, columns=[*columns, *COEFFICIENT_COLUMNS, "note"])
+
+
+def ols_summary_text(fits: Sequence[OLSFit]) -> str:
+    """statsmodels' summary of every fit, or its note when it could not be fitted."""
+    parts = []
+    for fit in fits:
+        body = fit.summary or f"not fitted (n = {fit.n}): {fit.note}"
+        parts.append(f"=== {fit.formula} ===\n{body}\n")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- partial correlation
+
+
+def residualise(values: np.ndarray, covariates: np.ndarray) -> np.ndarray:
+    """Residuals of least squares ``values ~ 1 + covariates`` (numpy lstsq)."""
+    design = np.column_stack([np.ones(len(values)), covariates])
+    coef, *_ = np.linalg.lstsq(design, values, rcond=None)
+    return values - design @ coef
+
+
+def partial_correlation_value(x: np.ndarray, y: np.ndarray, covariates: np.ndarray) -> float:
+    """Residual-on-residual r: Pearson r of (x | Z) and (y | Z) residuals."""
+    rx, ry = residualise(x, covariates), residualise(y, covariates)
+    return float(rowwise_pearson(rx[None], ry[None])[0])
+
+
+@dataclass(frozen=True)
+class PartialCorrelation:
+    n: int
+    dof: int = 0
+    r: float = NAN
+    p: float = NAN
+    ci_low: float = NAN
+    ci_high: float = NAN
+    zero_order_r: float = NAN
+    n_boot_valid: int = 0
+    note: str = ""
+
+
+def partial_correlation(
+    x: Sequence[float],
+    y: Sequence[float],
+    covariates: np.ndarray,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    min_models: int = DEFAULT_MIN_MODELS,
+) -> PartialCorrelation:
+    """Partial correlation of x and y given the columns of ``covariates`` (n, k).
+
+    r = corr(x - P_Z x, y - P_Z y) with P_Z the projection on [1, Z]; p from
+    t = r sqrt(dof / (1 - r^2)) on dof = n - 2 - k degrees of freedom (as in ``pingouin.partial_corr``);
+    the interval resamples models.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    z = np.asarray(covariates, dtype=float).reshape(len(x), -1)
+    mask = complete_rows(x, y, z)
+    x, y, z = x[mask], y[mask], z[mask]
+    n, k = len(x), z.shape[1]
+    dof = n - 2 - k
+    needed = max(min_models, k + 4)
+    if n < needed:
+        return PartialCorrelation(
+            n=n, dof=max(dof, 0), note=too_few_note(n, needed, "a partial correlation")
+        )
+    r = partial_correlation_value(x, y, z)
+    if not np.isfinite(r):
+        return PartialCorrelation(
+            n=n, dof=dof, note="a residual is constant (covariate explains x or y exactly)"
+        )
+    t = r * np.sqrt(dof / max(1.0 - r * r, 1e-300))
+    p = float(2 * sps.t.sf(abs(t), dof))
+    boot = np.array(
+        [
+            partial_correlation_value(x[i], y[i], z[i])
+            if np.linalg.matrix_rank(np.column_stack([np.ones(n), z[i]])) == k + 1
+            else NAN
+            for i in bootstrap_indices(n, n_boot, seed)
+        ]
+    )
+    valid = boot[np.isfinite(boot)]
+    alpha = 1.0 - confidence
+    low, high = np.quantile(valid, [alpha / 2, 1 - alpha / 2]) if valid.size else (NAN, NAN)
+    return PartialCorrelation(
+        n=n,
+        dof=dof,
+        r=r,
+        p=p,
+        ci_low=float(low),
+        ci_high=float(high),
+        zero_order_r=pearson(x, y)[0],
+        n_boot_valid=int(valid.size),
+    )
+
+
+def partial_table(
+    table: pd.DataFrame,
+    x: str,
+    y: str,
+    control_sets: Sequence[Sequence[str]],
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    min_models: int = DEFAULT_MIN_MODELS,
+    empty_note: str = "no covariate to control for",
+) -> pd.DataFrame:
+    """One row per control set: partial correlation of ``x`` with ``y`` given those columns."""
+    columns = ["x", "y", "controls", *PartialCorrelation.__dataclass_fields__]
+    rows = []
+    for controls in control_sets:
+        require_columns(table, [x, y, *controls], "the models table")
+        result = partial_correlation(
+            table[x].to_numpy(float),
+            table[y].to_numpy(float),
+            table[list(controls)].to_numpy(float),
+            n_boot=n_boot,
+            seed=seed,
+            confidence=confidence,
+            min_models=min_models,
+        )
+        rows.append({"x": x, "y": y, "controls": " + ".join(controls), **asdict(result)})
+    if not rows:
+        rows.append({"x": x, "y": y, "controls": "", "n": len(table), "note": empty_note})
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- families
+
+
+def family_table(
+    table: pd.DataFrame,
+    metrics: Sequence[str],
+    *,
+    confidence: float = 0.95,
+    family_column: str = "family",
+) -> pd.DataFrame:
+    """Per family and metric: number of models, mean, SD and t-interval of the mean."""
+    require_columns(table, [family_column, "model", *metrics], "the models table")
+    rows = []
+    for family, group in table.groupby(family_column, sort=True):
+        for metric in metrics:
+            values = group[metric].to_numpy(float)
+            n = int(np.isfinite(values).sum())
+            mean, sd, low, high = mean_interval(values, confidence)
+            note = "" if n >= 2 else f"{n} model(s) in this family: no interval"
+            rows.append(
+                {
+                    "family": family,
+                    "metric": metric,
+                    "n": n,
+                    "mean": mean,
+                    "sd": sd,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "confidence": confidence,
+                    "models": ";".join(group["model"].astype(str)),
+                    "note": note,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "family",
+            "metric",
+            "n",
+            "mean",
+            "sd",
+            "ci_low",
+            "ci_high",
+            "confidence",
+            "models",
+            "note",
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def robustness_table(
+    table: pd.DataFrame,
+    variants: Sequence[Mapping[str, str]],
+    targets: Sequence[str],
+    **options: Any,
+) -> pd.DataFrame:
+    """Correlations of every metric variant with every target.
+
+    ``variants`` are mappings with ``group`` (e.g. ``l_iso``), ``variant`` (e.g. ``k=10``) and
+    ``metric`` (the column). Variants or targets absent from ``table`` are skipped.
+    """
+    frames = []
+    for target in targets:
+        if target not in table.columns:
+            continue
+        present = [v for v in variants if v["metric"] in table.columns]
+        if not present:
+            continue
+        frame = correlation_table(table, target, [v["metric"] for v in present], **options)
+        frame.insert(0, "variant", [v["variant"] for v in present])
+        frame.insert(0, "group", [v["group"] for v in present])
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["group", "variant", "metric", "target", "n", "note"])
+    return pd.concat(frames, ignore_index=True)

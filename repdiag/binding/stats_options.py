@@ -1,0 +1,103 @@
+"""Options of the statistics stage: resolved settings and the config checks JSON schema cannot express.
+
+Kept free of heavy imports (no scipy, statsmodels, pandas): the Snakefile runs
+:func:`check_stats_config` on every parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from repdiag.core.config import seeded
+from repdiag.core.errors import ConfigError
+
+DEFAULT_MIN_MODELS = 4
+
+READOUTS = ("cosine", "knn", "local_pca")
+JER_FORMULAS = ("pr", "pr2", "entropy")
+JER_SUMMARIES = ("final", "max")
+GEOMETRY = ("g_pr", "g_iso", "effective_rank", "participation_ratio")
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """The ``stats`` config section, resolved (``seed: null`` takes the global seed)."""
+
+    n_bootstrap: int = 2000
+    seed: int = 0
+    confidence: float = 0.95
+    min_models: int = DEFAULT_MIN_MODELS
+    readout: str = "cosine"
+    jer_formula: str = "pr"
+    jer_at: str = "final"
+    probe_set: str = "binding"
+    covariates: tuple[str, ...] = ()
+    collapse_threshold: float = 0.2
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any], global_seed: int = 0) -> StatsSettings:
+        resolved = seeded(section, {"seed": global_seed})
+        values = {k: resolved[k] for k in cls.__dataclass_fields__ if k in resolved}
+        values["covariates"] = tuple(values.get("covariates", ()))
+        return cls(**values)
+
+    @property
+    def jer_column(self) -> str:
+        return f"jer_{self.jer_formula}_{self.jer_at}"
+
+    @property
+    def binding_column(self) -> str:
+        return f"binding_{self.readout}"
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments shared by every bootstrapped statistic."""
+        return {
+            "n_boot": self.n_bootstrap,
+            "seed": self.seed,
+            "confidence": self.confidence,
+            "min_models": self.min_models,
+        }
+
+
+RESERVED_PREFIXES = ("binding", "jer", "l_iso", "same_different")
+
+
+def covariate_columns(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every covariate name any model declares, sorted; names that clash with metrics are refused."""
+    names = sorted({name for entry in models.values() for name in entry.get("covariates", {})})
+    reserved = {"model", "family", "source", "final_layer", "n_layers", "chance", *GEOMETRY}
+    for name in names:
+        if name in reserved or name.startswith(RESERVED_PREFIXES):
+            owner = next(k for k, e in models.items() if name in e.get("covariates", {}))
+            raise ConfigError(
+                f"models.{owner}.covariates.{name}: the name clashes with a metric column of the "
+                "models table; rename the covariate"
+            )
+    return names
+
+
+def check_stats_config(config: Mapping[str, Any]) -> None:
+    """Semantic checks of the ``stats`` section (registered in ``repdiag.core.config.SEMANTIC_CHECKS``).
+
+    Each covariate must be given by at least one model, and the headline readout must be one the
+    metrics stage computes.
+    """
+    section = config.get("stats") or {}
+    models = config.get("models") or {}
+    for name in section.get("covariates", []):
+        if not any(name in (entry.get("covariates") or {}) for entry in models.values()):
+            raise ConfigError(
+                f"stats.covariates: {name!r} is not a covariate of any model; add it as "
+                f"models.<key>.covariates.{name} or remove it from stats.covariates"
+            )
+    if models:
+        covariate_columns(models)
+    computed = ((config.get("metrics") or {}).get("readouts") or {}).get("names")
+    readout = section.get("readout", "cosine")
+    if computed is not None and readout not in computed:
+        raise ConfigError(
+            f"stats.readout: {readout!r} is not computed by the metrics stage "
+            f"(metrics.readouts.names = {computed}); add it there or choose one of them"
+        )

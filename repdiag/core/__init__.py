@@ -1,0 +1,1 @@
+"""The shared core: config, errors, registry, runtime, GPU slots, stores, SLURM, inspect, CLI."""

@@ -1,0 +1,334 @@
+"""Config validation outside Snakemake and semantic checks the JSON schema cannot express."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repdiag.core.errors import ConfigError
+
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+# Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements).
+# Each is "module:function" taking the whole config and raising ConfigError naming the key.
+SEMANTIC_CHECKS: tuple[str, ...] = (
+    "repdiag.binding.dataset:check_binding_config",
+    "repdiag.encoders.entries:check_models",
+    "repdiag.encoders.entries:check_embeddings_config",
+    "repdiag.encoders.zoo.spec:check_zoo_config",
+    "repdiag.binding.jacobian_options:check_jacobians_config",
+    "repdiag.binding.metrics.options:check_metrics_config",
+    "repdiag.binding.stats_options:check_stats_config",
+    "repdiag.alignment.grid:check_alignment_config",
+    "repdiag.identifiability.study:check_identifiability",
+    "repdiag.cifar.study:check_cifar_config",
+    "repdiag.sugarcrepe.data:check_sugarcrepe_config",
+)
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A ``yaml.SafeLoader`` that refuses a mapping key given twice.
+
+    PyYAML (and so Snakemake's ``--configfile``) silently keeps the last of two equal keys, so a
+    model pasted twice under ``models`` would quietly drop the first entry. This loader raises a
+    :class:`ConfigError` naming the file, the line, the key and the mapping that holds it.
+    Merge keys (``<<: *anchor``) may still be overridden, as YAML intends.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_aliases(self, node)
+        _reject_duplicate_keys(self, node, "", set())
+        return super().construct_document(node)
+
+
+# Anchors and aliases are fine in a config, but an alias bomb (a few KB that expand to millions of
+# nodes) would make every later walk of the config (validation, params, error messages) hang.
+MAX_YAML_ALIASES = 1000
+MAX_YAML_NODES = 200_000
+
+
+def _check_aliases(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """Refuse a document with too many aliases or too large once aliases are expanded.
+
+    Counted on the composed node graph (each distinct node once, memoised), so the check itself
+    is linear in the size of the file.
+    """
+    sizes: dict[int, int] = {}
+    aliases = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            children = _children(node)
+            sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+            continue
+        if id(node) in sizes:
+            aliases += 1
+            continue
+        sizes[id(node)] = 1  # a recursive alias counts once while its size is being summed
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node))
+    total = sizes[id(root)]
+    if aliases > MAX_YAML_ALIASES or total > MAX_YAML_NODES:
+        raise ConfigError(
+            f"config file {loader.name}: {aliases} aliases expanding to {total} YAML nodes, over "
+            f"the limits ({MAX_YAML_ALIASES} aliases, {MAX_YAML_NODES} nodes); write the values "
+            "out instead of nesting aliases (an alias bomb would make validation hang)"
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _reject_duplicate_keys(
+    loader: yaml.SafeLoader, node: yaml.Node, where: str, walked: set[int]
+) -> None:
+    """Walk the composed ``node`` tree; raise at the second occurrence of a key in a mapping."""
+    if id(node) in walked:  # an alias of a node already walked (or a recursive structure)
+        return
+    walked.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _reject_duplicate_keys(loader, item, f"{where}[{index}]", walked)
+    elif isinstance(node, yaml.MappingNode):
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                _reject_duplicate_keys(loader, value_node, where, walked)
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                duplicate = key in first_line
+            except TypeError:  # an unhashable key: SafeLoader reports it itself
+                continue
+            if duplicate:
+                inside = f"in {where}" if where else "at the top level"
+                raise ConfigError(
+                    f"config file {loader.name} line {line}: duplicate key {key!r} {inside} "
+                    f"(first on line {first_line[key]}); YAML would silently keep only the last "
+                    "one: remove or rename one of them"
+                )
+            first_line[key] = line
+            _reject_duplicate_keys(
+                loader, value_node, f"{where}.{key}" if where else str(key), walked
+            )
+
+
+def schema_error(err: BaseException) -> ConfigError:
+    """A short :class:`ConfigError` for a failed schema validation: the key path, the rule broken
+    and (cut to 300 characters) jsonschema's message, never the whole instance, which for a big
+    or alias-expanded value would take minutes to print."""
+    inner = next(
+        (
+            e
+            for e in (err, err.__context__, err.__cause__, *getattr(err, "args", ()))
+            if hasattr(e, "absolute_path")
+        ),
+        None,
+    )
+    if inner is None:
+        text = str(err)
+        return ConfigError(text if len(text) <= 2000 else text[:2000] + " ...")
+    path = list(inner.absolute_path)
+    dotted = ".".join(str(p) for p in path) or "(top level)"
+    where = "instance" + "".join(f"[{p!r}]" for p in path)
+    message = inner.message if len(inner.message) <= 300 else inner.message[:300] + " ..."
+    return ConfigError(
+        f"config key {dotted} ({where}) breaks the schema rule {inner.validator!r}: {message}"
+    )
+
+
+def _short_schema_str(error: Any) -> str:
+    path = "".join(f"[{p!r}]" for p in error.absolute_path)
+    message = error.message if len(error.message) <= 300 else error.message[:300] + " ..."
+    return f"{message} (rule {error.validator!r} on instance{path})"
+
+
+@contextlib.contextmanager
+def short_schema_errors() -> Iterator[None]:
+    """Around ``snakemake.utils.validate``: a schema error becomes a :func:`schema_error`.
+
+    Snakemake formats the jsonschema error eagerly, and its ``str`` pretty-prints the whole
+    instance and schema (minutes for a big value); inside this block it is one short line.
+    Call ``validate`` directly in the block: it finds the workflow from its caller's frame.
+    """
+    from jsonschema.exceptions import _Error
+
+    original = _Error.__str__
+    _Error.__str__ = _short_schema_str
+    try:
+        yield
+    except Exception as err:
+        if any(hasattr(e, "absolute_path") for e in (err, err.__context__)):
+            raise schema_error(err) from None
+        raise
+    finally:
+        _Error.__str__ = original
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Parse a YAML (or JSON) file like ``yaml.safe_load``, refusing duplicate mapping keys."""
+    with open(path, encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Re-read the config files Snakemake loaded (``workflow.configfiles``) with :func:`load_yaml`.
+
+    Snakemake parses them with a loader that keeps the last of two equal keys; this turns such a
+    silent loss into an error before validation. A file YAML cannot parse was read by Snakemake as
+    JSON and is left to it.
+    """
+    for path in paths:
+        if Path(path).is_file():
+            try:
+                load_yaml(path)
+            except yaml.YAMLError:
+                continue
+
+
+def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:
+    """Follow a relative-file ``$ref`` (the only kind our schemas use)."""
+    while "$ref" in schema:
+        target = (base / schema["$ref"]).resolve()
+        schema, base = yaml.safe_load(target.read_text()), target.parent
+    return schema, base
+
+
+def fill_defaults(
+    config: Any, schema: Mapping[str, Any] | None = None, base: Path | None = None
+) -> Any:
+    """Set every schema ``default`` missing from ``config``, following ``$ref`` into section files.
+
+    ``snakemake.utils.validate`` fills defaults only in the top-level schema file; this completes
+    the job for the per-stage schema files so that stages can rely on every key being present.
+    """
+    if schema is None:
+        schema, base = yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent
+    schema, base = _resolve(schema, base)
+    if isinstance(config, dict):
+        for key, sub in schema.get("properties", {}).items():
+            sub, sub_base = _resolve(sub, base)
+            if key not in config and "default" in sub:
+                config[key] = copy.deepcopy(sub["default"])
+            if key in config:
+                fill_defaults(config[key], sub, sub_base)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, value in config.items():
+                if key not in schema.get("properties", {}):
+                    fill_defaults(value, extra, base)
+    elif isinstance(config, list) and isinstance(schema.get("items"), dict):
+        for item in config:
+            fill_defaults(item, schema["items"], base)
+    return config
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Run the semantic checks; call after JSON-schema validation (the Snakefile does both)."""
+    for target in SEMANTIC_CHECKS:
+        module_name, func_name = target.split(":")
+        getattr(importlib.import_module(module_name), func_name)(config)
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config and validate it with the workflow's own schema and checks."""
+    from snakemake.utils import validate
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    config = load_yaml(path) or {}
+    try:
+        with short_schema_errors():
+            validate(config, str(SCHEMA))
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    except Exception as err:
+        raise ConfigError(f"{path}: {err}") from err
+    fill_defaults(config)
+    check_config(config)
+    return config
+
+
+class SortedReprDict(dict):
+    """A dict whose ``repr`` lists its keys sorted; iteration keeps the config's order.
+
+    Snakemake decides "Params have changed" by comparing the ``repr`` of every param with the one
+    recorded for the output, so a dict param built from a mapping of the config would change
+    with the order of keys in the file. Jobs still see the keys in the config's order.
+    """
+
+    def __repr__(self) -> str:
+        items = sorted(self.items(), key=lambda item: repr(item[0]))
+        return "{" + ", ".join(f"{key!r}: {value!r}" for key, value in items) + "}"
+
+    def __reduce__(self):  # pickled into job scripts as a plain subclass of dict
+        return (SortedReprDict, (list(self.items()),))
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every plain dict (at any depth) a :class:`SortedReprDict`."""
+    if type(value) in (dict, SortedReprDict):
+        return SortedReprDict((key, canonical(item)) for key, item in value.items())
+    if type(value) is list:
+        return [canonical(item) for item in value]
+    if type(value) is tuple:
+        return tuple(canonical(item) for item in value)
+    return value
+
+
+def canonical_params(rules: Iterable[Any]) -> None:
+    """Make every param of every rule compare by value, not by key order (see SortedReprDict).
+
+    Param functions are wrapped (their signature kept, which Snakemake reads); plain values
+    are converted once. Run by the Snakefile after the last rule.
+    """
+    import functools
+
+    def wrap(value: Any) -> Any:
+        if not callable(value):
+            return canonical(value)
+
+        @functools.wraps(value)
+        def canonical_param(*args: Any, **kwargs: Any) -> Any:
+            return canonical(value(*args, **kwargs))
+
+        return canonical_param
+
+    for rule in rules:
+        params = rule.params
+        for index, value in enumerate(params):
+            params[index] = wrap(value)
+        # a named param is also an attribute of the list, and Snakemake reads that one
+        for name, (start, end) in getattr(params, "_names", {}).items():
+            if end is None:
+                setattr(params, name, params[start])
+
+
+def seeded(part: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of config section ``part`` whose ``seed: null`` is replaced by the global ``seed``."""
+    seed = part.get("seed")
+    return {**part, "seed": int(config.get("seed", 0)) if seed is None else seed}
+
+
+def section(config: Mapping[str, Any], *keys: str) -> Any:
+    """``config[k1][k2]...`` with an error naming the dotted key when one is missing."""
+    node: Any = config
+    for depth, key in enumerate(keys):
+        if not isinstance(node, Mapping) or key not in node:
+            raise ConfigError(f"config key {'.'.join(keys[: depth + 1])!r} is missing")
+        node = node[key]
+    return node

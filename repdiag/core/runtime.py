@@ -1,0 +1,135 @@
+"""Run-time plumbing shared by workflow scripts and the CLI: logging, threads, device choice."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("repdiag")
+
+# Seconds between progress lines of long loops; lower it to watch a job closely.
+PROGRESS_ENV = "REPDIAG_PROGRESS_EVERY_S"
+
+
+@contextlib.contextmanager
+def script_logging(
+    log_path: str | os.PathLike[str] | None, threads: int | None = None
+) -> Iterator[logging.Logger]:
+    """Send logging and stderr to ``log_path`` for the duration of a workflow script.
+
+    Also caps torch's intra-op threads at the job's ``threads`` so parallel jobs do not
+    oversubscribe the cores Snakemake gave them. An exception is logged with its traceback
+    before it propagates (Snakemake then marks the job failed and removes its outputs).
+    """
+    if threads:
+        # torch reads OMP_NUM_THREADS when it is first imported; analysis jobs never import it.
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
+    if log_path is None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        yield log
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", buffering=1) as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        old_stderr = sys.stderr
+        sys.stderr = stream
+        try:
+            yield log
+        except BaseException:
+            log.exception("job failed")
+            raise
+        finally:
+            sys.stderr = old_stderr
+            root.removeHandler(handler)
+
+
+def progress_interval(default: float = 10.0) -> float:
+    """Seconds between progress lines: ``$REPDIAG_PROGRESS_EVERY_S`` when set, else ``default``."""
+    value = os.environ.get(PROGRESS_ENV)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        from repdiag.core.errors import ConfigError
+
+        raise ConfigError(f"{PROGRESS_ENV}={value!r} must be a number of seconds >= 0")
+    return seconds
+
+
+class Progress:
+    """Log ``done/total`` with rate and ETA at most every ``every_s`` seconds (for long loops).
+
+    ``every_s`` defaults to :func:`progress_interval` (10 s unless the environment says otherwise).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        what: str,
+        every_s: float | None = None,
+        logger: logging.Logger = log,
+    ) -> None:
+        every_s = progress_interval() if every_s is None else every_s
+        self.total, self.what, self.every_s, self.logger = total, what, every_s, logger
+        self.start = self.last = time.monotonic()
+        self.done = 0
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done >= self.total:
+            self.last = now
+            rate = self.done / max(now - self.start, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            self.logger.info(
+                "%s: %d/%d (%.1f/s, eta %.0f s)", self.what, self.done, self.total, rate, eta
+            )
+
+
+def select_device(requested: str = "auto") -> Any:
+    """``auto`` -> CUDA when visible, else CPU (logged); ``cpu``/``cuda[:i]`` are taken as given."""
+    import torch
+
+    if requested == "auto":
+        if torch.cuda.is_available():
+            device = torch.device("cuda")
+            log.info("using %s (%s)", device, torch.cuda.get_device_name(0))
+            return device
+        log.info("CUDA is not visible: running on CPU")
+        return torch.device("cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        from repdiag.core.errors import ConfigError
+
+        raise ConfigError(
+            f"device {requested!r} was requested but CUDA is not available on this machine; "
+            "set device: auto (or cpu) in the config"
+        )
+    return device
+
+
+def expose_package(workflow_dir: str | os.PathLike[str]) -> None:
+    """Put the workflow directory on PYTHONPATH so jobs in conda envs import this repdiag.
+
+    The conda environments in envs/ hold the dependencies only; the package itself is the one
+    beside the Snakefile, so a software-env job and a venv job run the same code.
+    """
+    root = str(Path(workflow_dir).resolve())
+    current = os.environ.get("PYTHONPATH", "")
+    if root not in current.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, current) if p)

@@ -1,0 +1,69 @@
+"""Make snakemake-executor-plugin-slurm notice jobs killed with ``scancel``.
+
+The plugin polls ``sacct -X --parsable2 --format=JobIdRaw,State`` and compares each state with
+its list of failure states (``CANCELLED``, ``FAILED``, ``TIMEOUT``...). For a job killed with
+``scancel``, sacct reports ``CANCELLED by <uid>``, which is in no list, so the plugin (2.8.0 and
+earlier) treats the job as still running and Snakemake waits forever. Reducing every state to
+its first word (``CANCELLED by 0`` -> ``CANCELLED``, as squeue prints it) fixes that; states that
+are one word already are unchanged, so the patch is a no-op once the plugin handles this itself.
+
+``rules/common.smk`` calls :func:`patch_slurm_status` when the workflow is loaded; it does nothing
+where the plugin is not installed. tests/slurm/test_slurm.py checks the behaviour on a real SLURM.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PLUGIN = "snakemake_executor_plugin_slurm"
+QUERY = "query_job_status"
+_PATCHED = "_repdiag_normalises_states"
+
+Query = Callable[[str, Any], Awaitable[tuple[dict[str, str] | None, float | None]]]
+
+
+def base_state(state: str) -> str:
+    """The SLURM job state without sacct's qualifier: ``"CANCELLED by 0"`` -> ``"CANCELLED"``."""
+    words = state.split()
+    return words[0] if words else state
+
+
+def normalising(query: Query) -> Query:
+    """Wrap the plugin's ``query_job_status(command, logger)`` to return base states."""
+
+    @functools.wraps(query)
+    async def query_job_status(command: str, logger: Any):
+        states, seconds = await query(command, logger)
+        if states is not None:
+            states = {job: base_state(state) for job, state in states.items()}
+        return states, seconds
+
+    setattr(query_job_status, _PATCHED, True)
+    return query_job_status
+
+
+def patch_slurm_status() -> bool:
+    """Install the wrapper in the plugin when it is installed; True when it is in place."""
+    try:
+        __import__(PLUGIN)
+    except ImportError:
+        return False
+    plugin = sys.modules[PLUGIN]
+    query = getattr(plugin, QUERY, None)
+    if query is None:
+        log.warning(
+            "%s has no %s: jobs killed with scancel may not be reported failed "
+            "(repdiag.core.slurm needs updating for this plugin version)",
+            PLUGIN,
+            QUERY,
+        )
+        return False
+    if not getattr(query, _PATCHED, False):
+        setattr(plugin, QUERY, normalising(query))
+    return True

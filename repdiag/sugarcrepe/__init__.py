@@ -1,0 +1,1 @@
+"""SugarCrepe: compositional image-text matching on natural images (data, scoring, report)."""

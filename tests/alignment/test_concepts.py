@@ -1,0 +1,217 @@
+"""Synthetic paired concepts and real embedding pairs (repdiag.alignment.concepts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from repdiag.alignment.concepts import (
+    embedding_pairs,
+    n_paired_rows,
+    random_map,
+    read_layer,
+    sample_concepts,
+    synthetic_pairs,
+)
+from repdiag.core.errors import ConfigError, StoreError
+from repdiag.core.store import write_store
+
+SMALL = dict(
+    n_concepts=6,
+    k_active=2,
+    dims=[5, 7],
+    maps=["linear", "nonlinear"],
+    nonlinearity=0.5,
+    noise=0.0,
+    n_train=400,
+    n_test=50,
+)
+
+
+def test_concepts_have_exactly_k_active_with_magnitudes_in_range():
+    z = sample_concepts(1000, 9, 3, np.random.default_rng(0))
+    assert np.all(np.count_nonzero(z, axis=1) == 3)
+    active = z[z != 0]
+    assert active.min() >= 0.5 and active.max() <= 1.5
+    # every concept is used about equally often: 1000 * 3 / 9 = 333 each
+    assert np.all(np.abs(np.count_nonzero(z, axis=0) - 333.3) < 60)
+
+
+def test_k_active_above_n_concepts_is_a_config_error():
+    with pytest.raises(ConfigError, match="k_active"):
+        sample_concepts(5, 3, 4, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("fraction", "rows", "expected"),
+    [(0.001, 131072, 131), (0.01, 2000, 20), (1.0, 50, 50), (1e-6, 100, 1), (0.0, 100, 0)],
+)
+def test_paired_rows(fraction, rows, expected):
+    assert n_paired_rows(fraction, rows) == expected
+
+
+def test_paired_fraction_outside_unit_interval_is_rejected():
+    with pytest.raises(ConfigError, match="paired fraction"):
+        n_paired_rows(1.5, 10)
+
+
+def test_maps_are_the_stated_closed_forms():
+    rng = np.random.default_rng(1)
+    z = sample_concepts(20, 6, 2, rng)
+    linear = random_map(5, 6, "linear", 0.5, rng)
+    nonlinear = random_map(5, 6, "nonlinear", 0.5, rng)
+    np.testing.assert_allclose(np.linalg.norm(linear.dictionary, axis=0), 1.0, rtol=1e-6)
+    h = z @ nonlinear.dictionary.T
+    np.testing.assert_allclose(linear(z), z @ linear.dictionary.T, rtol=1e-6)
+    np.testing.assert_allclose(nonlinear(z), h + 0.5 * np.tanh(h), rtol=1e-6)
+    with pytest.raises(ConfigError, match="unknown domain map"):
+        random_map(5, 6, "cubic", 0.5, rng)
+
+
+def test_synthetic_pairs_share_concepts_only_on_paired_rows():
+    data = synthetic_pairs(**SMALL, paired_fraction=0.1, seed=3)
+    z_a, z_b = data.train_concepts
+    assert data.n_paired == 40
+    np.testing.assert_array_equal(z_a[:40], z_b[:40])
+    # unpaired rows are independent draws: almost none coincide
+    assert np.mean(np.all(z_a[40:] == z_b[40:], axis=1)) < 0.2
+    # noiseless: the linear domain is exactly W z, for train and test
+    w = np.linalg.lstsq(z_a, data.train[0], rcond=None)[0]
+    np.testing.assert_allclose(z_a @ w, data.train[0], atol=1e-4)
+    np.testing.assert_allclose(data.test_concepts @ w, data.test[0], atol=1e-4)
+    assert data.train[0].shape == (400, 5) and data.test[1].shape == (50, 7)
+    np.testing.assert_array_equal(data.test_labels, np.argmax(data.test_concepts, axis=1))
+
+
+def test_fraction_changes_pairing_not_the_domains():
+    few = synthetic_pairs(**SMALL, paired_fraction=0.01, seed=5)
+    full = synthetic_pairs(**SMALL, paired_fraction=1.0, seed=5)
+    np.testing.assert_array_equal(few.test[0], full.test[0])
+    np.testing.assert_array_equal(few.test[1], full.test[1])
+    np.testing.assert_array_equal(few.train[0], full.train[0])
+    assert few.n_paired == 4 and full.n_paired == 400
+
+
+def test_noise_has_the_stated_relative_size():
+    clean = synthetic_pairs(**SMALL, paired_fraction=1.0, seed=2)
+    noisy = synthetic_pairs(**{**SMALL, "noise": 0.1}, paired_fraction=1.0, seed=2)
+    residual = noisy.train[0] - clean.train[0]
+    rms = np.sqrt(np.mean(clean.train[0] ** 2))
+    assert residual.std() == pytest.approx(0.1 * rms, rel=0.05)
+
+
+def _store(path, ids, values, image_sets):
+    ds = xr.Dataset(
+        {"emb_final": (("image", "dim_final"), values.astype(np.float32))},
+        coords={"image": ids, "image_set": ("image", image_sets)},
+    )
+    write_store(path, ds)
+    return path
+
+
+def test_embedding_pairs_pair_rows_by_image_id(tmp_path):
+    n = 200
+    ids = np.array([f"query/q{i:05d}" for i in range(n)])
+    number = np.arange(n, dtype=np.float64)
+    values_a = np.stack([number, np.sin(number)], axis=1)
+    # store b: other image order, three columns, and ten images store a does not have
+    order = np.random.default_rng(0).permutation(n)
+    extra = np.array([f"pair/p{i:05d}/m0" for i in range(10)])
+    ids_b = np.concatenate([ids[order], extra])
+    values_b = np.stack([2 * number[order], number[order] ** 0.5, -number[order]], axis=1)
+    values_b = np.concatenate([values_b, np.full((10, 3), 1e3)])
+    path_a = _store(tmp_path / "a.zarr", ids, values_a, ["query"] * n)
+    path_b = _store(tmp_path / "b.zarr", ids_b, values_b, ["query"] * n + ["pair"] * 10)
+
+    data = embedding_pairs(
+        path_a, path_b, layer="final", paired_fraction=0.1, test_fraction=0.25, seed=0, n_clusters=3
+    )
+    test_a, test_b = data.test
+    assert data.info["n_common_images"] == n
+    np.testing.assert_allclose(test_b[:, 0], 2 * test_a[:, 0])
+    train_a, train_b = data.train
+    np.testing.assert_allclose(train_b[: data.n_paired, 0], 2 * train_a[: data.n_paired, 0])
+    # unpaired training rows are disjoint images, split between the two domains
+    unpaired_a = set(train_a[data.n_paired :, 0])
+    unpaired_b = {v / 2 for v in train_b[data.n_paired :, 0]}
+    assert not unpaired_a & unpaired_b
+    assert len(unpaired_a) + len(unpaired_b) + data.n_paired + len(test_a) == n
+    assert data.n_paired == 15  # 10% of the 150 training images
+    assert set(np.unique(data.test_labels)) <= {0, 1, 2}
+
+
+def test_embedding_pairs_errors_name_the_store(tmp_path):
+    ids = np.array([f"query/q{i:05d}" for i in range(20)])
+    path_a = _store(tmp_path / "a.zarr", ids, np.zeros((20, 2)), ["query"] * 20)
+    other = np.array([f"pair/p{i:05d}/m0" for i in range(20)])
+    path_b = _store(tmp_path / "b.zarr", other, np.zeros((20, 2)), ["pair"] * 20)
+    with pytest.raises(StoreError, match="share only 0 image ids"):
+        embedding_pairs(
+            path_a, path_b, layer="final", paired_fraction=1.0, test_fraction=0.25, seed=0
+        )
+    with pytest.raises(StoreError, match="emb_block03"):
+        read_layer(path_a, "block03")
+    with pytest.raises(StoreError, match="does not exist"):
+        read_layer(tmp_path / "missing.zarr", "final")
+
+
+def test_test_split_noise_is_identical_across_paired_fractions():
+    noisy = {**SMALL, "noise": 0.1}
+    runs = [synthetic_pairs(**noisy, paired_fraction=f, seed=7) for f in (0.001, 0.01, 0.3, 1.0)]
+    for run in runs[1:]:
+        for domain in (0, 1):
+            np.testing.assert_array_equal(run.test[domain], runs[0].test[domain])
+        # domain a's training rows (concepts and noise) do not depend on the pairing either
+        np.testing.assert_array_equal(run.train[0], runs[0].train[0])
+    # the noise is really there, and the test noise is not the training noise
+    clean = synthetic_pairs(**SMALL, paired_fraction=1.0, seed=7)
+    test_noise = runs[0].test[1] - clean.test[1]
+    assert test_noise.std() > 0.01
+    train_noise = runs[0].train[1][: len(test_noise)] - clean.train[1][: len(test_noise)]
+    assert not np.allclose(test_noise, train_noise)
+
+
+def test_truth_change_is_the_concept_effect_and_counterfactuals_remove_it():
+    data = synthetic_pairs(**SMALL, paired_fraction=1.0, seed=4)
+    truth = data.truth
+    rows = np.flatnonzero(truth.concepts[:, 2] > 0)
+    for domain in (0, 1):
+        change = truth.change(domain, rows, 2)
+        z = truth.concepts[rows].copy()
+        z[:, 2] = 0.0
+        np.testing.assert_allclose(
+            data.test[domain][rows] - change, truth.maps[domain](z), atol=1e-5
+        )
+    assert list(truth.shared) == list(range(6))
+
+
+def test_hard_testbed_power_law_correlation_and_private_concepts():
+    hard = {
+        **SMALL,
+        "n_train": 20000,
+        "frequency_exponent": 1.0,
+        "correlation": 0.6,
+        "n_specific": 2,
+    }
+    data = synthetic_pairs(**hard, paired_fraction=1.0, seed=0)
+    z = data.train_concepts[0]
+    assert z.shape[1] == 10 and np.all(np.count_nonzero(z, axis=1) == 2)
+    frequency = np.sort(np.mean(z > 0, axis=0))[::-1]
+    assert frequency[0] > 3 * frequency[-1]  # power law: frequent and rare concepts
+    truth = data.truth
+    assert list(truth.shared) == list(range(6))
+    assert list(np.flatnonzero(truth.present[0] & ~truth.present[1])) == [6, 7]
+    assert list(np.flatnonzero(truth.present[1] & ~truth.present[0])) == [8, 9]
+    # a private concept is invisible in the other domain
+    np.testing.assert_array_equal(truth.maps[0].dictionary[:, 8:], 0.0)
+    np.testing.assert_array_equal(truth.maps[1].dictionary[:, 6:8], 0.0)
+    # correlated pairs (0, 1), (2, 3), ... co-occur more often than independent draws would
+    uniform = sample_concepts(20000, 10, 2, np.random.default_rng(0))
+    correlated = sample_concepts(20000, 10, 2, np.random.default_rng(0), correlation=0.6)
+
+    def together(codes):
+        active = codes > 0
+        return np.mean(active[:, 0::2] & active[:, 1::2])
+
+    assert together(correlated) > 1.5 * together(uniform)

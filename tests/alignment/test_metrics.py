@@ -1,0 +1,259 @@
+"""Alignment metrics against values computed by hand on tiny arrays (repdiag.alignment.metrics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from repdiag.alignment.metrics import (
+    active_jaccard,
+    code_correlation,
+    dead_latents,
+    evaluate_alignment,
+    explained_variance,
+    l0,
+    mcc,
+    mean_cosine,
+    probe_transfer,
+    r2_score,
+    sliced_wasserstein_np,
+    total_variance,
+)
+
+
+def test_r2_by_hand():
+    target = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])  # mean (1, 1)
+    prediction = np.array([[1.0, 1.0], [0.0, 1.0], [2.0, 2.0]])
+    # residual: 1; total: (0 + 1) + (1 + 0) + (1 + 1) = 4
+    assert r2_score(target, prediction) == pytest.approx(1 - 1 / 4)
+    assert explained_variance(target, target) == pytest.approx(1.0)
+    assert r2_score(target, np.ones_like(target)) == pytest.approx(0.0)  # the mean: R2 = 0
+    assert total_variance(target) == pytest.approx(4 / 3)
+
+
+def test_cosine_by_hand():
+    prediction = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    target = np.array([[2.0, 0.0], [0.0, 3.0], [1.0, 0.0]])
+    assert mean_cosine(prediction, target) == pytest.approx((1 + 1 / np.sqrt(2) + 0) / 3)
+
+
+def test_l0_and_dead_latents_on_a_constructed_case():
+    codes = np.array([[1.0, 0.0, 2.0, 0.0], [0.0, 0.0, 3.0, 0.0], [0.5, 0.0, 0.0, 0.0]])
+    assert l0(codes) == pytest.approx((2 + 1 + 1) / 3)
+    assert dead_latents(codes) == 2  # latents 1 and 3 never fire
+
+
+def test_mcc_is_one_for_permuted_scaled_concepts_and_matches_hand_value():
+    rng = np.random.default_rng(0)
+    concepts = rng.random((50, 3))
+    codes = np.concatenate([3 * concepts[:, [2, 0, 1]], np.zeros((50, 1))], axis=1)
+    assert mcc(codes, concepts) == pytest.approx(1.0)
+    # two concepts, latents (c0, c0 + c1): the matching pairs latent 0 with c0 (corr 1)
+    # and latent 1 with c1 (corr 1/sqrt(2) for independent equal-variance c0, c1)
+    c = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    latents = np.stack([c[:, 0], c[:, 0] + c[:, 1]], axis=1)
+    assert mcc(latents, c) == pytest.approx((1 + 1 / np.sqrt(2)) / 2)
+
+
+def test_jaccard_by_hand():
+    a = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 2.0]])
+    b = np.array([[0.0, 2.0, 1.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    # rows: {0,1} vs {1,2} -> 1/3; both empty -> 1; {2} vs {0} -> 0
+    assert active_jaccard(a, b) == pytest.approx((1 / 3 + 1 + 0) / 3)
+
+
+def test_code_correlation_by_hand():
+    a = np.array([[1.0, 0.0, 0.0], [2.0, 1.0, 0.0], [3.0, 0.0, 0.0], [4.0, 1.0, 0.0]])
+    b = np.array([[2.0, 1.0, 0.0], [4.0, 0.0, 0.0], [6.0, 1.0, 0.0], [8.0, 0.0, 0.0]])
+    # latent 0: corr 1; latent 1: corr -1; latent 2 unused in both: excluded
+    assert code_correlation(a, b, weighted=False) == pytest.approx(0.0)
+    # weighted by firing frequency: latent 0 fires on 100%, latent 1 on 50% of rows
+    assert code_correlation(a, b) == pytest.approx((1.0 - 0.5) / 1.5)
+    b[:, 1] = 0.0  # latent 1 constant in b: counts as 0
+    assert code_correlation(a, b, weighted=False) == pytest.approx(0.5)
+    assert code_correlation(a, b) == pytest.approx(1.0 / 1.25)  # weight of latent 1: 0.25
+
+
+def test_probe_transfer_identical_and_scrambled_codes():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, size=400)
+    codes = np.eye(4)[labels] * rng.uniform(1, 2, size=(400, 1))
+    same = probe_transfer(codes, codes, labels, seed=0)
+    assert same["source"] == pytest.approx(1.0)
+    assert same["transfer"] == pytest.approx(1.0)
+    scrambled = probe_transfer(codes, codes[:, [1, 2, 3, 0]], labels, seed=0)
+    assert scrambled["source"] == pytest.approx(1.0)
+    assert scrambled["transfer"] == pytest.approx(0.0)
+    assert 0.2 < same["chance"] < 0.35
+
+
+def test_sliced_wasserstein_of_a_shift_is_its_squared_norm():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 3))
+    shift = np.array([0.3, -0.4, 0.0])
+    # E_theta (theta . t)^2 * d = ||t||^2 = 0.25; 4000 directions: within a few percent
+    assert sliced_wasserstein_np(x, x + shift, 4000) == pytest.approx(0.25, rel=0.05)
+    assert sliced_wasserstein_np(x, x[::-1], 64) == pytest.approx(0.0, abs=1e-12)
+
+
+class _KnownModel:
+    """A hand-made pair model: codes are the true concepts, decoders the true linear maps."""
+
+    def __init__(self, maps, permutation=None):
+        self.maps = [torch.as_tensor(m, dtype=torch.float32) for m in maps]
+        self.permutation = permutation
+
+    def encode(self, i, x):
+        z = x @ torch.linalg.pinv(self.maps[i]).T
+        z = torch.where(z.abs() < 1e-4, 0.0, z)  # float round-off is not an active latent
+        if i == 1 and self.permutation is not None:
+            z = z[:, self.permutation]
+        return z
+
+    def decode(self, j, z):
+        if j == 1 and self.permutation is not None:
+            return z @ self.maps[j][:, self.permutation].T
+        return z @ self.maps[j].T
+
+    def cycle(self, i, j, x):
+        return self.decode(i, self.encode(j, self.decode(j, self.encode(i, x))))
+
+
+def _known_case():
+    rng = np.random.default_rng(1)
+    z = np.zeros((200, 3))
+    z[np.arange(200), rng.integers(0, 3, 200)] = rng.uniform(0.5, 1.5, 200)
+    maps = [rng.standard_normal((4, 3)), rng.standard_normal((5, 3))]
+    return z, maps, [(z @ m.T).astype(np.float32) for m in maps]
+
+
+def test_evaluate_alignment_of_a_perfect_model():
+    z, maps, test = _known_case()
+    result = evaluate_alignment(_KnownModel(maps), test, labels=np.argmax(z, 1), concepts=z)
+    summary = result["summary"]
+    for key in ("explained_variance", "mcc", "tr_r2", "tr_cosine", "jaccard", "cycle_r2"):
+        assert summary[key] == pytest.approx(1.0, abs=1e-4), key
+    assert summary["probe_transfer"] == pytest.approx(summary["probe_source"])
+    assert summary["l0"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["sw_translation"] < 1e-6
+    assert set(result["translation"]) == {"a->b", "b->a"}
+    assert set(result["cycle"]) == {"a->b->a", "b->a->b"}
+
+
+def test_evaluate_alignment_sees_a_latent_permutation():
+    z, maps, test = _known_case()
+    permuted = _KnownModel(maps, permutation=[1, 2, 0])
+    summary = evaluate_alignment(permuted, test, labels=np.argmax(z, 1), concepts=z)["summary"]
+    assert summary["explained_variance"] == pytest.approx(1.0, abs=1e-4)  # each SAE is perfect
+    assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["jaccard"] == pytest.approx(0.0, abs=1e-6)  # one-hot codes on other latents
+    assert summary["tr_r2"] < 0.0
+    assert summary["probe_transfer"] < 0.5 < summary["probe_source"]
+
+
+# intervention metrics ---------------------------------------------------------------------------
+def _perfect_pair(seed=0, n_specific=0):
+    """The true dictionaries as two TopK SAEs (encoder = pinv(W), k = k_active), linear, noiseless."""
+    from repdiag.alignment.concepts import synthetic_pairs
+    from repdiag.alignment.methods import PairModel
+    from repdiag.alignment.topk import TopKSAE
+
+    data = synthetic_pairs(
+        n_concepts=12,
+        k_active=3,
+        dims=[64, 80],
+        maps=["linear", "linear"],
+        nonlinearity=0.0,
+        noise=0.0,
+        n_train=512,
+        n_test=600,
+        paired_fraction=1.0,
+        seed=seed,
+        n_specific=n_specific,
+    )
+    saes = []
+    for domain_map in data.truth.maps:
+        w = torch.as_tensor(domain_map.dictionary)
+        sae = TopKSAE(w.shape[0], w.shape[1], 3)
+        with torch.no_grad():
+            sae.decoder.copy_(w)
+            sae.encoder.copy_(torch.linalg.pinv(w))
+            sae.b_dec.zero_()
+            sae.b_enc.zero_()
+        saes.append(sae)
+    return PairModel(saes).eval(), data
+
+
+def test_intervention_metrics_of_the_true_dictionaries_are_one():
+    from repdiag.alignment.metrics import intervention_metrics
+
+    model, data = _perfect_pair()
+    result = intervention_metrics(model, data.test, data.truth)
+    for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
+        assert result[key] == pytest.approx(1.0, abs=1e-4), key
+    assert result["n_shared_concepts"] == 12
+    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=data.truth)[
+        "summary"
+    ]
+    assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_permuted_latents_score_near_zero_by_index_and_one_after_sae_a_matching():
+    from repdiag.alignment.methods import SAEAligned, SAESettings
+    from repdiag.alignment.metrics import intervention_metrics
+
+    model, data = _perfect_pair(seed=1)
+    order = np.roll(np.arange(12), 5)  # no latent keeps its index
+    model.saes[1].permute_latents(order)
+    shuffled = intervention_metrics(model, data.test, data.truth)
+    # index matching: the latent that carries c in one domain decodes another concept in the
+    # other, and the two domains move different latents
+    assert abs(shuffled["tr_intervention"]) < 0.15
+    assert shuffled["cont_intervention"] == pytest.approx(0.0, abs=1e-6)
+    assert shuffled["concept_match"] == 0.0
+    # translating through the input cannot help either: the code lands on the wrong atoms
+    assert abs(shuffled["tr_intervention_input"]) < 0.15
+    # SAE-A's Hungarian matching on paired codes undoes the permutation
+    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    pairs = tuple(torch.as_tensor(x) for x in data.test)
+    sae_a.finalise(model, pairs)
+    matched = intervention_metrics(model, data.test, data.truth)
+    for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
+        assert matched[key] == pytest.approx(1.0, abs=1e-4), key
+
+
+def test_intervention_metrics_only_score_shared_concepts():
+    from repdiag.alignment.metrics import intervention_metrics
+
+    model, data = _perfect_pair(seed=2, n_specific=3)
+    result = intervention_metrics(model, data.test, data.truth)
+    assert result["n_shared_concepts"] == 12
+    assert result["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert result["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_change_agreement_by_hand():
+    from repdiag.alignment.metrics import change_agreement, pooled_agreement
+
+    t = np.array([[1.0, 0.0]])
+    assert pooled_agreement([change_agreement(t, t)]) == pytest.approx(1.0)
+    assert pooled_agreement([change_agreement(np.array([[0.0, 1.0]]), t)]) == pytest.approx(0.0)
+    assert pooled_agreement([change_agreement(-t, t)]) == pytest.approx(-1.0)
+    assert pooled_agreement([change_agreement(0 * t, t)]) == pytest.approx(0.0)
+    # half the magnitude: 1 - 0.25 / 1.25
+    assert pooled_agreement([change_agreement(0.5 * t, t)]) == pytest.approx(0.8)
+    assert pooled_agreement([]) is None
+
+
+def test_weighted_code_correlation_discounts_rare_latents():
+    a = np.zeros((100, 2))
+    a[:, 0] = np.arange(100) % 7 + 1.0  # fires on every row, identical in both domains
+    b = a.copy()
+    a[0, 1], b[1, 1] = 1.0, 1.0  # fires once in each domain, on different rows: corr ~ -0.01
+    rare = np.corrcoef(a[:, 1], b[:, 1])[0, 1]
+    assert code_correlation(a, b, weighted=False) == pytest.approx((1 + rare) / 2)
+    # weights: latent 0 fires on 100% of rows, latent 1 on 1%
+    assert code_correlation(a, b) == pytest.approx((1.0 * 1 + 0.01 * rare) / 1.01)

@@ -1,0 +1,168 @@
+"""repdiag.binding.plots: figures from a small synthetic table are non-empty images of the expected size."""
+
+from __future__ import annotations
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_rgb
+
+from repdiag.binding import plots
+from repdiag.binding.stats import pearson
+from repdiag.common.figures import DPI, family_colour, save_figure
+
+FAMILIES = [
+    "variance_decorrelation",
+    "masked_modeling",
+    "vision_language",
+    "supervised",
+    "contrastive",
+]
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    rng = np.random.default_rng(0)
+    n = 7
+    jer = rng.uniform(5, 30, n)
+    models = pd.DataFrame(
+        {
+            "model": [f"m{i}" for i in range(n)],
+            "family": [FAMILIES[i % len(FAMILIES)] for i in range(n)],
+            "jer": jer,
+            "g_iso": rng.uniform(0.2, 0.9, n),
+            "g_pr": rng.uniform(0.1, 0.5, n),
+            "l_iso_k5": rng.uniform(0.2, 0.9, n),
+            "same_different": rng.uniform(0.5, 0.9, n),
+            "chance": 0.125,
+        }
+    )
+    models["binding"] = 0.1 + 0.01 * jer + rng.normal(0, 0.02, n)
+    for readout, shift in (("cosine", 0.0), ("knn", 0.02), ("local_pca", -0.01)):
+        models[f"binding_{readout}"] = models["binding"] + shift
+        models[f"binding_{readout}_ci_low"] = models[f"binding_{readout}"] - 0.05
+        models[f"binding_{readout}_ci_high"] = models[f"binding_{readout}"] + 0.05
+    layers = ["block00", "block01", "block02", "final"]
+    depth = pd.DataFrame(
+        [
+            {
+                "model": m,
+                "family": f,
+                "layer": layer,
+                "layer_index": i,
+                "relative_depth": i / 3,
+                "probe_set": "binding",
+                "formula": "pr",
+                "jer_mean": j * (1 - 0.1 * i),
+                "jer_ci_low": j * (1 - 0.1 * i) - 1,
+                "jer_ci_high": j * (1 - 0.1 * i) + 1,
+            }
+            for m, f, j in zip(models["model"], models["family"], jer, strict=True)
+            for i, layer in enumerate(layers)
+        ]
+    )
+    spectra = pd.DataFrame(
+        [
+            {
+                "model": m,
+                "family": f,
+                "layer": "final",
+                "layer_index": 3,
+                "rank": k + 1,
+                "sv_normalised": np.exp(-k / (j / 5)),
+            }
+            for m, f, j in zip(models["model"], models["family"], jer, strict=True)
+            for k in range(16)
+        ]
+    )
+    return models, depth, spectra
+
+
+def check_image(png, fig_size_inches) -> np.ndarray:
+    image = mpimg.imread(png)
+    width, height = fig_size_inches
+    assert image.shape[:2] == (round(height * DPI), round(width * DPI))
+    rgb = image[..., :3]
+    assert rgb.std() > 0.05  # not blank
+    packed = (np.round(rgb * 255).astype(np.uint32) * [65536, 256, 1]).sum(axis=-1)
+    assert len(np.unique(packed)) > 50  # text, markers and lines, not a flat fill
+    return rgb
+
+
+def save_and_check(fig, tmp_path, name):
+    size = tuple(fig.get_size_inches())
+    png, pdf = save_figure(fig, tmp_path / f"{name}.png", tmp_path / f"{name}.pdf")
+    rgb = check_image(png, size)
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 1000
+    assert not list(tmp_path.glob(".*tmp*"))  # atomic writes leave no temporaries
+    return rgb
+
+
+def has_colour(rgb: np.ndarray, hex_colour: str, tolerance: float = 0.02) -> bool:
+    target = np.array(to_rgb(hex_colour))
+    return bool((np.abs(rgb - target).max(axis=-1) < tolerance).any())
+
+
+def test_scatter_grid(synthetic, tmp_path):
+    models, _, _ = synthetic
+    fig = plots.scatter_grid(
+        models, ["g_pr", "g_iso", "l_iso_k5", "jer", "same_different"], chance=0.125
+    )
+    axes = [ax for ax in fig.axes if ax.axison]
+    assert len(axes) == 5
+    texts = [t.get_text() for t in axes[3].texts]
+    r, p, _ = pearson(models["jer"], models["binding"])
+    assert any(f"r = {r:.2f}, p = {p:.2g}" in t for t in texts)
+    assert axes[3].get_xlabel() == "JER (effective rank, directions)"
+    assert "binding accuracy" in axes[3].get_ylabel()
+    assert len(axes[3].lines) == 2  # fitted line and chance line
+    rgb = save_and_check(fig, tmp_path, "scatter")
+    for family in FAMILIES:
+        assert has_colour(rgb, family_colour(family)), family
+
+
+def test_scatter_grid_with_undefined_correlation(synthetic, tmp_path):
+    models, _, _ = synthetic
+    flat = models.assign(binding=0.125)
+    fig = plots.scatter_grid(flat, ["jer"], ncols=1)
+    assert "r undefined" in fig.axes[0].texts[0].get_text()
+    save_and_check(fig, tmp_path, "flat")
+
+
+def test_spectra_figure(synthetic, tmp_path):
+    _, _, spectra = synthetic
+    fig = plots.spectra_figure(spectra)
+    ax = fig.axes[0]
+    assert len(ax.lines) == spectra["model"].nunique()
+    assert ax.get_yscale() == "log"
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_legend() is not None
+    first = ax.lines[0]
+    assert first.get_color() == family_colour(spectra["family"].iloc[0])
+    save_and_check(fig, tmp_path, "spectra")
+
+
+def test_depth_figure(synthetic, tmp_path):
+    _, depth, _ = synthetic
+    fig = plots.depth_figure(depth, formula="pr", probe_set="binding")
+    ax = fig.axes[0]
+    assert len(ax.lines) == depth["model"].nunique()
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [0, 1 / 3, 2 / 3, 1])
+    assert "relative depth" in ax.get_xlabel() and "JER" in ax.get_ylabel()
+    save_and_check(fig, tmp_path, "depth")
+
+
+def test_readout_figure(synthetic, tmp_path):
+    models, _, _ = synthetic
+    fig = plots.readout_figure(models, chance=0.125)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 3 * len(models)
+    heights = sorted(round(p.get_height(), 9) for p in ax.patches)
+    expected = sorted(
+        round(v, 9) for r in ("cosine", "knn", "local_pca") for v in models[f"binding_{r}"]
+    )
+    assert heights == expected
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["chance (0.125)", "cosine", "kNN", "local PCA"]
+    assert ax.get_ylabel() == "binding accuracy (fraction correct)"
+    save_and_check(fig, tmp_path, "readouts")
