@@ -507,6 +507,39 @@ def build_open_clip(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
     return Built(model.visual, preprocess)
 
 
+def _torchvision_cached(key: str, name: str, weights: Any) -> Path:
+    """The torch.hub cache file of a torchvision weights enum, or an error saying where to put it."""
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(weights.url).path).name
+    if not cached.is_file():
+        raise _fail(
+            key,
+            f"torchvision weights {name}/{weights.name} are not in the torch.hub cache ({cached}) "
+            f"and nothing is downloaded here: download {weights.url} to that path, or set "
+            "pretrained to a local file",
+        )
+    return cached
+
+
+def check_cached_weights(key: str, entry: Mapping[str, Any]) -> None:
+    """Fail, naming the model, when the library-cache weights ``entry`` names are not cached
+    (``pretrained: true`` for timm, a pretrained tag for open_clip, a weights enum name for
+    torchvision): the run's ``onstart`` check, before any job starts."""
+    source, name, pretrained = entry.get("source"), str(entry.get("id")), entry.get("pretrained")
+    if not pretrained or (isinstance(pretrained, str) and is_local_path(pretrained)):
+        return
+    if source == "timm" and pretrained is True:
+        _timm_cached(key, name)
+    elif source == "open_clip":
+        resolve_open_clip_pretrained(key, name, pretrained)
+    elif source == "torchvision" and isinstance(pretrained, str):
+        import torchvision
+
+        enum = torchvision.models.get_model_weights(name)
+        if pretrained not in enum.__members__:
+            raise _fail(key, f"{pretrained!r} is not a weights name of {name}")
+        _torchvision_cached(key, name, enum[pretrained])
+
+
 @SOURCES.register("torchvision")
 def build_torchvision(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Built:
     import torchvision
@@ -527,15 +560,7 @@ def build_torchvision(key: str, entry: Mapping[str, Any], zoo_dir: Path) -> Buil
                 f"{pretrained!r} is not a weights name of {name}; choose one of {list(enum.__members__)}",
             )
         weights = enum[pretrained]
-        cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(weights.url).path).name
-        if not cached.is_file():
-            raise _fail(
-                key,
-                f"torchvision weights {name}/{pretrained} are not in the torch.hub cache ({cached}) and "
-                f"nothing is downloaded here: download {weights.url} to that path, or set pretrained "
-                "to a local file",
-            )
-        state = load_weights_file(cached, key)
+        state = load_weights_file(_torchvision_cached(key, name, weights), key)
         if "categories" in weights.meta:
             kwargs.setdefault("num_classes", len(weights.meta["categories"]))
         if name.startswith("vit_") and "min_size" in weights.meta:

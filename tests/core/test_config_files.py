@@ -108,8 +108,6 @@ def test_check_model_files_names_the_missing_file_or_hub_folder(
     models = {
         "ok_ckpt": {"source": "checkpoint", "id": "resnet18", "weights": "w.safetensors"},
         "ok_hub": {"source": "hub", "id": "r50", "repo": "hub", "weights": "w.safetensors"},
-        "tag": {"source": "open_clip", "id": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
-        "enum": {"source": "torchvision", "id": "resnet18", "pretrained": "IMAGENET1K_V1"},
         "zoo": {"source": "zoo", "id": "mae"},
     }
     check_model_files({"models": models})
@@ -131,6 +129,51 @@ def test_check_model_files_names_the_missing_file_or_hub_folder(
         with pytest.raises(ConfigError, match=message):
             check_model_files({"models": {**models, "m": entry}})
         check_model_files({"models": {**models, "m": entry}}, models=["ok_ckpt", "zoo"])
+
+
+CACHED = {
+    "tag": {"source": "open_clip", "id": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
+    "enum": {"source": "torchvision", "id": "resnet18", "pretrained": "IMAGENET1K_V1"},
+    "hf": {"source": "timm", "id": "resnet18.a1_in1k", "pretrained": True},
+}
+
+
+def _fake_hf_file(cache: Path, repo_id: str, filename: str) -> None:
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / ("0" * 40) / filename).write_bytes(b"")
+
+
+def test_uncached_library_weights_fail_before_the_first_job(tmp_path: Path, monkeypatch) -> None:
+    """pretrained: true (timm), a tag (open_clip), an enum (torchvision): checked in the caches."""
+    import huggingface_hub.constants
+    import open_clip
+    import torchvision
+    from timm.models import get_pretrained_cfg
+
+    from repdiag.core.errors import EncoderError
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    for key, entry in CACHED.items():
+        with pytest.raises(EncoderError, match=rf"model '{key}': .*not in the .*cache"):
+            check_model_files({"models": {key: entry}})
+        check_model_files({"models": {key: entry}}, models=[])  # only models with jobs
+    _fake_hf_file(
+        tmp_path / "hf",
+        open_clip.get_pretrained_cfg("ViT-B-32", "laion2b_s34b_b79k")["hf_hub"].strip("/"),
+        "open_clip_model.safetensors",
+    )
+    _fake_hf_file(
+        tmp_path / "hf", get_pretrained_cfg("resnet18.a1_in1k").hf_hub_id, "model.safetensors"
+    )
+    weights = torchvision.models.ResNet18_Weights.IMAGENET1K_V1
+    hub = tmp_path / "torch" / "hub" / "checkpoints"
+    hub.mkdir(parents=True)
+    (hub / Path(weights.url).name).write_bytes(b"")
+    check_model_files({"models": CACHED})
 
 
 def test_embeddings_folder_must_exist(tmp_path: Path) -> None:
