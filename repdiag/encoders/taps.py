@@ -369,7 +369,11 @@ def _resnet_like_plan(model: nn.Module, pooling: str) -> TapPlan:
     stages = [getattr(model, f"layer{i}") for i in range(1, 5)]
     pool = _pooler(pooling, 0)
     blocks = [BlockTap(n, m, pool) for n, m in zip(_stage_names(4), stages, strict=True)]
+    # The global pooling before fc (torchvision, torch.hub ResNets). open_clip's ModifiedResNet has
+    # an ``avgpool`` too, but in its stem (anti-aliased downsampling): its embedding is attnpool's.
     avgpool = getattr(model, "avgpool", None)
+    if not isinstance(avgpool, nn.AdaptiveAvgPool2d) or hasattr(model, "attnpool"):
+        avgpool = None
     has_head = avgpool is not None and _has_parameters(getattr(model, "fc", None))
 
     def run(x: torch.Tensor, want_head: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -300,3 +300,19 @@ def test_timm_resnet_final_and_head_derive_from_the_last_stage(x):
 def test_a_resnet_with_max_pooling_gets_no_derived_final():
     model = timm.create_model("resnet18", pretrained=False, global_pool="max").eval()
     assert "final" not in tap_plan(model, "mean").derived
+
+
+def test_open_clip_modified_resnet_final_is_its_attention_pooled_embedding():
+    """Its stem has an ``avgpool`` too: the tap must not take that for the global pooling."""
+    from open_clip.modified_resnet import ModifiedResNet
+
+    torch.manual_seed(0)
+    model = ModifiedResNet(
+        layers=(1, 1, 1, 1), output_dim=24, heads=2, image_size=64, width=8
+    ).eval()
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        taps = layer_outputs(model, x)
+        assert [taps[f"stage{i}"].shape[1] for i in range(4)] == [32, 64, 128, 256]
+        torch.testing.assert_close(taps["final"], model(x), rtol=0, atol=0)
+    assert "head" not in taps
