@@ -1,7 +1,11 @@
 # repdiag: the workflow. Stages live in rules/*.smk; logic lives in the repdiag package.
 from snakemake.utils import min_version, validate
 
-from repdiag.core.config import canonical_params, check_config_files, short_schema_errors
+from repdiag.core.config import (
+    canonical_params,
+    check_config_files,
+    short_schema_errors,
+)
 
 min_version("9.0")
 
