@@ -2,7 +2,6 @@
 import re
 
 from repdiag.core.config import check_config, fill_defaults, section, seeded
-from repdiag.encoders.entries import check_model_files
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.runtime import expose_package
 from repdiag.core.slurm import patch_slurm_status
@@ -22,16 +21,17 @@ check_config(config)
 
 
 onstart:
-    # Weights files and hub folders are read by the jobs, not by Snakemake: check those of the
-    # models with jobs to run before the first one starts. Not in check_config, so that a dry run
-    # plans a config whose weights live on another machine (config/paper.yaml).
-    check_model_files(
-        config,
-        {
-            getattr(job, "wildcards_dict", {}).get("model")
-            for job in workflow.dag.needrun_jobs()
-        },
-    )
+    # Weights files, hub folders and library caches are read by the jobs, not by Snakemake: check
+    # those of the models with jobs to run before the first one starts. Not in check_config, so
+    # that a dry run plans a config whose weights live on another machine (config/paper.yaml).
+    MODELS_WITH_JOBS = {
+        getattr(job, "wildcards_dict", {}).get("model")
+        for job in workflow.dag.needrun_jobs()
+    } - {None}
+    if MODELS_WITH_JOBS:
+        from repdiag.encoders.registry import check_weights_available
+
+        check_weights_available(config, MODELS_WITH_JOBS)
 
 
 # Each stage file adds the final outputs it contributes to its study (`snakemake binding`, ...)

@@ -12,9 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repdiag.core.store import atomic_path
+from repdiag.common.figures import cycle_colour, save_figure
 
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
 METRICS = {
     "tr_intervention": "M_tr (intervention)",
     "cont_intervention": "M_cont (intervention)",
@@ -49,15 +48,7 @@ def _variants(table: pd.DataFrame) -> list[str]:
 
 
 def _colours(variants: Sequence[str]) -> dict[str, str]:
-    return {v: OKABE_ITO[i % len(OKABE_ITO)] for i, v in enumerate(variants)}
-
-
-def save_figure(fig: plt.Figure, png: str | Path, pdf: str | Path) -> None:
-    """Write ``fig`` as PNG and PDF, each atomically, and close it."""
-    for path, fmt in ((png, "png"), (pdf, "pdf")):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    return {v: cycle_colour(i) for i, v in enumerate(variants)}
 
 
 def _seed_stats(rows: pd.DataFrame, column: str) -> tuple[float, float]:
@@ -110,7 +101,7 @@ def paired_fraction_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path
     colours = _colours(variants)
     fractions = sorted(f for f in synthetic["paired_fraction"].unique() if f > 0)
     fig, axes = plt.subplots(
-        1, len(FRACTION_METRICS), figsize=(3.6 * len(FRACTION_METRICS), 3.4), squeeze=False
+        1, len(FRACTION_METRICS), figsize=(3.6 * len(FRACTION_METRICS), 4.2), squeeze=False
     )
     for ax, metric in zip(axes.flat, FRACTION_METRICS, strict=True):
         if metric not in synthetic or synthetic[metric].isna().all():
@@ -145,12 +136,12 @@ def paired_fraction_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path
     fig.suptitle(
         "Alignment against the paired (anchor) fraction, mean ± sd over seeds", fontsize=10
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))  # room for the legend below the panels
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(
         handles,
         labels,
-        loc="upper center",
+        loc="lower center",
         bbox_to_anchor=(0.5, 0.0),
         ncol=min(len(labels), 4),
         fontsize=8,

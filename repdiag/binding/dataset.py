@@ -481,10 +481,11 @@ def contact_sheet(ds: xr.Dataset, path: str | os.PathLike[str], n_queries: int =
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    from repdiag.common.figures import OKABE_ITO
     from repdiag.core.store import atomic_path
 
-    correct_colour = "#009E73"  # Okabe-Ito bluish green
-    pair_colour = "#D55E00"  # Okabe-Ito vermillion
+    correct_colour = OKABE_ITO[2]  # bluish green
+    pair_colour = OKABE_ITO[5]  # vermillion
     n_rows = min(n_queries, ds.sizes["query"])
     n_c = ds.sizes["candidate"]
     n_cols = n_c + 1

@@ -191,13 +191,9 @@ def model_files(key: str, entry: Mapping[str, Any]) -> list[tuple[str, str, str]
     return files
 
 
-CACHED_WEIGHTS_SOURCES = ("timm", "open_clip", "torchvision")
-"""Sources whose ``pretrained`` can name weights in a library's cache rather than a file."""
-
-
 def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
-    """Every weights file, hub folder and cached library weights of ``models`` exists (a real
-    run's ``onstart`` check).
+    """Every weights file and hub folder of ``models`` exists (part of a real run's ``onstart``
+    check, :func:`repdiag.encoders.registry.check_weights_available`).
 
     ``models``: the keys to check (default: all). Kept out of :func:`check_models` so that a dry
     run plans a config whose weights live on another machine (``config/paper.yaml``);
@@ -206,10 +202,6 @@ def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = 
     entries = config.get("models") or {}
     for key in entries if models is None else [m for m in entries if m in set(models)]:
         entry = entries[key]
-        if entry.get("source") in CACHED_WEIGHTS_SOURCES and entry.get("pretrained"):
-            from repdiag.encoders.registry import check_cached_weights
-
-            check_cached_weights(key, entry)
         for where, path, kind in model_files(key, entry):
             local = Path(path).expanduser()
             if kind == "dir" and not (local / "hubconf.py").is_file():

@@ -43,7 +43,12 @@ from torch import nn
 
 from repdiag.core.errors import ConfigError, EncoderError, RegistryError
 from repdiag.core.registry import Registry
-from repdiag.encoders.entries import PICKLE_SUFFIXES, check_entry, is_local_path
+from repdiag.encoders.entries import (
+    PICKLE_SUFFIXES,
+    check_entry,
+    check_model_files,
+    is_local_path,
+)
 from repdiag.encoders.heads import WithHead
 from repdiag.encoders.preprocess import (
     IMAGENET_MEAN,
@@ -538,6 +543,15 @@ def check_cached_weights(key: str, entry: Mapping[str, Any]) -> None:
         if pretrained not in enum.__members__:
             raise _fail(key, f"{pretrained!r} is not a weights name of {name}")
         _torchvision_cached(key, name, enum[pretrained])
+
+
+def check_weights_available(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
+    """A real run's ``onstart`` check, before any job: the weights files and hub folders of
+    ``models`` (default: all) exist and their library-cache weights are cached."""
+    check_model_files(config, models)
+    entries = config.get("models") or {}
+    for key in entries if models is None else [m for m in entries if m in set(models)]:
+        check_cached_weights(key, entries[key])
 
 
 @SOURCES.register("torchvision")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.core.store import atomic_path
+from repdiag.common.figures import OKABE_ITO, save_figure
 
 CONDITION = ["generator", "sampling", "encoder", "loss", "ratio"]
 METRICS = ("r2", "mcc", "ape")
@@ -53,13 +53,12 @@ EXPECTED_TOLERANCE = 0.1
 
 # Okabe-Ito (Okabe and Ito 2008): distinguishable under common colour-vision deficiencies
 CONDITION_STYLES = {
-    ("mlp", "full"): ("#0072B2", "", "MLP, full support"),
-    ("mlp", "restricted"): ("#56B4E9", "//", "MLP, restricted support"),
-    ("inverse", "full"): ("#D55E00", "", "inverse model, full support"),
-    ("inverse", "restricted"): ("#E69F00", "//", "inverse model, restricted support"),
+    ("mlp", "full"): (OKABE_ITO[4], "", "MLP, full support"),
+    ("mlp", "restricted"): (OKABE_ITO[1], "//", "MLP, restricted support"),
+    ("inverse", "full"): (OKABE_ITO[5], "", "inverse model, full support"),
+    ("inverse", "restricted"): (OKABE_ITO[0], "//", "inverse model, restricted support"),
 }
-LINE_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
-DPI = 150
+LINE_COLOURS = tuple(OKABE_ITO[i] for i in (4, 5, 2, 6, 0, 1, 7))
 
 
 def results_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -206,23 +205,6 @@ def paper_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
-    """CSV atomically, floats with 6 significant digits."""
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, float_format="%.6g")
-
-
-def _save(fig: Any, paths: Sequence[str | Path]) -> None:
-    import matplotlib.pyplot as plt
-
-    try:
-        for path in map(Path, paths):
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=DPI)
-    finally:
-        plt.close(fig)
-
-
 def _pyplot() -> Any:
     import matplotlib
 
@@ -303,7 +285,7 @@ def plot_r2(table: pd.DataFrame, paths: Sequence[str | Path]) -> None:
     fig.legend(fontsize=7, loc="outside lower center", ncols=3)
     if not len(infonce):
         ax.text(0.5, 0.5, "no InfoNCE cells in the grid", transform=ax.transAxes, ha="center")
-    _save(fig, paths)
+    save_figure(fig, *paths)
 
 
 def plot_ratio(table: pd.DataFrame, paths: Sequence[str | Path]) -> None:
@@ -326,7 +308,7 @@ def plot_ratio(table: pd.DataFrame, paths: Sequence[str | Path]) -> None:
             label=f"{encoder.upper() if encoder == 'mlp' else 'inverse model'} on {generator.replace('_', ' ')}",
         )
     ax.axhspan(
-        0.60, 0.65, color="#009E73", alpha=0.25, label="paper: support-corrected MLP 0.60-0.65"
+        0.60, 0.65, color=OKABE_ITO[2], alpha=0.25, label="paper: support-corrected MLP 0.60-0.65"
     )
     ax.axhspan(0.05, 0.13, color="#999999", alpha=0.3, label="paper: MLP, violated 0.05-0.13")
     ax.set_xlabel(
@@ -342,4 +324,4 @@ def plot_ratio(table: pd.DataFrame, paths: Sequence[str | Path]) -> None:
         ax.text(
             0.5, 0.5, "no constrained-ratio sweep configured", transform=ax.transAxes, ha="center"
         )
-    _save(fig, paths)
+    save_figure(fig, *paths)

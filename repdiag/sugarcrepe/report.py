@@ -21,6 +21,7 @@ import pandas as pd
 from repdiag.binding import stats
 from repdiag.binding.report import depth_table, jer_columns, read_jacobians
 from repdiag.binding.stats_options import StatsSettings
+from repdiag.common.figures import OKABE_ITO
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json
 from repdiag.sugarcrepe.data import CATEGORIES
@@ -226,7 +227,7 @@ def sugarcrepe_figure(
             x[~has_z],
             y[~has_z],
             marker="x",
-            color="#D55E00",
+            color=OKABE_ITO[5],
             s=40,
             zorder=3,
             label="no zero-shot accuracy",
@@ -244,10 +245,10 @@ def sugarcrepe_figure(
     if row is not None and np.isfinite(row["r"]):
         design = z[complete][:, None]
         rx, ry = stats.residualise(x[complete], design), stats.residualise(y[complete], design)
-        resid.scatter(rx, ry, color="#0072B2", s=40, edgecolor="black", linewidth=0.5, zorder=3)
+        resid.scatter(rx, ry, color=OKABE_ITO[4], s=40, edgecolor="black", linewidth=0.5, zorder=3)
         slope = np.polyfit(rx, ry, 1)[0] if len(rx) > 1 else 0.0
         line = np.linspace(rx.min(), rx.max(), 2)
-        resid.plot(line, slope * line, color="#E69F00", linewidth=1.2, label="least squares")
+        resid.plot(line, slope * line, color=OKABE_ITO[0], linewidth=1.2, label="least squares")
         for xi, yi, name in zip(rx, ry, models["model"][complete], strict=True):
             resid.annotate(
                 str(name), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7

@@ -154,13 +154,14 @@ def test_uncached_library_weights_fail_before_the_first_job(tmp_path: Path, monk
     from timm.models import get_pretrained_cfg
 
     from repdiag.core.errors import EncoderError
+    from repdiag.encoders.registry import check_weights_available
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     for key, entry in CACHED.items():
         with pytest.raises(EncoderError, match=rf"model '{key}': .*not in the .*cache"):
-            check_model_files({"models": {key: entry}})
-        check_model_files({"models": {key: entry}}, models=[])  # only models with jobs
+            check_weights_available({"models": {key: entry}})
+        check_weights_available({"models": {key: entry}}, models=[])  # only models with jobs
     _fake_hf_file(
         tmp_path / "hf",
         open_clip.get_pretrained_cfg("ViT-B-32", "laion2b_s34b_b79k")["hf_hub"].strip("/"),
@@ -173,7 +174,7 @@ def test_uncached_library_weights_fail_before_the_first_job(tmp_path: Path, monk
     hub = tmp_path / "torch" / "hub" / "checkpoints"
     hub.mkdir(parents=True)
     (hub / Path(weights.url).name).write_bytes(b"")
-    check_model_files({"models": CACHED})
+    check_weights_available({"models": CACHED})
 
 
 def test_embeddings_folder_must_exist(tmp_path: Path) -> None:
