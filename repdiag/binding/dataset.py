@@ -40,6 +40,19 @@ MIN_CELL_PX = 8
 CHUNK_BYTES = 8 << 20
 CHANNELS = ("r", "g", "b")
 
+
+CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "query_image": ("uint8", ("query", "y", "x", "channel")),
+    "candidate_image": ("uint8", ("query", "candidate", "y", "x", "channel")),
+    "correct_index": ("int64", ("query",)),
+    "pair_image": ("uint8", ("pair", "member", "y", "x", "channel")),
+    "pair_same": ("int8", ("pair",)),
+    "query_shape": ("int8", ("query", "slot")),
+    "candidate_shape": ("int8", ("query", "candidate", "slot")),
+    "pair_shape": ("int8", ("pair", "member", "slot")),
+}
+"""dtype and dims of the store's arrays (docs/contracts.md), checked whenever it is read."""
+
 DEFAULT_QUERY_PALETTE: tuple[RGB, ...] = (
     (230, 25, 75),
     (60, 180, 75),

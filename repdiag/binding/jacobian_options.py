@@ -11,6 +11,16 @@ from typing import Any
 
 from repdiag.core.errors import ConfigError
 
+STORE_CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "singular_values": ("float32", ("layer", "image", "rank")),
+    "singular_values_full": ("float32", ("layer", "image", "rank_full")),
+    "jer_pr": ("float32", ("layer", "image")),
+    "jer_pr2": ("float32", ("layer", "image")),
+    "jer_entropy": ("float32", ("layer", "image")),
+    "n_singular": ("int64", ("layer",)),
+}
+"""dtype and dims of ``results/jacobians/<model>.zarr`` (docs/contracts.md), checked on read."""
+
 
 def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
     """Images per probe set that will be used (0 for a skipped set; folder: at most n)."""

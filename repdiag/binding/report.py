@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag.binding import APART_FAMILIES, stats
+from repdiag.binding.jacobian_options import STORE_CONTRACT
 from repdiag.binding.stats_options import (
     GEOMETRY,
     JER_FORMULAS,
@@ -150,7 +151,7 @@ def metrics_row(metrics: Mapping[str, Any]) -> dict[str, float | str | int]:
 
 def read_jacobians(path: str | Path, formula: str) -> Any:
     """Open ``results/jacobians/<model>.zarr`` (validated) with the arrays this stage needs."""
-    return open_store(path, required=["singular_values", f"jer_{formula}"])
+    return open_store(path, required=["singular_values", f"jer_{formula}"], contract=STORE_CONTRACT)
 
 
 def probe_sets(ds: Any) -> np.ndarray:

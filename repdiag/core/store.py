@@ -332,6 +332,7 @@ def open_store(
     required: Iterable[str] = (),
     check_values: bool = True,
     variables: Iterable[str] | None = None,
+    contract: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
 ) -> xr.Dataset:
     """Open a store written by :func:`write_store`, fully validated, loaded into memory.
 
@@ -339,7 +340,8 @@ def open_store(
     it is missing, not zarr v3, has corrupt metadata, lacks a ``required`` variable, has unwritten
     chunks or a chunk whose checksum does not match, or holds NaN/inf. With ``variables``, only
     those variables (and their coordinates) are loaded; metadata and chunk completeness are
-    checked for every array all the same.
+    checked for every array all the same. ``contract`` maps array names to the dtype and dims
+    ``docs/contracts.md`` gives them; an array present with another dtype or dims is an error.
     """
     path = Path(path)
     names = store_arrays(path)
@@ -362,7 +364,24 @@ def open_store(
             ds = ds.load()
     except Exception as err:  # zarr/xarray raise many types for corrupt chunks
         raise _unreadable(path, suspects, err) from err
+    check_contract(ds, contract or {}, f"store {path}")
     if check_values:
         for name, var in ds.variables.items():
             check_finite(str(name), np.asarray(var.values), f"store {path}")
     return ds
+
+
+def check_contract(
+    ds: xr.Dataset, contract: Mapping[str, tuple[str, tuple[str, ...]]], where: str
+) -> None:
+    """Every array of ``contract`` that ``ds`` holds has the dtype and dims the contract gives."""
+    for name, (dtype, dims) in contract.items():
+        if name not in ds.variables:
+            continue
+        var = ds[name]
+        if var.dtype != np.dtype(dtype) or tuple(var.dims) != tuple(dims):
+            raise StoreError(
+                f"{where}: array {name!r} is {var.dtype} with dims {tuple(var.dims)}; "
+                f"docs/contracts.md says {dtype} with dims {tuple(dims)}: the store was not "
+                "written by this workflow or was altered; delete it and rerun its rule"
+            )

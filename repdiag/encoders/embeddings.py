@@ -40,9 +40,9 @@ def binding_image_sets(
     dataset: str | Path, names: Iterable[str] = BINDING_SETS
 ) -> dict[str, tuple[list[str], np.ndarray]]:
     """The named image sets of the binding store (``repdiag.binding.dataset.image_sets``)."""
-    from repdiag.binding.dataset import image_sets
+    from repdiag.binding.dataset import CONTRACT, image_sets
 
-    ds = open_store(dataset)
+    ds = open_store(dataset, contract=CONTRACT)
     # zarr v3 variable-length strings read back as numpy StringDType, which `.astype(str)` rejects
     ds = ds.assign_coords(
         {

@@ -292,3 +292,63 @@ def test_constant_embedding_rows_are_flagged_by_count(
         out = read_embeddings(path, "final", "query")
     assert out.shape == (6, 4)
     assert "'emb_final' has 1 of 6 query rows constant" in caplog.text
+
+
+def _jacobian_store(path: Path, dtype: str, dims: tuple[str, ...]) -> Path:
+    import numpy as np
+    import xarray as xr
+
+    from repdiag.core.store import write_store
+
+    sizes = {"layer": 2, "image": 3, "rank": 4}
+    values = np.sort(np.random.default_rng(1).random([sizes[d] for d in dims]), axis=-1)
+    jer = np.ones((2, 3), np.float32)
+    ds = xr.Dataset(
+        {"singular_values": (dims, values.astype(dtype)), "jer_pr": (("layer", "image"), jer)},
+        coords={"layer": ["a", "b"], "image": ["i0", "i1", "i2"]},
+    )
+    return write_store(path, ds)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "dims", "message"),
+    [
+        ("float64", ("layer", "image", "rank"), r"'singular_values' is float64"),
+        ("int32", ("layer", "image", "rank"), r"'singular_values' is int32"),
+        (
+            "float32",
+            ("image", "layer", "rank"),
+            r"'singular_values' is float32 with dims \('image', 'layer', 'rank'\)",
+        ),
+    ],
+)
+def test_a_jacobian_store_of_another_dtype_or_dims_is_refused_naming_the_array(
+    tmp_path: Path, dtype: str, dims: tuple[str, ...], message: str
+) -> None:
+    """Valid checksums, wrong contract: the analysis must not read it as spectra."""
+    from repdiag.binding.report import read_jacobians
+    from repdiag.core.errors import StoreError
+
+    good = _jacobian_store(tmp_path / "good.zarr", "float32", ("layer", "image", "rank"))
+    assert read_jacobians(good, "pr")["singular_values"].dtype == "float32"
+    bad = _jacobian_store(tmp_path / "m.zarr", dtype, dims)
+    with pytest.raises(StoreError, match=rf"m\.zarr: array {message}.*docs/contracts\.md"):
+        read_jacobians(bad, "pr")
+
+
+def test_a_binding_dataset_with_float_images_is_refused_naming_the_array(tmp_path: Path) -> None:
+    import numpy as np
+    import xarray as xr
+
+    from repdiag.core.errors import StoreError
+    from repdiag.core.store import write_store
+    from repdiag.encoders.embeddings import binding_image_sets
+
+    images = np.random.default_rng(2).random((2, 4, 4, 3))  # float64 in [0, 1], not uint8
+    ds = xr.Dataset(
+        {"query_image": (("query", "y", "x", "channel"), images)},
+        coords={"query": ["q0", "q1"], "channel": ["r", "g", "b"]},
+    )
+    path = write_store(tmp_path / "binding.zarr", ds)
+    with pytest.raises(StoreError, match=r"'query_image' is float64 .*uint8"):
+        binding_image_sets(path, ["query"])

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from repdiag.binding.dataset import CONTRACT
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.options import merge_options
 from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
@@ -245,7 +246,7 @@ def compute_model_metrics(
     """
     dataset_path, embeddings_path = Path(dataset_path), Path(embeddings_path)
     options = merge_options(options)
-    ds = open_store(dataset_path, required=[*DATASET_ARRAYS, "query", "pair"])
+    ds = open_store(dataset_path, required=[*DATASET_ARRAYS, "query", "pair"], contract=CONTRACT)
     emb = open_store(embeddings_path, required=["image", "image_set", "layer"])
     all_layers = [str(name) for name in np.asarray(emb["layer"].values)]
     if not all_layers:
