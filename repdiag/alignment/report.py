@@ -105,7 +105,6 @@ def _row(record: Mapping[str, Any], *, data: str, pair: str, cell: str) -> dict[
     for col in SUMMARY_COLUMNS:  # None (a metric this model has no ground truth for) -> NaN
         if row[col] is None:
             row[col] = np.nan
-    row["train_wall_s"] = record["train"]["wall_time_s"]
     return row
 
 

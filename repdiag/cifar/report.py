@@ -53,9 +53,6 @@ RUN_COLUMNS = (
     "n_train",
     "n_test",
     "encoder_parameters",
-    "train_wall_s",
-    "images_per_s",
-    "probe_wall_s",
     "device",
 )
 SUMMARY_COLUMNS = (
@@ -95,9 +92,6 @@ def runs_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "n_train": r["data"]["n_train"],
             "n_test": r["data"]["n_test"],
             "encoder_parameters": r["model"]["encoder_parameters"],
-            "train_wall_s": r["train"]["wall_time_s"],
-            "images_per_s": r["train"]["images_per_s"],
-            "probe_wall_s": r["probe"]["wall_time_s"] + r["probe"]["feature_wall_time_s"],
             "device": r["train"]["device"],
         }
         for r in records

@@ -97,7 +97,6 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         table[f"{column}_min"] = grouped[column].min()
         table[f"{column}_max"] = grouped[column].max()
     table["final_loss_mean"] = grouped["final_loss"].mean()
-    table["steps_per_s_mean"] = grouped["steps_per_s"].mean()
     return table.reset_index()
 
 
