@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from repdiag.core.config import seeded
+from repdiag.core.config import schema_defaults, seeded
 from repdiag.core.errors import ConfigError
 
 DEFAULT_MIN_MODELS = 4
@@ -23,7 +23,8 @@ GEOMETRY = ("g_pr", "g_iso", "effective_rank", "participation_ratio")
 
 @dataclass(frozen=True)
 class StatsSettings:
-    """The ``stats`` config section, resolved (``seed: null`` takes the global seed)."""
+    """The ``stats`` config section, resolved (``seed: null`` takes the global seed). Missing keys
+    take the schema's defaults in :meth:`from_config`; the field defaults equal them (tested)."""
 
     n_bootstrap: int = 2000
     seed: int = 0
@@ -38,7 +39,7 @@ class StatsSettings:
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any], global_seed: int = 0) -> StatsSettings:
-        resolved = seeded(section, {"seed": global_seed})
+        resolved = seeded({**schema_defaults("stats"), **section}, {"seed": global_seed})
         values = {k: resolved[k] for k in cls.__dataclass_fields__ if k in resolved}
         values["covariates"] = tuple(values.get("covariates", ()))
         return cls(**values)

@@ -207,6 +207,14 @@ def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], 
     return schema, base
 
 
+def schema_defaults(section: str) -> dict[str, Any]:
+    """Config section ``section`` with nothing set: every default its schema gives, and only those
+    (the one place defaults are written is the schema)."""
+    config: dict[str, Any] = {section: {}}
+    fill_defaults(config)
+    return config[section]
+
+
 def fill_defaults(
     config: Any, schema: Mapping[str, Any] | None = None, base: Path | None = None
 ) -> Any:

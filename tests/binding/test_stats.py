@@ -480,3 +480,16 @@ def test_settings_and_semantic_checks():
     clash["m00"]["covariates"] = {"jer_extra": 1.0}
     with pytest.raises(ConfigError, match=r"models\.m00\.covariates\.jer_extra"):
         check_stats_config({"models": clash, "stats": {}})
+
+
+def test_stats_settings_defaults_are_the_schemas():
+    import dataclasses
+
+    from repdiag.core.config import schema_defaults
+
+    schema = schema_defaults("stats")
+    fields = {f.name: f.default for f in dataclasses.fields(StatsSettings)}
+    assert {k: v for k, v in fields.items() if k != "seed"} == {
+        k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k != "seed"
+    }
+    assert StatsSettings.from_config({}, global_seed=7) == StatsSettings(seed=7)

@@ -1,4 +1,4 @@
-"""Options of the metrics stage: defaults and the config checks JSON schema cannot express.
+"""Options of the metrics stage: defaults (from the schema) and the checks it cannot express.
 
 Kept free of heavy imports: the Snakefile runs :func:`check_metrics_config` on every parse.
 """
@@ -8,29 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repdiag.core.config import schema_defaults
 from repdiag.core.errors import ConfigError
-
-# The metrics section with every default, as schemas/metrics.schema.yaml fills it.
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "layers": "all",
-    "reference": {"image_sets": ["pair"], "max_size": 2000},
-    "readouts": {
-        "names": ["cosine", "knn", "local_pca"],
-        "knn": {"k": 10, "weights": "similarity"},
-        "local_pca": {"k": 20, "dim": 5},
-    },
-    "geometry": {"l_iso_k": [5, 10, 20, 50]},
-    "probe": {
-        "folds": 5,
-        "inner_folds": 3,
-        "Cs": [0.001, 0.01, 0.1, 1.0, 10.0],
-        "max_iter": 1000,
-    },
-}
 
 
 def merge_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``options`` over :data:`DEFAULT_OPTIONS`, nested (for calls outside the workflow)."""
+    """``options`` over the schema's defaults of ``metrics``, nested (for calls outside the workflow)."""
 
     def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(base)
@@ -38,7 +21,7 @@ def merge_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = merge(base[key], value) if isinstance(base.get(key), Mapping) else value
         return out
 
-    return merge(DEFAULT_OPTIONS, options or {})
+    return merge(schema_defaults("metrics"), options or {})
 
 
 def _binding_sizes(config: Mapping[str, Any]) -> dict[str, int]:

@@ -9,16 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-import yaml
 import zarr
 
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.model_metrics import compute_model_metrics, select_layers
-from repdiag.binding.metrics.options import DEFAULT_OPTIONS, check_metrics_config
+from repdiag.binding.metrics.options import check_metrics_config
 from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
 from repdiag.binding.metrics.readouts import binding_accuracy
 from repdiag.binding.report import metrics_row
-from repdiag.core.config import SCHEMA, fill_defaults
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import write_json, write_store
 
@@ -277,15 +275,6 @@ def test_missing_store_is_named(stores: dict) -> None:
         _compute(stores, stores["tmp"] / "nothing.zarr")
 
 
-def test_defaults_match_the_schema() -> None:
-    schema = yaml.safe_load(SCHEMA.read_text())
-    config = {"metrics": {}}
-    fill_defaults(
-        config, {"properties": {"metrics": schema["properties"]["metrics"]}}, SCHEMA.parent
-    )
-    assert config["metrics"] == DEFAULT_OPTIONS
-
-
 @pytest.mark.parametrize(
     ("metrics", "n_pairs", "message"),
     [
@@ -310,3 +299,13 @@ def test_semantic_checks_name_the_key(metrics: dict, n_pairs: int, message: str)
 
 # The control encoders through the real path (registry -> extraction -> metrics) are tested in
 # tests/binding/test_controls.py.
+
+
+def test_metric_options_default_to_the_schema_and_merge_nested():
+    from repdiag.binding.metrics.options import merge_options
+    from repdiag.core.config import schema_defaults
+
+    assert merge_options(None) == schema_defaults("metrics")
+    merged = merge_options({"readouts": {"knn": {"k": 3}}})
+    assert merged["readouts"]["knn"] == {"k": 3, "weights": "similarity"}
+    assert merged["probe"] == schema_defaults("metrics")["probe"]
