@@ -45,6 +45,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from repdiag.alignment.grid import BASELINES
+from repdiag.common.claims import NOT_TESTED, study_claims
+from repdiag.common.claims import verdict as claim_verdict
 
 SUMMARY_COLUMNS = (
     "tr_intervention",
@@ -79,14 +81,7 @@ BOOTSTRAP = 2000
 PRIMARY = {"tr": "tr_intervention", "cont": "cont_intervention"}
 SECONDARY = {"tr": "tr_r2", "cont": "probe_transfer"}
 
-CLAIMS = {
-    "translation_not_consistency": "optimising translation alone does not give concept consistency",
-    "consistency_not_translation": "optimising concept consistency alone does not give translation",
-    "cycle_not_proxy": "cycle consistency is not a faithful proxy of alignment",
-    "distributional_fails_instance": "purely distributional objectives fail at the instance level",
-    "anchoring_matches_full": "anchoring with 0.1% paired data matches full supervision",
-    "cosae_ahead": "CoSAE is ahead of Crosscoders, USAE and SAE-A on M_tr and M_cont",
-}
+CLAIMS = study_claims("alignment")
 
 
 def _row(record: Mapping[str, Any], *, data: str, pair: str, cell: str) -> dict[str, Any]:
@@ -159,7 +154,7 @@ def _has(table: pd.DataFrame, *variants: str) -> bool:
 def _claim(claim_id: str, scope: str, verdict: str, evidence: str, n_seeds: int) -> dict[str, Any]:
     return {
         "claim_id": claim_id,
-        "claim": CLAIMS[claim_id],
+        "claim": CLAIMS[claim_id].statement,
         "scope": scope,
         "verdict": verdict,
         "evidence": evidence,
@@ -168,7 +163,7 @@ def _claim(claim_id: str, scope: str, verdict: str, evidence: str, n_seeds: int)
 
 
 def _not_tested(claim_id: str, scope: str, needs: str) -> dict[str, Any]:
-    return _claim(claim_id, scope, "not tested", f"this grid lacks {needs}", 0)
+    return _claim(claim_id, scope, NOT_TESTED, f"this grid lacks {needs}", 0)
 
 
 def metric_columns(table: pd.DataFrame) -> dict[str, str]:
@@ -237,7 +232,7 @@ def _single_objectives(table: pd.DataFrame, scope: str) -> list[dict[str, Any]]:
     for claim_id, roles in SINGLE_OBJECTIVE_CLAIMS.items():
         results = [_single_objective(table, float(f), roles, columns) for f in fractions]
         held = sum(holds for holds, _, _ in results)
-        verdict = "supported" if held == len(results) else ("mixed" if held else "not supported")
+        verdict = claim_verdict(held, len(results))
         evidence = (
             f"{roles[0]} vs {roles[1]}, holds at {held}/{len(results)} fractions; "
             + "; ".join(text for _, text, _ in results)
@@ -347,10 +342,11 @@ def _anchoring(table: pd.DataFrame, scope: str) -> dict[str, Any]:
             f"(difference {result['mean']:+.3f}, within {MARGIN} on every seed: {result['matches']})"
         )
     n_paired = int(rows.loc[np.isclose(rows["paired_fraction"], low), "n_paired"].min())
-    verdict = "supported" if all(verdicts) else ("mixed" if any(verdicts) else "not supported")
+    verdict = claim_verdict(sum(verdicts), len(verdicts))
     evidence = f"cosae-all with {n_paired} anchor pairs: " + "; ".join(parts)
-    if low > 0.001:
-        evidence += f"; the smallest fraction here is {low:g}, not the paper's 0.001"
+    paper_fraction = CLAIMS["anchoring_matches_full"].value
+    if low > paper_fraction:
+        evidence += f"; the smallest fraction here is {low:g}, not the paper's {paper_fraction:g}"
     return _claim("anchoring_matches_full", scope, verdict, evidence, n)
 
 
@@ -379,7 +375,7 @@ def _ahead(table: pd.DataFrame, scope: str) -> dict[str, Any]:
                 )
     if total == 0:
         return _not_tested("cosae_ahead", scope, "a baseline at a fraction cosae-all ran at")
-    verdict = "supported" if wins == total else ("mixed" if wins else "not supported")
+    verdict = claim_verdict(wins, total)
     evidence = f"ahead on {wins}/{total} comparisons (margin {MARGIN}); " + "; ".join(parts)
     return _claim("cosae_ahead", scope, verdict, evidence, int(table["seed"].nunique()))
 

@@ -30,6 +30,7 @@ from repdiag.binding.stats_options import (
     check_stats_config,
     covariate_columns,
 )
+from repdiag.common.claims import study_claims
 from repdiag.common.intervals import mean_interval
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import open_store, read_json
@@ -52,8 +53,6 @@ __all__ = [
     "zoo_curves",
 ]
 
-# Families the paper groups as "CLIP/DINOv2": vision-language and clustering/distillation.
-COLLAPSING_FAMILIES = ("vision_language", "clustering_distillation")
 
 LABELS = {
     "g_pr": "G.PR",
@@ -585,182 +584,119 @@ def paper_comparison(
     tables: Mapping[str, Any],
     settings: StatsSettings,
 ) -> pd.DataFrame:
-    """Each headline number of the binding paper (seeds README) beside this run's value.
+    """Each claim of ``repdiag/binding/claims.yaml`` beside this run's value.
 
-    The paper's JER values are for 224-pixel ViTs with k = 32; the run's scale depends on its
-    models and probe images, so only signs, orders and significance are comparable in general.
+    One row per claim: its id and statement, the paper's value and text, the run's value, text
+    and number of models, ``holds`` where the claim has a band (every other claim is compared by
+    eye: the paper's JER scale is that of 224-pixel ViTs with k = 32) and a note.
     """
-    n = len(table)
+    claims = study_claims("binding")
     corr = tables["correlations"]
-    ols = tables["ols"]
-    partial = tables["partial"]
-    rows: list[dict[str, Any]] = []
+    rows: dict[str, dict[str, Any]] = {}
 
     def add(
-        claim: str,
-        paper_value: float,
-        paper_text: str,
-        run_value: float,
-        run_text: str,
-        n_models: int,
-        note: str = "",
+        claim_id: str, run_value: float, run_text: str, n_models: int, note: str = "", **fmt: str
     ) -> None:
-        rows.append(
-            {
-                "claim": claim,
-                "paper_value": paper_value,
-                "paper_text": paper_text,
-                "run_value": run_value,
-                "run_text": run_text,
-                "n_models": n_models,
-                "note": note,
-            }
-        )
+        claim = claims[claim_id]
+        holds = claim.holds([run_value]) if math.isfinite(run_value) else None
+        rows[claim_id] = {
+            "claim_id": claim_id,
+            "claim": claim.statement.format(**fmt) if fmt else claim.statement,
+            "paper_value": claim.value,
+            "paper_text": claim.paper_text,
+            "run_value": run_value,
+            "run_text": run_text,
+            "n_models": n_models,
+            "holds": holds,
+            "note": note,
+        }
 
-    def corr_values(metric: str) -> tuple[float, float, int, str]:
+    def add_correlation(metric: str, r_claim: str, p_claim: str) -> None:
         row = _row(corr, "metric", metric)
         if row is None:
-            return math.nan, math.nan, 0, f"{metric} not measured"
-        return (
-            float(row["pearson_r"]),
-            float(row["pearson_p"]),
-            int(row["n"]),
-            str(row["note"] or ""),
-        )
+            r, p, k, note = math.nan, math.nan, 0, f"{metric} not measured"
+        else:
+            r, p, k = float(row["pearson_r"]), float(row["pearson_p"]), int(row["n"])
+            note = str(row["note"] or "")
+        add(r_claim, r, f"r = {r:.3f}", k, note)
+        add(p_claim, p, f"p = {p:.3g}", k, note)
 
-    r, p, k, note = corr_values("jer")
-    add("Pearson r(JER, binding accuracy)", 0.69, "r = 0.69", r, f"r = {r:.3f}", k, note)
-    add("p-value of r(JER, binding accuracy)", 0.001, "p < 0.001", p, f"p = {p:.3g}", k, note)
-
+    add_correlation("jer", "jer_binding_r", "jer_binding_p")
+    ols = tables["ols"]
     bivariate = ols[ols["formula"] == "binding ~ jer + same_different"]
-    r2 = float(bivariate["r2"].iloc[0]) if len(bivariate) else math.nan
-    fit_note = (
-        str(bivariate["note"].iloc[0]) if len(bivariate) and bivariate["note"].iloc[0] else ""
-    )
-    n_fit = int(bivariate["n"].iloc[0]) if len(bivariate) else 0
-    add(
-        "R^2 of binding ~ JER + Same/Different (OLS)",
-        0.78,
-        "R^2 = 0.78",
-        r2,
-        f"R^2 = {r2:.3f}",
-        n_fit,
-        fit_note,
-    )
-
-    r, p, k, note = corr_values("g_iso")
-    add("Pearson r(G.Iso, binding accuracy)", 0.11, "r ~ 0.11", r, f"r = {r:.3f}", k, note)
-    add("p-value of r(G.Iso, binding accuracy)", 0.5, "p > 0.5", p, f"p = {p:.3g}", k, note)
-
-    robust = tables["robustness"]
-    geometry = robust[
-        (robust["group"].isin(["l_iso", "geometry_rank", "g_iso"]))
-        & (robust["target"] == settings.binding_column)
-    ]
-    abs_r = geometry["pearson_r"].abs().to_numpy(float) if len(geometry) else np.array([])
-    worst = float(np.nanmax(abs_r)) if np.isfinite(abs_r).any() else math.nan
-    worst_metric = (
-        str(geometry.iloc[int(np.nanargmax(abs_r))]["metric"])
-        if np.isfinite(abs_r).any()
-        else "none"
-    )
-    add(
-        "max |r| of any geometry metric variant (every L.Iso k, ER and PR) with binding",
-        math.nan,
-        "near zero for every k and formulation",
-        worst,
-        f"max |r| = {worst:.3f} ({worst_metric})",
-        n,
-        "" if np.isfinite(worst) else "no geometry correlation could be computed",
-    )
-
-    for families, label, paper_jer, jer_text, paper_acc, acc_text in (
-        (["variance_decorrelation"], "variance decorrelation", 28.8, "JER 28.8", 0.44, "44%"),
-        (
-            list(COLLAPSING_FAMILIES),
-            "CLIP/DINOv2 (vision-language, clustering/distillation)",
-            19.0,
-            "JER 18-20",
-            0.13,
-            "~13% (chance)",
-        ),
-        (["supervised"], "supervised", 14.1, "JER ~14.1", math.nan, "not stated"),
-    ):
-        value, k = _family_mean(table, families, "jer")
-        note = "" if k else f"no model of family {', '.join(families)} in this run"
-        add(f"mean JER, {label}", paper_jer, jer_text, value, f"JER {value:.2f}", k, note)
-        value, k = _family_mean(table, families, "binding")
-        if math.isfinite(paper_acc):
-            add(
-                f"mean binding accuracy, {label}",
-                paper_acc,
-                acc_text,
-                value,
-                f"{value:.1%}",
-                k,
-                note,
-            )
-
-    text, k = _collapse_text(depth, table, COLLAPSING_FAMILIES, settings)
-    add(
-        "depth of JER collapse, CLIP/DINOv2",
-        math.nan,
-        "mid-network, blocks 5-8 of 12",
-        math.nan,
-        text or "no such model",
-        k,
-    )
-    text, k = _collapse_text(depth, table, ["masked_modeling"], settings)
-    add(
-        "depth of JER collapse, MAE",
-        math.nan,
-        "at the projection layer (backbone keeps high rank)",
-        math.nan,
-        text or "no such model",
-        k,
-    )
-
-    low_jer = table[table["jer"] <= table["jer"].median()]
-    if {"binding_knn", "binding_local_pca", "binding_cosine"} <= set(table.columns) and len(
-        low_jer
-    ):
-        gain = (
-            np.fmax(low_jer["binding_knn"], low_jer["binding_local_pca"])
-            - low_jer["binding_cosine"]
-        )
-        value = float(np.nanmean(gain)) if np.isfinite(gain).any() else math.nan
+    if len(bivariate):
+        fit = bivariate.iloc[0]
+        r2, n_fit, fit_note = float(fit["r2"]), int(fit["n"]), str(fit["note"] or "")
     else:
-        value = math.nan
-    add(
-        "mean gain of the best of kNN / local PCA over cosine, models with JER <= median",
-        math.nan,
-        "no gain for low-JER models",
-        value,
-        f"{value:+.1%}",
-        len(low_jer),
-    )
+        r2, n_fit, fit_note = math.nan, 0, ""
+    add("jer_same_different_r2", r2, f"R^2 = {r2:.3f}", n_fit, fit_note)
+    add_correlation("g_iso", "g_iso_binding_r", "g_iso_binding_p")
+    add_geometry_claim(add, tables["robustness"], settings, len(table))
 
+    for kind in ("variance_decorrelation", "clip_dinov2", "supervised"):
+        for column in ("jer", "binding"):
+            claim_id = f"{column}_{kind}"
+            if claim_id not in claims.ids:
+                continue
+            families = claims[claim_id].where["families"]
+            value, k = _family_mean(table, families, column)
+            note = "" if k else f"no model of family {', '.join(families)} in this run"
+            text = f"JER {value:.2f}" if column == "jer" else f"{value:.1%}"
+            add(claim_id, value, text, k, note)
+
+    for claim_id in ("collapse_depth_clip_dinov2", "collapse_depth_mae"):
+        text, k = _collapse_text(depth, table, claims[claim_id].where["families"], settings)
+        add(claim_id, math.nan, text or "no such model", k)
+
+    value, k = _low_jer_readout_gain(table)
+    add("readout_gain_low_jer", value, f"{value:+.1%}", k)
+
+    partial = tables["partial"]
     controlled = partial[partial["controls"].isin(settings.covariates)]
     if len(controlled):
         row = controlled.iloc[0]
+        r, note = float(row["r"]), str(row["note"] or "")
         add(
-            f"partial r(JER, binding | {row['controls']})",
-            0.69,
-            "r = 0.69 controlling for zero-shot ImageNet accuracy (CLIP family, SugarCrepe)",
-            float(row["r"]),
-            f"r = {float(row['r']):.3f}, p = {float(row['p']):.3g}",
+            "partial_jer_binding",
+            r,
+            f"r = {r:.3f}, p = {float(row['p']):.3g}",
             int(row["n"]),
-            f"different benchmark from the paper's (SugarCrepe). {row['note'] or ''}".strip(),
+            f"different benchmark from the paper's (SugarCrepe). {note}".strip(),
+            covariate=str(row["controls"]),
         )
-    add(
-        "number of models",
-        26,
-        "26 encoders, 7 families",
-        n,
-        f"{n} models, {table['family'].nunique()} families",
-        n,
-    )
-    return pd.DataFrame(rows)
+    n = len(table)
+    add("n_models", n, f"{n} models, {table['family'].nunique()} families", n)
+    # the partial correlation needs a covariate in the config; every other claim is evaluated
+    unevaluated = set(claims.ids) - set(rows) - {"partial_jer_binding"}
+    if unevaluated:
+        raise KeyError(f"claims the binding report cannot evaluate: {sorted(unevaluated)}")
+    return pd.DataFrame([rows[claim_id] for claim_id in claims.ids if claim_id in rows])
+
+
+def add_geometry_claim(add: Any, robust: pd.DataFrame, settings: StatsSettings, n: int) -> None:
+    """The largest |r| with binding over every geometry variant (L.Iso k, ER and PR, G.Iso)."""
+    geometry = robust[
+        robust["group"].isin(["l_iso", "geometry_rank", "g_iso"])
+        & (robust["target"] == settings.binding_column)
+    ]
+    abs_r = geometry["pearson_r"].abs().to_numpy(float) if len(geometry) else np.array([])
+    if np.isfinite(abs_r).any():
+        index = int(np.nanargmax(abs_r))
+        worst, metric = float(abs_r[index]), str(geometry.iloc[index]["metric"])
+    else:
+        worst, metric = math.nan, "none"
+    note = "" if math.isfinite(worst) else "no geometry correlation could be computed"
+    add("geometry_max_abs_r", worst, f"max |r| = {worst:.3f} ({metric})", n, note)
+
+
+def _low_jer_readout_gain(table: pd.DataFrame) -> tuple[float, int]:
+    """Mean of max(kNN, local PCA) - cosine binding over the models with JER <= the median."""
+    low_jer = table[table["jer"] <= table["jer"].median()]
+    needed = {"binding_knn", "binding_local_pca", "binding_cosine"}
+    if not needed <= set(table.columns) or not len(low_jer):
+        return math.nan, len(low_jer)
+    gain = np.fmax(low_jer["binding_knn"], low_jer["binding_local_pca"]) - low_jer["binding_cosine"]
+    return (float(np.nanmean(gain)) if np.isfinite(gain).any() else math.nan), len(low_jer)
 
 
 # --------------------------------------------------------------------------- zoo and digest

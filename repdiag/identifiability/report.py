@@ -2,7 +2,7 @@
 
 * :func:`aggregate` -- one row per condition (generator x sampling x encoder x loss x ratio) with
   the mean, standard deviation (ddof = 1), min and max over seeds of R^2, MCC and APE.
-* :func:`paper_comparison` -- the paper's headline numbers (``../shared/seeds/002``) and, for the
+* :func:`paper_comparison` -- the paper's headline numbers (``claims.yaml``) and, for the
   MLP with diversity violated, each generator's expected value, next to every seed of ours.
 * :func:`plot_r2`, :func:`plot_ratio` -- the two figures (PNG and PDF).
 """
@@ -17,37 +17,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from repdiag.common.claims import Claim, study_claims
 from repdiag.common.figures import OKABE_ITO, save_figure
 
 CONDITION = ["generator", "sampling", "encoder", "loss", "ratio"]
 METRICS = ("r2", "mcc", "ape")
 
-# (claim, encoder, sampling, loss, ratio, low, high, the paper's statement); the ranges are the
-# summary's (../shared/seeds/002). The support-corrected range is read at ratio 1: the summary's
-# corrected loss draws the negatives "from the same constrained sub-manifold as the positive
-# pair", i.e. all of them; the other ratios of the sweep have no paper value.
-PAPER_CLAIMS: tuple[tuple[str, str, str, str, float | None, float, float, str], ...] = (
-    ("mlp_diversity", "mlp", "full", "infonce", None, 0.99, 1.0,
-     "MLP, diversity holds: R2 >= 0.99"),
-    ("mlp_violated", "mlp", "restricted", "infonce", None, 0.05, 0.13,
-     "MLP, diversity violated: R2 in [0.05, 0.13]"),
-    ("inverse_violated", "inverse", "restricted", "infonce", None, 0.88, 1.0,
-     "inverse model, diversity violated: R2 >= 0.88"),
-    ("mlp_support_corrected", "mlp", "restricted", "support_corrected", 1.0, 0.60, 0.65,
-     "MLP, support-corrected InfoNCE (ratio 1): R2 ~ 0.60-0.65"),
-)  # fmt: skip
-
-# Expected R^2 of the MLP with diversity violated, per generator: (mean, std over runs or None),
-# from the stored 5000-step runs of the paper's authors (issue 24): spiral is bimodal, 3 of 5
-# runs at 0.99. A generator's cells "hold" against it when every seed lies in
-# [mean - w, mean + w], w = max(std, EXPECTED_TOLERANCE); the tolerance is the project's choice,
-# not the paper's.
+CLAIMS = study_claims("identifiability")
+# The paper's ranges (claims with a cell selection) and, per generator, the expected R^2 of the
+# MLP with diversity violated: (mean, std over the authors' runs or None). A generator's cells
+# "hold" against it when every seed lies in [mean - w, mean + w], w = max(std,
+# EXPECTED_TOLERANCE); the tolerance is the project's choice, not the paper's.
+PAPER_CLAIMS: tuple[Claim, ...] = tuple(c for c in CLAIMS if "expected_of" not in c.where)
 EXPECTED_VIOLATED: dict[str, tuple[float, float | None]] = {
-    "identity": (0.064, None),
-    "linear": (0.053, None),
-    "invertible_mlp": (0.134, None),
-    "patches": (0.253, None),
-    "spiral": (0.72, 0.36),
+    c.where["generator"]: (c.value, None if math.isnan(c.spread) else c.spread)
+    for c in CLAIMS
+    if c.where.get("expected_of") == "mlp_violated"
 }
 EXPECTED_TOLERANCE = 0.1
 
@@ -159,7 +144,13 @@ def paper_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """
     rows = []
     swept = set(frame.loc[frame.loss == "support_corrected", "ratio"].dropna())
-    for claim, encoder, sampling, loss, ratio, low, high, text in PAPER_CLAIMS:
+    for paper_claim in PAPER_CLAIMS:
+        claim, low, high = paper_claim.claim_id, paper_claim.low, paper_claim.high
+        text = f"{paper_claim.statement}: {paper_claim.paper_text}"
+        where = paper_claim.where
+        encoder, sampling, loss, ratio = (
+            where[k] for k in ("encoder", "sampling", "loss", "ratio")
+        )
         claim_ratios = [ratio] if ratio is None else sorted(swept | {ratio})
         for claim_ratio in claim_ratios:
             cells = _select(frame, encoder, sampling, loss, claim_ratio)

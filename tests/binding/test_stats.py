@@ -22,6 +22,7 @@ from repdiag.binding.report import (
     zoo_curves,
 )
 from repdiag.binding.stats_options import StatsSettings, check_stats_config
+from repdiag.common.claims import study_claims
 from repdiag.common.tables import write_csv
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import open_store
@@ -313,6 +314,11 @@ def test_statistics_tables_and_paper_comparison(fake_run, tmp_path):
     r2 = tables["ols"].query("formula == 'binding ~ jer + same_different'")["r2"].iloc[0]
     assert comparison.loc["R^2 of binding ~ JER + Same/Different (OLS)", "run_value"] == r2
     assert comparison.loc["number of models", "run_value"] == 8
+    # every claim of binding/claims.yaml is evaluated, in the file's order
+    assert tuple(tables["paper_comparison"]["claim_id"]) == study_claims("binding").ids
+    p_row = comparison.loc["p-value of r(JER, binding accuracy)"]
+    assert p_row["holds"] == (p_row["run_value"] < 0.001)  # the only banded claims: p-values
+    assert comparison["holds"].notna().sum() == 2
     # Round trip through CSV, then the digest quotes the same numbers.
     for name in ("correlations", "ols", "paper_comparison"):
         write_csv(tables[name], tmp_path / f"{name}.csv")

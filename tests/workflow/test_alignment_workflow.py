@@ -76,7 +76,7 @@ def test_tables_and_claims(workflow_run: Path) -> None:
     assert {"tr_r2", "tr_r2_std", "n_seeds"} <= set(summary.columns)
     claims = pd.read_csv(tables / "alignment_claims.csv")
     synthetic_claims = claims[claims["scope"] == "synthetic"]
-    assert list(synthetic_claims["claim_id"]) == list(CLAIMS)
+    assert list(synthetic_claims["claim_id"]) == list(CLAIMS.ids)
     assert set(claims["verdict"]) <= {"supported", "not supported", "mixed", "not tested"}
     assert claims["evidence"].str.len().min() > 10
 

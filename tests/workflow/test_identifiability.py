@@ -63,7 +63,7 @@ def test_tables_aggregate_the_cells_and_compare_with_the_paper(workflow_run: Pat
     corrected = table[table.loss == "support_corrected"]
     assert list(corrected.ratio) == section["ratio_sweep"]["ratios"]
     paper = pd.read_csv(workflow_run / RESULTS / "tables" / "identifiability_paper.csv")
-    assert set(paper.claim) == {claim[0] for claim in PAPER_CLAIMS}
+    assert set(paper.claim) == {claim.claim_id for claim in PAPER_CLAIMS}
     overall = paper[paper.generator == "all"].set_index("claim")
     assert overall.loc["mlp_diversity", "n_cells"] == 1
     assert overall.loc["mlp_support_corrected", "n_cells"] == 0  # the test sweep has no ratio 1
