@@ -105,11 +105,18 @@ def _resolve(dotted: str):
 
 def test_string_references_that_no_import_checks_resolve():
     """The cross-key check registry, the lazy exports and the tap planner's class names."""
-    from repdiag import encoders
-    from repdiag.core.config import SEMANTIC_CHECKS
+    import importlib
 
-    for reference in SEMANTIC_CHECKS:
+    from repdiag import encoders
+    from repdiag.core.config import CHECKED_PACKAGES, semantic_checks
+
+    for reference in semantic_checks():
         assert callable(_resolve(reference)), reference
+    # each study registers only its own checks, and every study with a config section has some
+    for package in CHECKED_PACKAGES:
+        for reference in importlib.import_module(package).CONFIG_CHECKS:
+            assert reference.startswith(package + "."), reference
+    assert {p.rsplit(".", 1)[1] for p in CHECKED_PACKAGES} == set(STUDIES) | {"encoders"}
     for name, module in encoders._WHERE.items():
         assert _resolve(f"{module}.{name}") is getattr(encoders, name)
     source = (PACKAGE / "encoders" / "taps.py").read_text()

@@ -5,3 +5,6 @@
 training loop), ``grid`` (cells and per-job params, torch-free), ``study`` (running a cell or a
 real pair), ``report`` (tables and claims), ``figures``.
 """
+
+CONFIG_CHECKS: tuple[str, ...] = ("repdiag.alignment.grid:check_alignment_config",)
+"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""

@@ -8,3 +8,11 @@ captions with positions): upper bounds, not members of an objective family."""
 APART_FAMILIES = (CONTROL_FAMILY, BINDING_SUPERVISED_FAMILY)
 """Shown apart from the objective families in tables and figures and kept out of every
 correlation and fit across models."""
+
+CONFIG_CHECKS: tuple[str, ...] = (
+    "repdiag.binding.dataset:check_binding_config",
+    "repdiag.binding.jacobian_options:check_jacobians_config",
+    "repdiag.binding.metrics.options:check_metrics_config",
+    "repdiag.binding.stats_options:check_stats_config",
+)
+"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""

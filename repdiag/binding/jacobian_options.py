@@ -34,7 +34,7 @@ def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
 
 
 def check_jacobians_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``jacobians`` (registered in ``repdiag.core.config.SEMANTIC_CHECKS``).
+    """Semantic checks of ``jacobians`` (registered in ``repdiag.binding.CONFIG_CHECKS``).
 
     At least one probe image; no more binding probes than rendered queries.
     """

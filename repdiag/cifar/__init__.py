@@ -7,3 +7,6 @@ accuracy. Submodules: :mod:`~repdiag.cifar.views` (regimes, two views), :mod:`~r
 :mod:`~repdiag.cifar.study` (runs from the config; no torch at import),
 :mod:`~repdiag.cifar.report` (table and figure; no torch).
 """
+
+CONFIG_CHECKS: tuple[str, ...] = ("repdiag.cifar.study:check_cifar_config",)
+"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""

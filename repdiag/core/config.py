@@ -15,21 +15,26 @@ from repdiag.core.errors import ConfigError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
-# Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements).
-# Each is "module:function" taking the whole config and raising ConfigError naming the key.
-SEMANTIC_CHECKS: tuple[str, ...] = (
-    "repdiag.binding.dataset:check_binding_config",
-    "repdiag.encoders.entries:check_models",
-    "repdiag.encoders.entries:check_embeddings_config",
-    "repdiag.encoders.zoo.spec:check_zoo_config",
-    "repdiag.binding.jacobian_options:check_jacobians_config",
-    "repdiag.binding.metrics.options:check_metrics_config",
-    "repdiag.binding.stats_options:check_stats_config",
-    "repdiag.alignment.grid:check_alignment_config",
-    "repdiag.identifiability.study:check_identifiability",
-    "repdiag.cifar.study:check_cifar_config",
-    "repdiag.sugarcrepe.data:check_sugarcrepe_config",
+# Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements). Each
+# study lists its own in its package's ``CONFIG_CHECKS`` ("module:function", each taking the whole
+# config and raising ConfigError naming the key); they run package by package in this order.
+CHECKED_PACKAGES: tuple[str, ...] = (
+    "repdiag.encoders",
+    "repdiag.binding",
+    "repdiag.alignment",
+    "repdiag.identifiability",
+    "repdiag.cifar",
+    "repdiag.sugarcrepe",
 )
+
+
+def semantic_checks() -> tuple[str, ...]:
+    """Every study's registered cross-key checks, as ``"module:function"`` references."""
+    return tuple(
+        reference
+        for package in CHECKED_PACKAGES
+        for reference in importlib.import_module(package).CONFIG_CHECKS
+    )
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -246,7 +251,7 @@ def fill_defaults(
 
 def check_config(config: Mapping[str, Any]) -> None:
     """Run the semantic checks; call after JSON-schema validation (the Snakefile does both)."""
-    for target in SEMANTIC_CHECKS:
+    for target in semantic_checks():
         module_name, func_name = target.split(":")
         getattr(importlib.import_module(module_name), func_name)(config)
 

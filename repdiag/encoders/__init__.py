@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 __all__ = ["SOURCES", "Encoder", "build_encoder", "layer_outputs"]
 
+CONFIG_CHECKS: tuple[str, ...] = (
+    "repdiag.encoders.entries:check_models",
+    "repdiag.encoders.entries:check_embeddings_config",
+    "repdiag.encoders.zoo.spec:check_zoo_config",
+)
+"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""
+
 _WHERE = {
     "SOURCES": "repdiag.encoders.registry",
     "Encoder": "repdiag.encoders.registry",

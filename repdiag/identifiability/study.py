@@ -237,7 +237,7 @@ def run_cell(
 
 
 def check_identifiability(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``identifiability`` (registered in repdiag.core.config.SEMANTIC_CHECKS)."""
+    """Semantic checks of ``identifiability`` (registered in ``repdiag.identifiability.CONFIG_CHECKS``)."""
     section = config.get("identifiability")
     if not section:
         return

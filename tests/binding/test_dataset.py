@@ -25,7 +25,7 @@ from repdiag.binding.dataset import (
     render_binding_dataset,
 )
 from repdiag.binding.render import Jitter, slot_cell
-from repdiag.core.config import SEMANTIC_CHECKS, fill_defaults
+from repdiag.core.config import fill_defaults, semantic_checks
 from repdiag.core.errors import ConfigError
 from repdiag.core.store import open_store, write_store
 
@@ -363,7 +363,7 @@ def _config(**binding) -> dict:
 
 
 def test_semantic_check_is_registered() -> None:
-    assert "repdiag.binding.dataset:check_binding_config" in SEMANTIC_CHECKS
+    assert "repdiag.binding.dataset:check_binding_config" in semantic_checks()
     check_binding_config(_config())  # the defaults pass
     check_binding_config({"datasets": {}})  # no binding section: nothing to check
 

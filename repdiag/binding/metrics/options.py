@@ -38,7 +38,7 @@ def _binding_sizes(config: Mapping[str, Any]) -> dict[str, int]:
 
 
 def check_metrics_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``metrics`` (registered in ``repdiag.core.config.SEMANTIC_CHECKS``).
+    """Semantic checks of ``metrics`` (registered in ``repdiag.binding.CONFIG_CHECKS``).
 
     Neighbourhood sizes must fit in the reference set, the local PCA dimension below its k, and
     the probe folds within each Same/Different class (``datasets.binding.n_pairs / 2``), and the

@@ -98,7 +98,7 @@ def _check_widths(where: str, objective: str, hparams: Mapping[str, Any]) -> Non
 
 
 def check_zoo_config(config: Mapping[str, Any]) -> None:
-    """Cross-key checks of the zoo (registered in ``repdiag.core.config.SEMANTIC_CHECKS``).
+    """Cross-key checks of the zoo (registered in ``repdiag.encoders.CONFIG_CHECKS``).
 
     Every model with ``source: zoo`` names a run of ``zoo.objectives`` whose objective's family is
     the model's ``family``; every run names a known backbone (a ViT for mae) and valid overrides.
