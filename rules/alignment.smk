@@ -1,12 +1,11 @@
 # The alignment study (CoSAE vs Crosscoder, USAE and SAE-A): one job per synthetic grid cell, one
 # job per real-embedding pair, then tables, claims and figures (repdiag.alignment, repdiag.alignment.metrics).
-import re
-
-from repdiag.alignment.grid import cell_params, grid_cells, real_pairs, real_params
+# Modules, not names, are imported: every .smk shares one namespace.
+import repdiag.alignment.grid
 
 ALIGNMENT = config["alignment"]
-ALIGNMENT_CELLS = list(grid_cells(ALIGNMENT))
-ALIGNMENT_REAL = real_pairs(ALIGNMENT)
+ALIGNMENT_CELLS = list(repdiag.alignment.grid.grid_cells(ALIGNMENT))
+ALIGNMENT_REAL = repdiag.alignment.grid.real_pairs(ALIGNMENT)
 
 
 rule alignment_cell:
@@ -17,14 +16,16 @@ rule alignment_cell:
     benchmark:
         bench_file("alignment_cell", "{cell}")
     wildcard_constraints:
-        cell="|".join(re.escape(cell) for cell in ALIGNMENT_CELLS) or "NO_CELLS",
+        cell=one_of(ALIGNMENT_CELLS, "NO_CELLS"),
     conda:
         "../envs/torch.yaml"
     threads: 1
     resources:
         gpu=1,
     params:
-        cell=lambda wildcards: cell_params(ALIGNMENT, wildcards.cell),
+        cell=lambda wildcards: repdiag.alignment.grid.cell_params(
+            ALIGNMENT, wildcards.cell
+        ),
         device=config["device"],
     script:
         "../workflow_scripts/alignment_cell.py"
@@ -41,14 +42,16 @@ rule alignment_real:
     benchmark:
         bench_file("alignment_real", "{pair}")
     wildcard_constraints:
-        pair="|".join(re.escape(pair) for pair in ALIGNMENT_REAL) or "NO_PAIRS",
+        pair=one_of(ALIGNMENT_REAL, "NO_PAIRS"),
     conda:
         "../envs/torch.yaml"
     threads: 1
     resources:
         gpu=1,
     params:
-        real=lambda wildcards: real_params(ALIGNMENT, wildcards.pair),
+        real=lambda wildcards: repdiag.alignment.grid.real_params(
+            ALIGNMENT, wildcards.pair
+        ),
         device=config["device"],
     script:
         "../workflow_scripts/alignment_real.py"
@@ -113,15 +116,4 @@ rule alignment_figures:
 
 
 if ALIGNMENT_CELLS or ALIGNMENT_REAL:
-    add_targets(
-        "alignment",
-        [
-            "results/tables/alignment.csv",
-            "results/tables/alignment_summary.csv",
-            "results/tables/alignment_claims.csv",
-            "results/figures/alignment_methods.png",
-            "results/figures/alignment_methods.pdf",
-            "results/figures/alignment_paired_fraction.png",
-            "results/figures/alignment_paired_fraction.pdf",
-        ],
-    )
+    add_rule_targets("alignment", rules.alignment_tables, rules.alignment_figures)

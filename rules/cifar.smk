@@ -89,12 +89,4 @@ rule cifar_figure:
 
 
 if CIFAR_RUNS:
-    add_targets(
-        "cifar",
-        [
-            "results/tables/cifar_simclr.csv",
-            "results/tables/cifar_simclr_runs.csv",
-            "results/figures/cifar_simclr.png",
-            "results/figures/cifar_simclr.pdf",
-        ],
-    )
+    add_rule_targets("cifar", rules.cifar_tables, rules.cifar_figure)

@@ -61,6 +61,14 @@ def add_targets(study, paths):
     ALL_TARGETS.extend(paths)
 
 
+def add_rule_targets(study, *rule_proxies):
+    """Every output of each rule (``rules.<name>``, no wildcards) as final outputs of ``study``."""
+    paths = [str(path) for proxy in rule_proxies for path in proxy.output]
+    if any("{" in path for path in paths):
+        raise ValueError(f"add_rule_targets: outputs with wildcards in {paths}")
+    add_targets(study, paths)
+
+
 def log_file(rule_name, stem="{model}"):
     """Log path of a job: outside results/, never among the outputs."""
     return f"logs/{rule_name}/{stem}.log"

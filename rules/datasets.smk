@@ -20,7 +20,4 @@ rule render_binding:
         "../workflow_scripts/render_binding.py"
 
 
-add_targets(
-    "binding",
-    ["results/datasets/binding.zarr", "results/figures/binding_contact_sheet.png"],
-)
+add_rule_targets("binding", rules.render_binding)

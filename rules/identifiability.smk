@@ -1,13 +1,10 @@
 # The identifiability study (repdiag.identifiability, repdiag.identifiability.sphere): one job per grid cell
 # (generator x sampling x encoder x loss [x constrained ratio] x seed), then tables and figures.
-import re
-
-# Aliased: every .smk shares one namespace, and lambdas look names up when they run.
-from repdiag.identifiability.study import cell_names as identifiability_cell_names
-from repdiag.identifiability.study import cell_params as identifiability_cell_params
+# Modules, not names, are imported: every .smk shares one namespace.
+import repdiag.identifiability.study
 
 IDENTIFIABILITY = config["identifiability"]
-IDENTIFIABILITY_CELLS = identifiability_cell_names(IDENTIFIABILITY)
+IDENTIFIABILITY_CELLS = repdiag.identifiability.study.cell_names(IDENTIFIABILITY)
 
 
 rule identifiability_cell:
@@ -19,14 +16,14 @@ rule identifiability_cell:
     benchmark:
         bench_file("identifiability_cell", "{cell}")
     wildcard_constraints:
-        cell="|".join(re.escape(cell) for cell in IDENTIFIABILITY_CELLS) or "NO_CELLS",
+        cell=one_of(IDENTIFIABILITY_CELLS, "NO_CELLS"),
     conda:
         "../envs/torch.yaml"
     threads: 1
     resources:
         gpu=1,
     params:
-        cell=lambda wildcards: identifiability_cell_params(
+        cell=lambda wildcards: repdiag.identifiability.study.cell_params(
             IDENTIFIABILITY, wildcards.cell
         ),
         device=config["device"],
@@ -87,14 +84,6 @@ rule identifiability_figures:
 
 
 if IDENTIFIABILITY_CELLS:
-    add_targets(
-        "identifiability",
-        [
-            "results/tables/identifiability.csv",
-            "results/tables/identifiability_paper.csv",
-            "results/figures/identifiability_r2.png",
-            "results/figures/identifiability_r2.pdf",
-            "results/figures/identifiability_ratio.png",
-            "results/figures/identifiability_ratio.pdf",
-        ],
+    add_rule_targets(
+        "identifiability", rules.identifiability_tables, rules.identifiability_figures
     )

@@ -244,24 +244,13 @@ rule summarise:
         "../workflow_scripts/summarise.py"
 
 
-add_targets(
+add_rule_targets(
     "binding",
-    [
-        "results/tables/models.csv",
-        "results/tables/depth_profiles.csv",
-        "results/tables/spectra.csv",
-        "results/tables/correlations.csv",
-        "results/tables/ols.csv",
-        "results/tables/ols_summary.txt",
-        "results/tables/partial.csv",
-        "results/tables/families.csv",
-        "results/tables/robustness.csv",
-        "results/tables/paper_comparison.csv",
-        "results/summary.md",
-        *expand(
-            "results/figures/{figure}.{ext}",
-            figure=["metric_scatter", "jacobian_spectra", "depth_profiles", "readouts"],
-            ext=["png", "pdf"],
-        ),
-    ],
+    rules.aggregate_models,
+    rules.stats_tables,
+    rules.plot_metric_scatter,
+    rules.plot_jacobian_spectra,
+    rules.plot_depth_profiles,
+    rules.plot_readouts,
+    rules.summarise,
 )

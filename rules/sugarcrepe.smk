@@ -152,13 +152,11 @@ rule sugarcrepe_models:
 if SUGARCREPE["enabled"]:
 
     add_targets(
+        "sugarcrepe", expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS)
+    )
+    add_rule_targets(
         "sugarcrepe",
-        [
-            *expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS),
-            "results/tables/sugarcrepe.csv",
-            "results/tables/sugarcrepe_partial.csv",
-            "results/tables/models_sugarcrepe.csv",
-            "results/figures/sugarcrepe_jer.png",
-            "results/figures/sugarcrepe_jer.pdf",
-        ],
+        rules.sugarcrepe_tables,
+        rules.sugarcrepe_models,
+        rules.sugarcrepe_figure,
     )

@@ -1,7 +1,5 @@
 # The embedded zoo: small timm encoders trained on synthetic scenes, one job per run
 # (repdiag.encoders.zoo). Only runs named by a model with `source: zoo` are trained.
-import re
-
 from repdiag.encoders.zoo.spec import run_spec, zoo_runs
 
 ZOO_RUNS = zoo_runs(config)
@@ -21,7 +19,7 @@ rule train_zoo:
     benchmark:
         bench_file("train_zoo", "{objective}")
     wildcard_constraints:
-        objective="|".join(re.escape(run) for run in ZOO_RUNS) or "NO_ZOO_RUNS",
+        objective=one_of(ZOO_RUNS, "NO_ZOO_RUNS"),
     priority: BINDING_PRIORITY
     conda:
         "../envs/torch.yaml"
@@ -63,6 +61,4 @@ if ZOO_RUNS:
     add_targets(
         "binding", expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS)
     )
-    add_targets(
-        "binding", ["results/figures/zoo_curves.png", "results/figures/zoo_curves.pdf"]
-    )
+    add_rule_targets("binding", rules.plot_zoo_curves)

@@ -91,6 +91,32 @@ def test_the_shared_core_imports_no_study():
     assert leaks == set()
 
 
+# Modules whose tests live in another suite's file (the file must name the module).
+TESTED_ELSEWHERE = {
+    "core/inspect.py": "tests/core/test_cli.py",  # through `repdiag inspect`
+    "encoders/heads.py": "tests/binding/test_jacobian.py",  # heads as Jacobian taps
+    "encoders/preprocess.py": "tests/encoders/test_registry.py",  # per-source preprocessing
+    "encoders/zoo/checkpoint.py": "tests/encoders/zoo/test_train.py",  # needs a trained run
+    "encoders/zoo/heads.py": "tests/encoders/zoo/objectives/test_base.py",  # every objective's head
+}
+
+
+def test_tests_mirror_the_package_file_for_file():
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if path.name == "__init__.py" or "__pycache__" in relative.parts:
+            continue
+        mirror = ROOT / "tests" / relative.parent / f"test_{path.name}"
+        if relative.as_posix() in TESTED_ELSEWHERE:
+            elsewhere = ROOT / TESTED_ELSEWHERE[relative.as_posix()]
+            assert path.stem in elsewhere.read_text(), (relative, elsewhere)
+            assert not mirror.exists(), f"{mirror} exists: drop {relative} from TESTED_ELSEWHERE"
+        elif not mirror.is_file():
+            missing.append(str(mirror.relative_to(ROOT)))
+    assert missing == []
+
+
 def test_each_study_package_has_a_test_folder():
     for study in (*STUDIES, *SHARED):
         assert any((ROOT / "tests" / study).glob("test_*.py")), study

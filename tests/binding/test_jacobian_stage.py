@@ -11,7 +11,6 @@ from scipy import stats
 from torch import nn
 
 from repdiag.binding.jacobian import Spectra, jer
-from repdiag.binding.jacobian_options import check_jacobians_config
 from repdiag.binding.jacobian_stage import (
     Probes,
     depth_drops,
@@ -31,16 +30,6 @@ from repdiag.encoders.preprocess import Preprocess
 torch.set_num_threads(1)
 
 
-def test_noise_images_are_seeded_gaussian_pixels():
-    first = noise_images(6, 16, 0.2, seed=3)
-    assert first.shape == (6, 16, 16, 3) and first.dtype == np.uint8
-    np.testing.assert_array_equal(first, noise_images(6, 16, 0.2, seed=3))
-    assert not np.array_equal(first, noise_images(6, 16, 0.2, seed=4))
-    pixels = first.astype(np.float64) / 255.0  # std 0.2: clipping at 0 and 1 is negligible (2.5 sd)
-    assert pixels.mean() == pytest.approx(0.5, abs=0.01)
-    assert pixels.std() == pytest.approx(0.2, rel=0.03)
-
-
 def _write_pngs(folder, count):
     from PIL import Image
 
@@ -50,6 +39,28 @@ def _write_pngs(folder, count):
         Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(
             folder / f"img{i}.png"
         )
+
+
+def _fake_spectra() -> Spectra:
+    spectra = Spectra(
+        block00=torch.tensor(
+            [[3.0, 2.0, 1.0], [1.0, 1.0, 0.0], [2.0, 2.0, 2.0]], dtype=torch.float64
+        ),
+        head=torch.tensor([[4.0, 3.0, 1.0, 0.5], [2.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]),
+    )
+    spectra.methods = {"block00": "exact", "head": "randomized"}
+    spectra.d_out, spectra.d_in = {"block00": 3, "head": 9}, 48
+    return spectra
+
+
+def test_noise_images_are_seeded_gaussian_pixels():
+    first = noise_images(6, 16, 0.2, seed=3)
+    assert first.shape == (6, 16, 16, 3) and first.dtype == np.uint8
+    np.testing.assert_array_equal(first, noise_images(6, 16, 0.2, seed=3))
+    assert not np.array_equal(first, noise_images(6, 16, 0.2, seed=4))
+    pixels = first.astype(np.float64) / 255.0  # std 0.2: clipping at 0 and 1 is negligible (2.5 sd)
+    assert pixels.mean() == pytest.approx(0.5, abs=0.01)
+    assert pixels.std() == pytest.approx(0.2, rel=0.03)
 
 
 def test_load_probes_noise_and_folder_preprocessed_in_order(tmp_path):
@@ -80,18 +91,6 @@ def test_load_probes_errors_name_the_key(tmp_path):
         load_probes({"binding": {"n": 2}}, preprocess)
     with pytest.raises(ConfigError, match="no probe images"):
         load_probes({"binding": {"n": 0}, "noise": {"n": 0}}, preprocess)
-
-
-def _fake_spectra() -> Spectra:
-    spectra = Spectra(
-        block00=torch.tensor(
-            [[3.0, 2.0, 1.0], [1.0, 1.0, 0.0], [2.0, 2.0, 2.0]], dtype=torch.float64
-        ),
-        head=torch.tensor([[4.0, 3.0, 1.0, 0.5], [2.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]),
-    )
-    spectra.methods = {"block00": "exact", "head": "randomized"}
-    spectra.d_out, spectra.d_in = {"block00": 3, "head": 9}, 48
-    return spectra
 
 
 def test_spectra_dataset_pads_top_k_keeps_full_exact_spectra_and_round_trips(tmp_path):
@@ -238,22 +237,3 @@ def test_run_stage_writes_store_and_json_and_drops_its_cache(tmp_path):
         <= profile["noise"]["pr"]["mean"]
         <= profile["noise"]["pr"]["ci_high"]
     )
-
-
-def test_config_defaults_and_semantic_checks():
-    filled = fill_defaults({"jacobians": {}})["jacobians"]
-    assert filled["method"] == "auto" and filled["k"] == 32 and filled["power_iters"] == 5
-    assert filled["probes"] == {
-        "binding": {"n": 16},
-        "noise": {"n": 8, "std": 0.25},
-        "folder": {"path": None, "n": 16},
-    }
-    check_jacobians_config({"jacobians": filled, "datasets": {"binding": {"n_queries": 16}}})
-    with pytest.raises(
-        ConfigError,
-        match=r"jacobians\.probes\.binding\.n = 16 exceeds datasets\.binding\.n_queries = 8",
-    ):
-        check_jacobians_config({"jacobians": filled, "datasets": {"binding": {"n_queries": 8}}})
-    empty = fill_defaults({"jacobians": {"probes": {"binding": {"n": 0}, "noise": {"n": 0}}}})
-    with pytest.raises(ConfigError, match="every probe set is empty"):
-        check_jacobians_config(empty)

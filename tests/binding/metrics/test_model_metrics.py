@@ -13,7 +13,6 @@ import zarr
 
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.model_metrics import compute_model_metrics, select_layers
-from repdiag.binding.metrics.options import check_metrics_config
 from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
 from repdiag.binding.metrics.readouts import binding_accuracy
 from repdiag.binding.report import metrics_row
@@ -21,6 +20,8 @@ from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import write_json, write_store
 
 N_Q, N_C, N_P, DIMS = 12, 4, 10, {"block00": 6, "final": 5}
+
+
 OPTIONS = {
     "reference": {"image_sets": ["pair"], "max_size": 100},
     "readouts": {"knn": {"k": 4}, "local_pca": {"k": 6, "dim": 2}},
@@ -273,39 +274,3 @@ def test_family_and_source_default_to_the_store_attrs(stores: dict) -> None:
 def test_missing_store_is_named(stores: dict) -> None:
     with pytest.raises(StoreError, match=r"nothing\.zarr does not exist"):
         _compute(stores, stores["tmp"] / "nothing.zarr")
-
-
-@pytest.mark.parametrize(
-    ("metrics", "n_pairs", "message"),
-    [
-        ({"geometry": {"l_iso_k": [50]}}, 20, r"metrics\.geometry\.l_iso_k: k=50"),
-        ({"reference": {"max_size": 30}, "geometry": {"l_iso_k": [30]}}, 256, "k=30"),
-        ({"readouts": {"knn": {"k": 600}}}, 256, r"metrics\.readouts\.knn\.k=600"),
-        ({"readouts": {"local_pca": {"k": 5, "dim": 5}}}, 256, r"local_pca\.dim=5"),
-        ({"probe": {"folds": 6}, "geometry": {"l_iso_k": [3]}}, 10, r"metrics\.probe\.folds=6"),
-        (
-            {"probe": {"folds": 2, "inner_folds": 6}, "geometry": {"l_iso_k": [3]}},
-            20,
-            r"metrics\.probe\.inner_folds=6 exceeds the 5 pairs",
-        ),
-    ],
-)
-def test_semantic_checks_name_the_key(metrics: dict, n_pairs: int, message: str) -> None:
-    config = {"metrics": metrics, "datasets": {"binding": {"n_pairs": n_pairs}}}
-    with pytest.raises(ConfigError, match=message):
-        check_metrics_config(config)
-    check_metrics_config({"metrics": {}, "datasets": {"binding": {"n_pairs": 256}}})
-
-
-# The control encoders through the real path (registry -> extraction -> metrics) are tested in
-# tests/binding/test_controls.py.
-
-
-def test_metric_options_default_to_the_schema_and_merge_nested():
-    from repdiag.binding.metrics.options import merge_options
-    from repdiag.core.config import schema_defaults
-
-    assert merge_options(None) == schema_defaults("metrics")
-    merged = merge_options({"readouts": {"knn": {"k": 3}}})
-    assert merged["readouts"]["knn"] == {"k": 3, "weights": "similarity"}
-    assert merged["probe"] == schema_defaults("metrics")["probe"]

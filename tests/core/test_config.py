@@ -9,9 +9,10 @@ import yaml
 
 from repdiag.core.config import UniqueKeyLoader, check_config_files, load_config, load_yaml
 from repdiag.core.errors import ConfigError
-from repdiag.encoders.entries import check_embeddings_config, check_model_files
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 SHIPPED = sorted([REPO / "config.yaml", *(REPO / "config").glob("*.yaml")])
 
 
@@ -19,6 +20,21 @@ def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(text)
     return path
+
+
+CACHED = {
+    "tag": {"source": "open_clip", "id": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
+    "enum": {"source": "torchvision", "id": "resnet18", "pretrained": "IMAGENET1K_V1"},
+    "hf": {"source": "timm", "id": "resnet18.a1_in1k", "pretrained": True},
+}
+
+
+def _fake_hf_file(cache: Path, repo_id: str, filename: str) -> None:
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / ("0" * 40) / filename).write_bytes(b"")
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
@@ -98,54 +114,6 @@ def test_check_config_files_skips_missing_and_non_yaml_files(tmp_path: Path) -> 
     check_config_files([tmp_path / "absent.yaml", json_with_tab, *SHIPPED])
 
 
-def test_check_model_files_names_the_missing_file_or_hub_folder(
-    tmp_path: Path, monkeypatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "hub").mkdir()
-    (tmp_path / "hub" / "hubconf.py").write_text("")
-    (tmp_path / "w.safetensors").write_bytes(b"")
-    models = {
-        "ok_ckpt": {"source": "checkpoint", "id": "resnet18", "weights": "w.safetensors"},
-        "ok_hub": {"source": "hub", "id": "r50", "repo": "hub", "weights": "w.safetensors"},
-        "zoo": {"source": "zoo", "id": "mae"},
-    }
-    check_model_files({"models": models})
-    bad = [
-        ({"source": "checkpoint", "id": "r", "weights": "no.safetensors"}, "models.m.weights"),
-        ({"source": "hub", "id": "r", "repo": "nohub"}, "models.m.repo"),
-        (
-            {"source": "hub", "id": "r", "repo": str(tmp_path)},
-            r"models.m.repo: .* \(no .*hubconf.py\)",
-        ),
-        ({"source": "hub", "id": "r", "repo": "hub", "weights": "no.pth"}, "models.m.weights"),
-        (
-            {"source": "timm", "id": "resnet18", "pretrained": "no.safetensors"},
-            "models.m.pretrained",
-        ),
-        ({"source": "open_clip", "id": "RN50", "pretrained": "w/no.bin"}, "models.m.pretrained"),
-    ]
-    for entry, message in bad:
-        with pytest.raises(ConfigError, match=message):
-            check_model_files({"models": {**models, "m": entry}})
-        check_model_files({"models": {**models, "m": entry}}, models=["ok_ckpt", "zoo"])
-
-
-CACHED = {
-    "tag": {"source": "open_clip", "id": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
-    "enum": {"source": "torchvision", "id": "resnet18", "pretrained": "IMAGENET1K_V1"},
-    "hf": {"source": "timm", "id": "resnet18.a1_in1k", "pretrained": True},
-}
-
-
-def _fake_hf_file(cache: Path, repo_id: str, filename: str) -> None:
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / "main").write_text("0" * 40)
-    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True, exist_ok=True)
-    (repo / "snapshots" / ("0" * 40) / filename).write_bytes(b"")
-
-
 def test_uncached_library_weights_fail_before_the_first_job(tmp_path: Path, monkeypatch) -> None:
     """pretrained: true (timm), a tag (open_clip), an enum (torchvision): checked in the caches."""
     import huggingface_hub.constants
@@ -175,10 +143,3 @@ def test_uncached_library_weights_fail_before_the_first_job(tmp_path: Path, monk
     hub.mkdir(parents=True)
     (hub / Path(weights.url).name).write_bytes(b"")
     check_weights_available({"models": CACHED})
-
-
-def test_embeddings_folder_must_exist(tmp_path: Path) -> None:
-    check_embeddings_config({"embeddings": {"folder": None}})
-    check_embeddings_config({"embeddings": {"folder": str(tmp_path)}})
-    with pytest.raises(ConfigError, match=r"embeddings.folder: .*gone is not a folder"):
-        check_embeddings_config({"embeddings": {"folder": str(tmp_path / "gone")}})

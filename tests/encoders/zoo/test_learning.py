@@ -15,17 +15,26 @@ from repdiag.core.config import load_config
 from repdiag.encoders.zoo.learning import plateau_check, slot_probe_accuracy
 from repdiag.encoders.zoo.objectives.clip import clip_loss
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
-from repdiag.encoders.zoo.objectives.simmim import patch_mask, simmim_loss
+from repdiag.encoders.zoo.objectives.simmim import simmim_loss
 from repdiag.encoders.zoo.objectives.supervised import supervised_loss
 from repdiag.encoders.zoo.objectives.vicreg import vicreg_loss
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec, tells_binding, zoo_runs
 from repdiag.encoders.zoo.train import build_objective, make_optimizer, to_batch, train
 
 REPO = Path(__file__).resolve().parents[3]
+
+
 DEFAULT = load_config(REPO / "config.yaml")
 
 
-# --- the default config ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def short_runs():
+    torch.set_num_threads(1)
+    base = run_spec(DEFAULT, "supervised_slots")
+    return {
+        "zero": train({**base, "steps": 0}),
+        "short": train({**base, "steps": 60, "batch_size": 32, "lr": 3e-3}),
+    }
 
 
 def test_default_zoo_is_one_backbone_seven_objectives_two_seeds_position_free():
@@ -63,9 +72,6 @@ def test_bag_captions_say_nothing_of_positions():
     assert relational.caption_texts(batch) == batch.captions
 
 
-# --- trivial solutions, against the losses themselves ------------------------------------------
-
-
 def test_trivial_losses_equal_the_loss_of_the_trivial_solution():
     batch = to_batch(
         scene_batch(build_objective(run_spec(DEFAULT, "simclr_s0"))[0].scenes, 1, 0, 32), "cpu"
@@ -100,32 +106,6 @@ def test_trivial_losses_equal_the_loss_of_the_trivial_solution():
     )
 
 
-# --- SimMIM ------------------------------------------------------------------------------------
-
-
-def test_simmim_loss_is_the_l1_error_on_masked_pixels_only():
-    rng = np.random.default_rng(0)
-    pred, target = rng.normal(size=(2, 3, 8, 8)), rng.normal(size=(2, 3, 8, 8))
-    mask = (rng.random((2, 1, 8, 8)) < 0.5).astype(float)
-    expected = sum(
-        abs(pred[b, c, y, x] - target[b, c, y, x])
-        for b in range(2) for c in range(3) for y in range(8) for x in range(8) if mask[b, 0, y, x]
-    ) / (3 * mask.sum())  # fmt: skip
-    got = simmim_loss(*(torch.tensor(a) for a in (pred, target, mask)))
-    assert float(got) == pytest.approx(expected, rel=1e-12)
-
-
-def test_simmim_masks_whole_patches_at_the_configured_ratio():
-    mask = patch_mask(4, 64, 8, 0.6, torch.Generator().manual_seed(0))
-    assert mask.shape == (4, 1, 64, 64)
-    cells = mask[:, 0, ::8, ::8]
-    assert torch.equal(mask, cells.repeat_interleave(8, 1).repeat_interleave(8, 2)[:, None])
-    assert torch.all(cells.sum(dim=(1, 2)) == round(0.6 * 64))
-
-
-# --- each objective learns on the default backbone ---------------------------------------------
-
-
 @pytest.mark.parametrize("run", [f"{o}_s0" for o in sorted(set(FAMILIES) - {"mae"})])
 def test_loss_decreases_on_the_default_backbone(run):
     torch.set_num_threads(1)
@@ -154,9 +134,6 @@ def test_loss_decreases_on_the_default_backbone(run):
     assert last < first - 0.05 * abs(first), f"{run}: {first:.4f} -> {last:.4f}"
 
 
-# --- the learning check ------------------------------------------------------------------------
-
-
 def test_plateau_rule_closed_form():
     assert plateau_check([2.0] * 10 + [1.0] * 10, trivial_loss=1.5)["left_plateau"]
     assert not plateau_check([2.0] * 20, trivial_loss=3.0)["left_plateau"]  # never moved
@@ -174,16 +151,6 @@ def test_slot_probe_reads_labels_that_are_in_the_features():
         slot_probe_accuracy(informative + 0.1 * rng.normal(size=informative.shape), labels) > 0.95
     )
     assert slot_probe_accuracy(noise, labels) < 0.35
-
-
-@pytest.fixture(scope="module")
-def short_runs():
-    torch.set_num_threads(1)
-    base = run_spec(DEFAULT, "supervised_slots")
-    return {
-        "zero": train({**base, "steps": 0}),
-        "short": train({**base, "steps": 60, "batch_size": 32, "lr": 3e-3}),
-    }
 
 
 def test_a_zero_step_run_is_flagged_not_learned(short_runs):

@@ -1,0 +1,151 @@
+"""The alignment tables and claims: decision rules on fabricated grids (repdiag.alignment.report)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repdiag.alignment.report import claims_table, results_table, summary_table
+from tests.alignment.fakes import fake_grid, fake_record
+
+# claims ----------------------------------------------------------------------------------------
+
+
+def _two_methods(differences, metric="tr_intervention"):
+    """cosae-all and usae at one fraction, cosae-all ahead by ``differences[seed]`` on M_tr."""
+    records = []
+    for seed, diff in enumerate(differences):
+        records.append(fake_record("usae", 0.01, seed, tr_intervention=0.8, cont_intervention=0.5))
+        records.append(
+            fake_record("cosae-all", 0.01, seed, tr_intervention=0.8 + diff, cont_intervention=0.9)
+        )
+    return claims_table(results_table(records)).set_index("claim_id")
+
+
+def test_claims_follow_the_decision_rules():
+    table = results_table(fake_grid())
+    claims = claims_table(table).set_index("claim_id")
+    assert claims.loc["translation_not_consistency", "verdict"] == "supported"
+    # consistency-only reaches the translation of translation-only here: not supported
+    assert claims.loc["consistency_not_translation", "verdict"] == "not supported"
+    assert claims.loc["cycle_not_proxy", "verdict"] == "supported"
+    assert "cosae-distributional" in claims.loc["cycle_not_proxy", "evidence"]
+    assert claims.loc["distributional_fails_instance", "verdict"] == "supported"
+    assert claims.loc["anchoring_matches_full", "verdict"] == "supported"
+    assert claims.loc["cosae_ahead", "verdict"] == "supported"
+    # 2 fractions x 2 metrics x 2 baselines (sae_a, usae)
+    assert "ahead on 8/8" in claims.loc["cosae_ahead", "evidence"]
+    assert "tr_intervention" in claims.loc["cosae_ahead", "evidence"]
+    assert set(claims["scope"]) == {"synthetic"}
+
+    behind = claims_table(results_table(fake_grid(cosae_ahead=False))).set_index("claim_id")
+    assert behind.loc["cosae_ahead", "verdict"] == "not supported"
+
+
+def test_claims_on_a_partial_grid_say_not_tested():
+    records = [r for r in fake_grid() if r["variant"] in ("sae_a", "usae")]
+    claims = claims_table(results_table(records)).set_index("claim_id")
+    assert claims.loc["translation_not_consistency", "verdict"] == "not tested"
+    assert claims.loc["cosae_ahead", "verdict"] == "not tested"
+    assert claims.loc["distributional_fails_instance", "verdict"] == "not tested"
+
+
+def test_real_runs_get_their_own_scope_and_summary_means():
+    real = {
+        "pair": "a__b__final",
+        "runs": [
+            fake_record("cosae-all", 1.0, 0, tr_r2=0.7, jaccard=0.6),
+            fake_record("sae_a", 1.0, 0, tr_r2=0.6, jaccard=0.5),
+        ],
+    }
+    table = results_table(fake_grid(), [real])
+    assert (table["data"] == "real").sum() == 2
+    claims = claims_table(table)
+    real_claims = claims[claims["scope"] == "real:a__b__final"].set_index("claim_id")
+    assert real_claims.loc["cosae_ahead", "verdict"] == "supported"
+    summary = summary_table(table)
+    row = summary[(summary["variant"] == "cosae-translation") & (summary["paired_fraction"] == 1.0)]
+    assert row["n_seeds"].item() == 3
+    assert row["tr_r2"].item() == pytest.approx(0.952)
+    assert row["jaccard_std"].item() == pytest.approx(0.002)
+
+
+@pytest.mark.parametrize(
+    ("differences", "verdict"),
+    [
+        ((0.05, 0.06, 0.04), "supported"),  # above the margin on every seed
+        ((0.01, 0.015, 0.012), "mixed"),  # M_tr: below the margin of 0.02 -> not ahead
+        ((-0.01, 0.10, 0.10), "mixed"),  # M_tr: mean 0.063 but a sign flip on seed 0
+    ],
+)
+def test_ahead_needs_the_margin_and_the_same_sign_on_every_seed(differences, verdict):
+    claims = _two_methods(differences)
+    assert claims.loc["cosae_ahead", "verdict"] == verdict
+    # M_cont (0.9 vs 0.5) holds in every case, M_tr only in the first
+    wins = "2/2" if verdict == "supported" else "1/2"
+    assert f"ahead on {wins}" in claims.loc["cosae_ahead", "evidence"]
+
+
+def test_a_single_comparison_below_the_margin_or_with_a_sign_flip_is_not_supported():
+    from repdiag.alignment.report import compare
+
+    ahead = pd.Series([0.90, 0.91, 0.92])
+    below = compare(ahead, ahead - 0.01)  # 0.01 < margin 0.02
+    flip = compare(ahead, ahead + pd.Series([0.02, -0.1, -0.1]))  # seed 0 behind
+    clear = compare(ahead, ahead - 0.05)
+    assert (below["ahead"], flip["ahead"], clear["ahead"]) == (False, False, True)
+    assert flip["signs"] == "-++"
+    # on a grid where every M_tr/M_cont comparison is of the first two kinds: not supported
+    records = []
+    for seed, (tr, cont) in enumerate([(0.01, -0.03), (0.01, 0.1), (0.015, 0.1)]):
+        records.append(fake_record("usae", 0.01, seed, tr_intervention=0.8, cont_intervention=0.5))
+        records.append(
+            fake_record(
+                "cosae-all", 0.01, seed, tr_intervention=0.8 + tr, cont_intervention=0.5 + cont
+            )
+        )
+    claims = claims_table(results_table(records)).set_index("claim_id")
+    assert claims.loc["cosae_ahead", "verdict"] == "not supported"
+
+
+def test_anchoring_match_needs_every_seed_within_the_margin():
+    records = []
+    for seed, shortfall in enumerate((0.0, 0.01, 0.05)):
+        records.append(
+            fake_record("cosae-all", 1.0, seed, tr_intervention=0.9, cont_intervention=0.9)
+        )
+        records.append(
+            fake_record(
+                "cosae-all",
+                0.001,
+                seed,
+                tr_intervention=0.9 - shortfall,
+                cont_intervention=0.9,
+            )
+        )
+    claims = claims_table(results_table(records)).set_index("claim_id")
+    # M_cont matches, M_tr falls short by 0.05 > 0.02 on seed 2
+    assert claims.loc["anchoring_matches_full", "verdict"] == "mixed"
+
+
+def test_cycle_proxy_is_judged_by_the_rank_correlation_interval():
+    from repdiag.alignment.report import spearman_interval
+
+    x = np.linspace(0, 1, 40)
+    rho, low, _ = spearman_interval(x, x)
+    assert rho == pytest.approx(1.0) and low == pytest.approx(1.0)
+    faithful = [
+        fake_record("usae", 0.01, seed, cycle_r2=v, tr_intervention=v, cont_intervention=0.5)
+        for seed, v in enumerate(np.linspace(0.1, 0.9, 30))
+    ]
+    claims = claims_table(results_table(faithful)).set_index("claim_id")
+    assert claims.loc["cycle_not_proxy", "verdict"] == "not supported"
+    noise = np.random.default_rng(0).random(30)
+    unfaithful = [
+        fake_record("usae", 0.01, seed, cycle_r2=v, tr_intervention=w, cont_intervention=0.5)
+        for seed, (v, w) in enumerate(zip(np.linspace(0.1, 0.9, 30), noise, strict=True))
+    ]
+    claims = claims_table(results_table(unfaithful)).set_index("claim_id")
+    assert claims.loc["cycle_not_proxy", "verdict"] == "supported"
+    assert "bootstrap interval" in claims.loc["cycle_not_proxy", "evidence"]

@@ -1,0 +1,42 @@
+"""The stats settings: schema defaults and cross-key checks (repdiag.binding.stats_options)."""
+
+from __future__ import annotations
+
+import pytest
+
+from repdiag.binding.stats_options import StatsSettings, check_stats_config
+from repdiag.core.errors import ConfigError
+from tests.binding.stats_fakes import fake_models
+
+
+def test_settings_and_semantic_checks():
+    settings = StatsSettings.from_config(
+        {"seed": None, "covariates": ["zs"], "jer_formula": "entropy"}, 5
+    )
+    assert settings.seed == 5 and settings.covariates == ("zs",)
+    assert settings.jer_column == "jer_entropy_final"
+    config = {"models": fake_models(2), "stats": {"covariates": ["zero_shot_accuracy"]}}
+    check_stats_config(config)
+    with pytest.raises(ConfigError, match=r"stats\.covariates: 'imagenet'"):
+        check_stats_config({**config, "stats": {"covariates": ["imagenet"]}})
+    with pytest.raises(ConfigError, match=r"stats\.readout"):
+        check_stats_config(
+            {**config, "stats": {"readout": "knn"}, "metrics": {"readouts": {"names": ["cosine"]}}}
+        )
+    clash = fake_models(1)
+    clash["m00"]["covariates"] = {"jer_extra": 1.0}
+    with pytest.raises(ConfigError, match=r"models\.m00\.covariates\.jer_extra"):
+        check_stats_config({"models": clash, "stats": {}})
+
+
+def test_stats_settings_defaults_are_the_schemas():
+    import dataclasses
+
+    from repdiag.core.config import schema_defaults
+
+    schema = schema_defaults("stats")
+    fields = {f.name: f.default for f in dataclasses.fields(StatsSettings)}
+    assert {k: v for k, v in fields.items() if k != "seed"} == {
+        k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k != "seed"
+    }
+    assert StatsSettings.from_config({}, global_seed=7) == StatsSettings(seed=7)

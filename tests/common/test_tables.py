@@ -1,0 +1,48 @@
+"""One way to write a table: CSV without an index, NaN as an empty cell, atomic (repdiag.common.tables)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repdiag.common.tables import write_csv
+
+
+def test_round_trip_with_nan_as_an_empty_cell(tmp_path):
+    frame = pd.DataFrame({"model": ["a", "b"], "jer": [1.0 / 3.0, math.nan], "n": [3, 4]})
+    path = tmp_path / "tables" / "t.csv"  # the folder is made
+    write_csv(frame, path)
+    assert path.read_text().splitlines() == ["model,jer,n", f"a,{1.0 / 3.0!r},3", "b,,4"]
+    back = pd.read_csv(path)
+    assert back["jer"].iloc[0] == 1.0 / 3.0  # full precision by default
+    assert np.isnan(back["jer"].iloc[1])
+
+
+def test_float_format_rounds_floats_only(tmp_path):
+    path = tmp_path / "t.csv"
+    write_csv(pd.DataFrame({"x": [0.123456789], "k": [7]}), path, float_format="%.3g")
+    assert path.read_text().splitlines() == ["x,k", "0.123,7"]
+
+
+def test_a_failed_write_keeps_the_old_table_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "t.csv"
+    write_csv(pd.DataFrame({"x": [1]}), path)
+
+    class Unwritable(pd.DataFrame):
+        def to_csv(self, *args, **kwargs):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_csv(Unwritable({"x": [2]}), path)
+    assert path.read_text() == "x\n1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_two_writes_of_the_same_frame_are_byte_identical(tmp_path):
+    frame = pd.DataFrame({"a": np.linspace(0, 1, 7), "b": list("abcdefg")})
+    write_csv(frame, tmp_path / "1.csv")
+    write_csv(frame, tmp_path / "2.csv")
+    assert (tmp_path / "1.csv").read_bytes() == (tmp_path / "2.csv").read_bytes()
