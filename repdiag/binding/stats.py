@@ -12,6 +12,7 @@ a ``note`` saying why, never an exception: a run with three models still writes 
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -281,7 +282,7 @@ def fit_ols(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # small-n kurtosis/omnibus warnings in the summary
         result = sm.OLS(data[response], design).fit()
-        summary = result.summary(alpha=1 - confidence, title=fit.formula).as_text()
+        summary = without_clock(result.summary(alpha=1 - confidence, title=fit.formula).as_text())
     ci = result.conf_int(alpha=1 - confidence)
     fit.coefficients = pd.DataFrame(
         {
@@ -319,6 +320,16 @@ def ols_table(fits: Sequence[OLSFit]) -> pd.DataFrame:
             rows.append({**head, **record, "note": fit.note})
     columns = ["formula", "response", "n", "r2", "adj_r2", "f_pvalue", "aic"]
     return pd.DataFrame(rows, columns=[*columns, *COEFFICIENT_COLUMNS, "note"])
+
+
+# statsmodels stamps its summary with the date and time of the fit ("Date:", "Time:" cells)
+CLOCK_CELL = re.compile(r"^(Date|Time):\s+\S.*?(?=\s{2,}\S)", re.MULTILINE)
+
+
+def without_clock(summary: str) -> str:
+    """statsmodels' summary with its Date and Time cells blanked (widths kept), so that two fits
+    of the same data print the same text."""
+    return CLOCK_CELL.sub(lambda match: " " * len(match.group(0)), summary)
 
 
 def ols_summary_text(fits: Sequence[OLSFit]) -> str:

@@ -4,6 +4,7 @@ closed forms and independent computations."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -127,6 +128,23 @@ def test_ols_matches_numpy_least_squares():
     # A univariate fit's R^2 is the squared Pearson r.
     uni = stats.fit_ols(table, "binding", ["jer"])
     assert uni.r2 == pytest.approx(np.corrcoef(table["jer"], y)[0, 1] ** 2, abs=TOL)
+
+
+def test_the_ols_summary_carries_no_clock(monkeypatch):
+    """statsmodels prints the date and time of the fit; two runs must print the same text."""
+    rng = np.random.default_rng(3)
+    table = pd.DataFrame({"jer": rng.normal(20, 5, 12)})
+    table["binding"] = 0.01 * table["jer"] + rng.normal(0, 0.03, 12)
+    first = stats.fit_ols(table, "binding", ["jer"]).summary
+    monkeypatch.setattr(
+        time, "localtime", lambda *_: time.struct_time((1999, 12, 31, 23, 59, 58, 4, 365, 0))
+    )
+    second = stats.fit_ols(table, "binding", ["jer"]).summary
+    assert first == second
+    assert "Date:" not in first and "Time:" not in first and "1999" not in second
+    assert (
+        "Prob (F-statistic):" in first and "Log-Likelihood:" in first
+    )  # the right-hand cells stay
 
 
 def test_ols_notes_for_too_few_and_collinear():
