@@ -220,6 +220,20 @@ def test_same_config_and_seed_give_bitwise_identical_outputs(
         assert_same_output(reference / out, workdir / out)
 
 
+def test_two_full_runs_give_the_same_results_tables_and_figures(
+    workflow_run: Path, tmp_path: Path
+) -> None:
+    """Every file under results/ of a second full run of config/test.yaml equals the first's:
+    tables, figures (PNG and PDF), summary.md and ols_summary.txt byte for byte; stores and JSON
+    with only the wall times, rates and creation stamps of ``tests.outputs.VOLATILE`` left out."""
+    workdir = copy_workflow(tmp_path / "second")
+    snakemake(workdir)
+    tables = sorted((workflow_run / "results" / "tables").iterdir())
+    figures = sorted((workflow_run / "results" / "figures").glob("*.pdf"))
+    assert len(tables) >= 10 and len(figures) >= 5  # the comparison below covers them
+    assert_same_output(workflow_run / "results", workdir / "results")
+
+
 @pytest.mark.parametrize("store", ["datasets/binding", "embeddings/mae", "jacobians/mae"])
 def test_stores_record_package_versions_and_the_git_commit(reference: Path, store: str) -> None:
     provenance = zarr.open_group(reference / "results" / f"{store}.zarr", mode="r").attrs[
