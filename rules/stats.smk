@@ -217,6 +217,7 @@ rule summarise:
         correlations="results/tables/correlations.csv",
         ols="results/tables/ols.csv",
         paper_comparison="results/tables/paper_comparison.csv",
+        depth_profiles="results/tables/depth_profiles.csv",
         zoo_curves=sorted(
             {
                 f"results/zoo/{entry['id']}/curve.csv"

@@ -740,6 +740,51 @@ def markdown_table(frame: pd.DataFrame, spec: str = ".3f") -> str:
     return "\n".join([header, rule, *body])
 
 
+def _with_interval(row: pd.Series, column: str) -> str:
+    value = row.get(column, math.nan)
+    low, high = row.get(f"{column}_ci_low", math.nan), row.get(f"{column}_ci_high", math.nan)
+    if not np.isfinite(float(value)):
+        return "n/a"
+    if not (np.isfinite(float(low)) and np.isfinite(float(high))):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{low:.2f}, {high:.2f}]"
+
+
+def model_results(
+    table: pd.DataFrame, depth: pd.DataFrame, settings: StatsSettings
+) -> pd.DataFrame:
+    """One row per model and control, formatted for reading: the learning check, binding for
+    every readout and Same/Different with their intervals, JER at the final tap and at every tap
+    (mean over the probe images, ``settings.jer_formula`` on ``settings.probe_set``), G.PR,
+    G.Iso and the smallest-k L.Iso."""
+    profile = depth[
+        (depth["formula"] == settings.jer_formula) & (depth["probe_set"] == settings.probe_set)
+    ]
+    l_iso = l_iso_columns(table)
+    rows = []
+    for _, row in table.iterrows():
+        layers = profile[profile["model"] == row["model"]].sort_values("layer_index")
+        learned = row.get("learned", math.nan)
+        rows.append(
+            {
+                "model": row["model"],
+                "family": row["family"],
+                "learned": "" if pd.isna(learned) else ("yes" if learned else "**no**"),
+                **{
+                    f"binding {readout}": _with_interval(row, f"binding_{readout}")
+                    for readout in READOUTS
+                },
+                "Same/Different": _with_interval(row, "same_different"),
+                "JER final": _fmt(row.get("jer", math.nan), ".1f"),
+                "JER by tap": " → ".join(_fmt(v, ".1f") for v in layers["jer_mean"]) or "n/a",
+                "G.PR": _fmt(row.get("g_pr", math.nan)),
+                "G.Iso": _fmt(row.get("g_iso", math.nan), ".2f"),
+                **({metric_label(l_iso[0]): _fmt(row[l_iso[0]], ".2f")} if l_iso else {}),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def summary_markdown(
     table: pd.DataFrame,
     tables: Mapping[str, Any],
@@ -833,6 +878,14 @@ def summary_markdown(
     if len(controls):
         lines += ["## Controls and upper bounds (final layer; not in any fit)", ""]
         lines += [markdown_table(controls[columns]), ""]
+    if "depth_profiles" in tables:
+        lines += [
+            f"## Every model and control ({settings.confidence:.0%} intervals; JER by tap from "
+            "the first tap to the last)",
+            "",
+            markdown_table(model_results(everything, tables["depth_profiles"], settings)),
+            "",
+        ]
     if zoo is not None and len(zoo):
         last = (
             zoo.sort_values("step")

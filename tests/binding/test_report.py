@@ -14,6 +14,7 @@ from repdiag.binding.report import (
     aggregate,
     collapse_layer,
     depth_table,
+    model_results,
     paper_comparison,
     read_table,
     statistics_tables,
@@ -154,6 +155,32 @@ def test_statistics_tables_and_paper_comparison(fake_run, tmp_path):
     assert f"R^2 = {r2:.3f}" in text
     assert "nan" not in text.lower().replace("n/a", "")
     assert "## Zoo training" in text and "obj07" in text
+
+
+def test_the_summary_lists_every_model_with_intervals_and_jer_by_tap(fake_run):
+    root, models, _ = fake_run
+    result = aggregate(models, *model_paths(root, models), SETTINGS)
+    table = result.models.copy()
+    table.loc[table["model"] == "m05", "family"] = "control"
+    tables = statistics_tables(table, result.depth, SETTINGS)
+    rows = model_results(table, result.depth, SETTINGS).set_index("model")
+    assert list(rows.index) == list(table["model"])  # controls too
+    first = table.iloc[0]
+    low, high = first["binding_cosine_ci_low"], first["binding_cosine_ci_high"]
+    assert rows.loc[first["model"], "binding cosine"] == (
+        f"{first['binding_cosine']:.3f} [{low:.2f}, {high:.2f}]"
+    )
+    profile = result.depth.query(
+        "model == @first.model and formula == @SETTINGS.jer_formula "
+        "and probe_set == @SETTINGS.probe_set"
+    ).sort_values("layer_index")
+    assert len(profile) >= 2
+    expected = " → ".join(f"{v:.1f}" for v in profile["jer_mean"])
+    assert rows.loc[first["model"], "JER by tap"] == expected
+    assert rows.loc[first["model"], "JER final"] == f"{first['jer']:.1f}"
+    text = summary_markdown(table, {**tables, "depth_profiles": result.depth}, SETTINGS)
+    assert "## Every model and control" in text and expected in text
+    assert "## Every model and control" not in summary_markdown(table, tables, SETTINGS)
 
 
 def test_controls_stay_out_of_the_correlations_and_fits(fake_run):
