@@ -4,5 +4,5 @@ Submodules are imported explicitly (``repdiag.identifiability.losses`` ...) so t
 figure code (:mod:`repdiag.identifiability.report`) runs without torch.
 """
 
-CONFIG_CHECKS: tuple[str, ...] = ("repdiag.identifiability.study:check_identifiability",)
+CONFIG_CHECKS: tuple[str, ...] = ("repdiag.identifiability.study:check_identifiability_config",)
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""

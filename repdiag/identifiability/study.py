@@ -236,7 +236,7 @@ def run_cell(
     return record, result.curve
 
 
-def check_identifiability(config: Mapping[str, Any]) -> None:
+def check_identifiability_config(config: Mapping[str, Any]) -> None:
     """Semantic checks of ``identifiability`` (registered in ``repdiag.identifiability.CONFIG_CHECKS``)."""
     section = config.get("identifiability")
     if not section:

@@ -14,7 +14,7 @@ from repdiag.identifiability.study import (
     Cell,
     cell_names,
     cell_params,
-    check_identifiability,
+    check_identifiability_config,
     grid_cells,
     parse_cell,
     run_cell,
@@ -126,10 +126,10 @@ def test_cell_params_hold_exactly_what_the_cell_uses() -> None:
 )
 def test_semantic_checks_name_the_key(edit, key: str) -> None:
     config = {"identifiability": defaults()}
-    check_identifiability(config)
+    check_identifiability_config(config)
     edit(config["identifiability"])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        check_identifiability(config)
+        check_identifiability_config(config)
 
 
 @pytest.mark.parametrize(
