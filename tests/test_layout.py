@@ -130,7 +130,8 @@ def _resolve(dotted: str):
 
 
 def test_string_references_that_no_import_checks_resolve():
-    """The cross-key check registry, the lazy exports and the tap planner's class names."""
+    """The cross-key check registry, the lazy exports, the tap planner's class names and the
+    CLI's study subcommands."""
     import importlib
 
     from repdiag import encoders
@@ -148,6 +149,12 @@ def test_string_references_that_no_import_checks_resolve():
     source = (PACKAGE / "encoders" / "taps.py").read_text()
     for qualified in {q for q in _quoted(source) if q.startswith("repdiag.")}:
         assert isinstance(_resolve(qualified), type), qualified
+    # subcommands the core's CLI runs from a study, named so that the core imports no study
+    from repdiag.core.cli import STUDY_COMMANDS, resolve
+
+    for name, (reference, _) in STUDY_COMMANDS.items():
+        assert callable(_resolve(reference)), (name, reference)
+        assert resolve(reference) is _resolve(reference), name
 
 
 def _quoted(source: str) -> set[str]:
