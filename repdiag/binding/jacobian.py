@@ -18,8 +18,13 @@ Two ways to get the spectrum, both batched over directions and images with ``tor
 
 The initial J Omega for every randomized layer comes from one forward-mode pass (forward-mode
 products give all layers at once); VJPs reuse one recorded forward per layer. Attention runs
-through the math SDPA kernel, which has forward-mode and batching rules. ``batch_size`` bounds
-the number of Jacobian-vector products evaluated together, hence memory.
+through the math SDPA kernel, which has forward-mode and batching rules; patch embeddings run as
+matmuls and global average pooling as a mean over the spatial dimensions (which, unlike
+``adaptive_avg_pool2d`` on a channels-last feature map, has forward-mode batching rules).
+``batch_size`` bounds the number of Jacobian-vector products evaluated together, hence memory.
+``precision`` (``fp32``, ``tf32``, ``bf16``; :func:`repdiag.core.gpu.numerics`) sets TF32 and,
+on CUDA, deterministic algorithms for the computation; ``bf16`` runs the model under bfloat16
+autocast while the engine's own linear algebra (QR, SVD, the chain rule) stays in float32.
 
 :func:`run_chunked` is the restartable driver used by the workflow: images are processed in
 chunks whose results are cached (atomically) outside the declared output, so a killed job resumes
@@ -44,6 +49,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
+from repdiag.core import gpu
 from repdiag.core.errors import ConfigError
 from repdiag.core.registry import Registry
 from repdiag.core.runtime import Progress
@@ -120,6 +126,7 @@ class Readout:
 
     def __init__(self, model: Any) -> None:
         self.derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {}
+        self._autocast: Callable[[], contextlib.AbstractContextManager] | None = None
         if hasattr(model, "layers") and hasattr(model, "layer_outputs"):
             self.layers = [str(name) for name in model.layers]
             self._fn = model.layer_outputs
@@ -135,6 +142,24 @@ class Readout:
                 f"`layer_outputs`; got {type(model).__name__}"
             )
         self.module = module if isinstance(module, nn.Module) else None
+
+    def mixed_precision(self, precision: str, device: torch.device) -> None:
+        """Run the model (and the derived taps' functions) under ``precision``'s autocast
+        (:func:`repdiag.core.gpu.autocast`), readouts cast back to the input's dtype."""
+        if precision == "bf16":
+            self._autocast = lambda: gpu.autocast(precision, device)
+            self.derived = {
+                name: (parent, self._autocasting(fn)) for name, (parent, fn) in self.derived.items()
+            }
+
+    def _autocasting(
+        self, fn: Callable[[torch.Tensor], torch.Tensor]
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        def run(v: torch.Tensor) -> torch.Tensor:
+            with self._autocast():
+                return fn(v).to(v.dtype)
+
+        return run
 
     def check(self, layers: Sequence[str] | None) -> list[str]:
         """The requested layers in depth order (all when ``None``); unknown names are errors."""
@@ -162,7 +187,12 @@ class Readout:
         return chains
 
     def __call__(self, x: torch.Tensor, layers: Sequence[str]) -> dict[str, torch.Tensor]:
-        outputs = self._fn(x, layers=list(layers))
+        if self._autocast is not None:
+            with self._autocast():
+                outputs = self._fn(x, layers=list(layers))
+            outputs = {name: value.to(x.dtype) for name, value in outputs.items()}
+        else:
+            outputs = self._fn(x, layers=list(layers))
         missing = [name for name in layers if name not in outputs]
         if missing:
             raise ConfigError(f"layer_outputs did not return layers {missing}")
@@ -173,21 +203,69 @@ def _pair(value: Any) -> tuple[Any, Any]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
 
 
-class _PatchifyConvAsMatmul(TorchFunctionMode):
-    """Compute patch-embedding convolutions (kernel = stride, no padding, dilation or groups) as
-    the identical patches @ W^T product.
+def _is_global(output_size: Any) -> bool:
+    return all(size == 1 for size in _pair(output_size))
 
-    oneDNN's CPU kernel for their input gradient under vmap is slow (157 ms vs 23 ms as a matmul
-    for 192 cotangents of a 64 px, patch 8 ViT); the Jacobian of a ViT spends ~6% there otherwise.
+
+class _JacobianRewrites(TorchFunctionMode):
+    """Run some ops of the differentiated function as the same maths in ops torch.func handles
+    better (class switches ``patchify`` and ``global_pool``, both on; the benchmarks turn them off
+    to measure the baseline):
+
+    * patch-embedding convolutions (kernel = stride, no padding, dilation or groups) as the
+      identical patches @ W^T product. oneDNN's CPU kernel for their input gradient under vmap is
+      slow (157 ms vs 23 ms as a matmul for 192 cotangents of a 64 px, patch 8 ViT); the Jacobian
+      of a ViT spends ~6% there otherwise. A matmul on a GPU too, where it is one GEMM.
+    * global average pooling (``adaptive_avg_pool2d`` to 1 x 1, as timm's and torchvision's
+      pooling layers call it) as ``mean`` over the two spatial dimensions. On a channels-last
+      feature map (ConvNeXt's blocks end in a permute, GPUs run CNNs channels-last) the forward-mode
+      derivative of ``adaptive_avg_pool2d`` calls ``as_strided_``, which has no batching rule: every
+      vmapped JVP then loops over the directions one at a time (torch 2.14).
+
+    Under autocast (``precision: bf16``) two more run as their decompositions, whose vmapped
+    backward on bfloat16 CPU inputs otherwise fails (torch 2.14: "expected scalar type BFloat16
+    but found Float"): attention (:func:`_attention`: matmuls in bfloat16, the softmax in
+    float32, as the math SDPA kernel computes it) and eval-mode batch norm (:func:`_batch_norm`:
+    the affine map of the running statistics, in float32).
     """
+
+    patchify = True
+    global_pool = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is nn.functional.conv2d:
+        if func is nn.functional.conv2d and self.patchify:
             names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
             call = {**dict(zip(names, args, strict=False)), **kwargs}
             if self._is_patchify(call):
                 return self._as_matmul(call["input"], call["weight"], call.get("bias"))
+        elif func is nn.functional.adaptive_avg_pool2d and self.global_pool:
+            call = {**dict(zip(("input", "output_size"), args, strict=False)), **kwargs}
+            x = call["input"]
+            if isinstance(x, torch.Tensor) and x.ndim in (3, 4) and _is_global(call["output_size"]):
+                return x.mean(dim=(-2, -1), keepdim=True)
+        elif func is nn.functional.batch_norm:
+            names = ("input", "running_mean", "running_var", "weight", "bias", "training")
+            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            x = call["input"]
+            if (
+                torch.is_autocast_enabled(x.device.type)
+                and not call.get("training", False)
+                and call.get("running_mean") is not None
+                and call.get("running_var") is not None
+            ):
+                eps = kwargs.get("eps", args[7] if len(args) > 7 else 1e-5)
+                return _batch_norm(x, call, eps)
+        elif func is nn.functional.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            q = call["query"]
+            if (
+                torch.is_autocast_enabled(q.device.type)
+                and not call.get("dropout_p", 0.0)
+                and not call.pop("enable_gqa", False)
+            ):
+                return _attention(**call)
         return func(*args, **kwargs)
 
     @staticmethod
@@ -221,13 +299,54 @@ class _PatchifyConvAsMatmul(TorchFunctionMode):
         return y.reshape(n, rows, cols, -1).permute(0, 3, 1, 2)
 
 
+def _attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T scale + mask) v without dropout, the softmax in float32 (what the math SDPA
+    kernel computes), in ops with autocast, forward-mode and batching rules."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
+    if is_causal:
+        rows, cols = scores.shape[-2:]
+        keep = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return scores.softmax(dim=-1).to(value.dtype) @ value
+
+
+def _batch_norm(x: torch.Tensor, call: Mapping[str, Any], eps: float) -> torch.Tensor:
+    """Eval-mode batch norm, (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1),
+    in float32 or wider."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    scale = torch.rsqrt(call["running_var"].to(dtype) + eps)
+    if call.get("weight") is not None:
+        scale = scale * call["weight"].to(dtype)
+    y = (x.to(dtype) - call["running_mean"].to(dtype).reshape(shape)) * scale.reshape(shape)
+    if call.get("bias") is not None:
+        y = y + call["bias"].to(dtype).reshape(shape)
+    return y
+
+
 @contextlib.contextmanager
-def _jacobian_mode(module: nn.Module | None, patchify_as_matmul: bool = False) -> Iterator[None]:
+def _jacobian_mode(module: nn.Module | None, rewrites: bool = False) -> Iterator[None]:
     """Eval mode, frozen parameters, grad enabled, math attention for a block.
 
     The math SDPA kernel (and no nn.MultiheadAttention fast path) decomposes attention into ops
-    that have forward-mode and batching rules; ``patchify_as_matmul`` (used on CPU) runs patch
-    embeddings as matmuls. Restores the module's training flag and ``requires_grad`` flags.
+    that have forward-mode and batching rules; ``rewrites`` (used by the engine on every device)
+    runs patch embeddings as matmuls and global average pooling as a mean
+    (:class:`_JacobianRewrites`). Restores the module's training flag and ``requires_grad`` flags.
     """
     mha_fastpath = torch.backends.mha.get_fastpath_enabled()
     saved: list[tuple[nn.Parameter, bool]] = []
@@ -239,13 +358,13 @@ def _jacobian_mode(module: nn.Module | None, patchify_as_matmul: bool = False) -
             for p, _ in saved:
                 p.requires_grad_(False)
         torch.backends.mha.set_fastpath_enabled(False)
-        patchify = _PatchifyConvAsMatmul() if patchify_as_matmul else contextlib.nullcontext()
+        rewrite = _JacobianRewrites() if rewrites else contextlib.nullcontext()
         with torch.enable_grad(), sdpa_kernel([SDPBackend.MATH]), warnings.catch_warnings():
             # torch scripts its forward-mode decompositions on first use, with a deprecation warning
             warnings.filterwarnings(
                 "ignore", message=r".*torch\.jit\.script", category=FutureWarning
             )
-            with patchify:
+            with rewrite:
                 yield
     finally:
         torch.backends.mha.set_fastpath_enabled(mha_fastpath)
@@ -416,11 +535,13 @@ def _randomized_spectra(
 
 class Spectra(dict):
     """``{layer: singular values (n_images, rank)}`` plus ``methods`` {layer: method used},
-    ``d_out`` {layer: readout width} and ``d_in`` (input dimension)."""
+    ``d_out`` {layer: readout width}, ``d_in`` (input dimension) and, from the engine,
+    ``numerics`` (:func:`repdiag.core.gpu.numerics`' record)."""
 
     methods: dict[str, str]
     d_out: dict[str, int]
     d_in: int
+    numerics: dict[str, Any] | None = None
 
 
 def _module_dtype_device(
@@ -450,6 +571,7 @@ def jacobian_spectra(
     seed: int = 0,
     batch_size: int | None = None,
     device: str | torch.device | None = None,
+    precision: str = "fp32",
 ) -> Spectra:
     """Singular values of J(x) = d readout / d x for each image and layer, sorted descending.
 
@@ -461,6 +583,10 @@ def jacobian_spectra(
     ``batch_size``: Jacobian-vector products evaluated together (bounds memory; default 32 on
     CPU, 512 on GPU).
     ``device``: where to compute (moves the model there); default: the model's device.
+    ``precision``: ``fp32`` (full float32: no TF32; the default), ``tf32`` (TF32 matmuls and
+    cuDNN convolutions on CUDA; on CPU the same as ``fp32``) or ``bf16`` (the model under
+    bfloat16 autocast); set with deterministic algorithms on CUDA by
+    :func:`repdiag.core.gpu.numerics`, whose record is ``.numerics``.
     Returns a :class:`Spectra` dict of CPU tensors (n_images, rank).
     """
     if k < 1 or power_iters < 0:
@@ -487,7 +613,11 @@ def jacobian_spectra(
     d_in = math.prod(x_all.shape[1:])
     if batch_size is None:
         batch_size = DEFAULT_BATCH_SIZE["cuda" if x_all.device.type == "cuda" else "cpu"]
-    with _jacobian_mode(readout.module, patchify_as_matmul=x_all.device.type == "cpu"):
+    readout.mixed_precision(precision, x_all.device)
+    with (
+        gpu.numerics(precision, x_all.device) as record,
+        _jacobian_mode(readout.module, rewrites=True),
+    ):
         d_out = _output_dims(readout, layers, x_all)
         methods = _methods(readout, layers, method, d_out, k, power_iters)
         spectra = _exact_all(readout, methods, d_out, x_all, batch_size)
@@ -499,6 +629,7 @@ def jacobian_spectra(
             )
     result = Spectra((name, spectra[name]) for name in layers)
     result.methods, result.d_out, result.d_in = methods, d_out, d_in
+    result.numerics = record
     return result
 
 

@@ -6,8 +6,9 @@ float32, the top k sorted descending (zero-padded where a layer has fewer); ``je
 ``singular_values_full`` (layer, image, rank_full), zero-padded, with ``n_singular`` (layer,)
 valid values (0 for randomized layers). Coordinates ``layer``, ``image``, ``probe_set`` (image,),
 ``rank``; attrs ``model``, ``method`` (requested), ``methods`` (per layer), ``k``,
-``power_iters``, ``seed``, ``device``, ``d_in``, ``d_out``, ``probe_sets``, ``batch_size``,
-``chunk_size``. ``results/jacobians/<model>.json`` holds the depth profile: per layer, probe set
+``power_iters``, ``seed``, ``device``, ``precision`` (requested), ``numerics`` (what it computed
+in: ``precision_effective``, the TF32 and determinism switches; :func:`repdiag.core.gpu.numerics`),
+``d_in``, ``d_out``, ``probe_sets``, ``batch_size``, ``chunk_size``. ``results/jacobians/<model>.json`` holds the depth profile: per layer, probe set
 and formula, the mean JER with a 95% t confidence interval, and the drop into each layer from the
 one before, paired over images, with its 95% t interval (``depth_drops``).
 """
@@ -38,6 +39,7 @@ from repdiag.binding.jacobian import (
 )
 from repdiag.common.intervals import mean_interval
 from repdiag.core.errors import ConfigError
+from repdiag.core.gpu import numerics
 from repdiag.core.store import write_json, write_store
 
 log = logging.getLogger(__name__)
@@ -237,6 +239,7 @@ def summary(ds: xr.Dataset, model: str, formulas: Sequence[str]) -> dict[str, An
         "power_iters",
         "seed",
         "device",
+        "precision",
         "d_in",
         "d_out",
         "probe_sets",
@@ -276,6 +279,7 @@ def run_stage(
         "power_iters": int(options["power_iters"]),
         "seed": int(options["seed"]),
         "batch_size": options["batch_size"],
+        "precision": str(options.get("precision", "fp32")),
     }
     layers = list(options.get("layers") or []) or None
     settings = {
@@ -300,43 +304,49 @@ def run_stage(
         cache_dir,
     )
     start = time.monotonic()
-    spectra = run_chunked(
-        encoder,
-        x,
-        cache_dir,
-        chunk_size=settings["chunk_size"],
-        layers=layers,
-        label=f"{model} Jacobian spectra",
-        device=device,
-        **engine,
-    )
-    elapsed = time.monotonic() - start
-    log.info(
-        "%s: methods per layer %s; %.1f s (%.2f s per image)",
-        model,
-        spectra.methods,
-        elapsed,
-        elapsed / len(probes.ids),
-    )
-    attrs = {
-        "model": model,
-        "method": engine["method"],
-        "power_iters": engine["power_iters"],
-        "seed": engine["seed"],
-        "device": str(device),
-        "probe_sets": probes.counts(),
-        "batch_size": engine["batch_size"],
-        "chunk_size": settings["chunk_size"],
-        # CPU results are bitwise reproducible at a fixed thread count only (see cache_key)
-        "torch_threads": torch.get_num_threads(),
-        "wall_time_s": round(elapsed, 3),
-    }
-    formulas = list(options["formulas"])
-    ds = spectra_dataset(
-        spectra, probes.ids, probes.probe_set, k=engine["k"], formulas=formulas, attrs=attrs
-    )
-    write_store(store, ds, config=provenance, seed=engine["seed"])
-    write_json(summary_path, summary(ds, model, formulas))
+    # the engine sets these switches per chunk; held here too so that the store's provenance,
+    # written in the block, records the switches the spectra were computed with
+    with numerics(engine["precision"], device) as record:
+        spectra = run_chunked(
+            encoder,
+            x,
+            cache_dir,
+            chunk_size=settings["chunk_size"],
+            layers=layers,
+            label=f"{model} Jacobian spectra",
+            device=device,
+            **engine,
+        )
+        elapsed = time.monotonic() - start
+        log.info(
+            "%s: methods per layer %s; %.1f s (%.2f s per image); numerics %s",
+            model,
+            spectra.methods,
+            elapsed,
+            elapsed / len(probes.ids),
+            record,
+        )
+        attrs = {
+            "model": model,
+            "method": engine["method"],
+            "power_iters": engine["power_iters"],
+            "seed": engine["seed"],
+            "device": str(device),
+            "precision": engine["precision"],
+            "numerics": dict(record),
+            "probe_sets": probes.counts(),
+            "batch_size": engine["batch_size"],
+            "chunk_size": settings["chunk_size"],
+            # CPU results are bitwise reproducible at a fixed thread count only (see cache_key)
+            "torch_threads": torch.get_num_threads(),
+            "wall_time_s": round(elapsed, 3),
+        }
+        formulas = list(options["formulas"])
+        ds = spectra_dataset(
+            spectra, probes.ids, probes.probe_set, k=engine["k"], formulas=formulas, attrs=attrs
+        )
+        write_store(store, ds, config=provenance, seed=engine["seed"])
+        write_json(summary_path, summary(ds, model, formulas))
     shutil.rmtree(cache_dir, ignore_errors=True)
     with contextlib.suppress(OSError):
         cache_dir.parent.rmdir()  # only when no other settings left chunks there

@@ -1,9 +1,15 @@
-"""GPU placement for concurrent jobs: one lock-file slot per visible device.
+"""GPU placement for concurrent jobs, and the numerical settings of a GPU computation.
 
-Snakemake counts a ``gpu`` resource but never assigns device ids (snakemake issue 281), so every
+Placement: one lock-file slot per visible device. Snakemake counts a ``gpu`` resource but never assigns device ids (snakemake issue 281), so every
 job would land on ``cuda:0``. A GPU job takes an exclusive ``flock`` on one slot file per device
 for its lifetime and sets ``CUDA_VISIBLE_DEVICES`` to that device before CUDA initialises. The
 kernel releases a ``flock`` when its process dies, so a crashed or killed job frees its slot.
+
+Numerics: :func:`numerics` sets, for a block, whether float32 matmuls and cuDNN convolutions may
+use TF32 (``precision``: ``fp32`` full IEEE float32, the default; ``tf32``; ``bf16``, bfloat16
+autocast, see :func:`autocast`) and, on CUDA, deterministic algorithms; it yields what was set
+(:func:`numerics_record`), which the stores record. torch's own default lets cuDNN convolutions
+use TF32, so without this block a GPU convolution is not full float32.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +115,164 @@ def gpu_slot(
                 f"no free GPU slot among {devices} in {slot_dir} after {timeout_s} s"
             )
         time.sleep(poll_s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Numerics: TF32, bfloat16 autocast, deterministic algorithms
+# ----------------------------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's setting for deterministic results (CUDA docs)
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        from repdiag.core.errors import ConfigError
+
+        raise ConfigError(f"unknown precision {precision!r}; choose one of {list(PRECISIONS)}")
+
+
+def _device_type(device: Any) -> str:
+    return str(getattr(device, "type", device) or "cpu").split(":")[0]
+
+
+def effective_precision(
+    precision: str, device: Any, capability: tuple[int, int] | None = None
+) -> str:
+    """What ``precision`` computes in on ``device``: TF32 exists only on CUDA devices of compute
+    capability 8.0 (Ampere) or later; elsewhere (CPU, older GPUs) ``tf32`` is full ``fp32``.
+
+    ``capability``: the device's (major, minor); default: asked of torch for a CUDA device
+    (none visible: ``fp32``, nothing runs there).
+    """
+    _check_precision(precision)
+    if precision != "tf32" or _device_type(device) != "cuda":
+        return "fp32" if precision == "tf32" else precision
+    if capability is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return "fp32"
+        capability = tuple(torch.cuda.get_device_capability(device))
+    return "tf32" if tuple(capability) >= (8, 0) else "fp32"
+
+
+def _tf32_switches() -> list[tuple[str, Any, str]]:
+    """(name, object, attribute) of torch's TF32 switches for CUDA matmuls and cuDNN, parents
+    first.
+
+    The ``fp32_precision`` API where torch has it (>= 2.9; torch refuses a mix of it and the
+    legacy ``allow_tf32`` flags), else the legacy flags. oneDNN's (CPU) setting is left alone.
+    """
+    import torch
+
+    backends = torch.backends
+    if hasattr(backends.cuda.matmul, "fp32_precision"):
+        return [
+            ("cuda.matmul.fp32_precision", backends.cuda.matmul, "fp32_precision"),
+            ("cudnn.fp32_precision", backends.cudnn, "fp32_precision"),
+            ("cudnn.conv.fp32_precision", backends.cudnn.conv, "fp32_precision"),
+            ("cudnn.rnn.fp32_precision", backends.cudnn.rnn, "fp32_precision"),
+        ]
+    return [
+        ("cuda.matmul.allow_tf32", backends.cuda.matmul, "allow_tf32"),
+        ("cudnn.allow_tf32", backends.cudnn, "allow_tf32"),
+    ]
+
+
+def _tf32_value(attribute: str, tf32: bool) -> Any:
+    if attribute == "allow_tf32":
+        return tf32
+    return "tf32" if tf32 else "ieee"
+
+
+def numerics_record() -> dict[str, Any]:
+    """torch's current numerical switches, as recorded in stores (JSON-ready).
+
+    ``tf32``: {switch: value} for CUDA matmuls and cuDNN (``ieee`` or ``False``: full float32);
+    ``deterministic_algorithms``, ``deterministic_warn_only``, ``cudnn_deterministic``,
+    ``cudnn_benchmark``, ``fill_uninitialized_memory`` and ``CUBLAS_WORKSPACE_CONFIG``.
+    """
+    import torch
+
+    tf32 = {name: getattr(obj, attribute) for name, obj, attribute in _tf32_switches()}
+    fill = getattr(getattr(torch.utils, "deterministic", None), "fill_uninitialized_memory", None)
+    return {
+        "tf32": tf32,
+        "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+        "deterministic_warn_only": bool(torch.is_deterministic_algorithms_warn_only_enabled()),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "fill_uninitialized_memory": fill,
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+
+
+@contextlib.contextmanager
+def numerics(
+    precision: str = "fp32",
+    device: Any = "cpu",
+    deterministic: bool = True,
+    capability: tuple[int, int] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Set torch's TF32 switches for ``precision`` (TF32 only for ``tf32``; ``fp32`` and ``bf16``
+    keep float32 ops in full IEEE float32) and, on a CUDA ``device`` with ``deterministic``,
+    deterministic algorithms (``torch.use_deterministic_algorithms(True, warn_only=True)``,
+    cuDNN deterministic without benchmarking, ``CUBLAS_WORKSPACE_CONFIG`` when unset); restore
+    every switch after the block.
+
+    Yields ``{"precision", "precision_effective", "device", **numerics_record()}``
+    (``capability``: see :func:`effective_precision`). CPU kernels
+    are deterministic at a fixed thread count already, so on CPU only the (inert) TF32 switches
+    are set and CPU results do not change.
+    """
+    import torch
+
+    _check_precision(precision)
+    device_type = _device_type(device)
+    switches = _tf32_switches()
+    saved = [(obj, attribute, getattr(obj, attribute)) for _, obj, attribute in switches]
+    saved_workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    saved_deterministic = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    try:
+        for _, obj, attribute in switches:
+            if attribute == "fp32_precision" and obj is torch.backends.cudnn:
+                continue  # the parent of conv and rnn: set through them
+            setattr(obj, attribute, _tf32_value(attribute, precision == "tf32"))
+        if deterministic and device_type == "cuda":
+            # read when cuBLAS creates its handle: effective if CUDA has not run a matmul yet
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+        yield {
+            "precision": precision,
+            "precision_effective": effective_precision(precision, device, capability),
+            "device": device_type,
+            **numerics_record(),
+        }
+    finally:
+        for obj, attribute, value in saved:  # parents first, then their children
+            setattr(obj, attribute, value)
+        if saved_workspace is None:  # cuBLAS handles made in the block keep their workspace
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        enabled, warn_only, cudnn_deterministic, benchmark = saved_deterministic
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.backends.cudnn.deterministic = cudnn_deterministic
+        torch.backends.cudnn.benchmark = benchmark
+
+
+def autocast(precision: str, device: Any) -> contextlib.AbstractContextManager:
+    """bfloat16 autocast on ``device`` for ``bf16`` (matmuls and convolutions in bfloat16, float32
+    accumulation, reductions and norms in float32); a no-op for ``fp32`` and ``tf32``."""
+    _check_precision(precision)
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast(_device_type(device), dtype=torch.bfloat16)

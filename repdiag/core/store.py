@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -73,8 +74,19 @@ def _versions(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(versions)
 
 
+def _torch_numerics() -> dict[str, Any] | None:
+    """torch's TF32 and determinism switches at write time (:func:`repdiag.core.gpu.numerics_record`),
+    or None in a process that never imported torch (nothing it wrote came from torch)."""
+    if "torch" not in sys.modules:
+        return None
+    from repdiag.core.gpu import numerics_record
+
+    return numerics_record()
+
+
 def provenance(config: Mapping[str, Any] | None = None, seed: int | None = None) -> dict[str, Any]:
-    """Attrs recording what produced a store: version, config subset, seed, time, packages, commit."""
+    """Attrs recording what produced a store: version, config subset, seed, time, packages, commit,
+    and torch's numerical switches (``numerics``: TF32, deterministic algorithms)."""
     return {
         "repdiag_version": repdiag.__version__,
         "config": json.loads(json.dumps(dict(config or {}), default=str)),
@@ -82,6 +94,7 @@ def provenance(config: Mapping[str, Any] | None = None, seed: int | None = None)
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "packages": package_versions(),
         "git_commit": _git_commit(),
+        "numerics": _torch_numerics(),
     }
 
 

@@ -287,15 +287,13 @@ def test_patch_embedding_convolutions_run_as_the_same_matmul():
     padded = nn.Conv2d(3, 5, 4, stride=4, padding=1).to(F64)
     expected = [conv(x) for conv in (patchify, no_bias, padded)]
     calls = []
-    original = jac._PatchifyConvAsMatmul._as_matmul
-    with jac._PatchifyConvAsMatmul():
-        jac._PatchifyConvAsMatmul._as_matmul = staticmethod(
-            lambda *a: calls.append(1) or original(*a)
-        )
+    original = jac._JacobianRewrites._as_matmul
+    with jac._JacobianRewrites():
+        jac._JacobianRewrites._as_matmul = staticmethod(lambda *a: calls.append(1) or original(*a))
         try:
             got = [conv(x) for conv in (patchify, no_bias, padded)]
         finally:
-            jac._PatchifyConvAsMatmul._as_matmul = staticmethod(original)
+            jac._JacobianRewrites._as_matmul = staticmethod(original)
     assert calls == [1, 1]  # the padded convolution is left to conv2d
     for want, have in zip(expected, got, strict=True):
         assert have.shape == want.shape
@@ -490,3 +488,156 @@ def test_resnet_chain_gives_the_autograd_spectra_and_auto_makes_the_wide_head_ex
         assert relative < 1e-10, (name, relative.item())
     assert torch.all(spectra["head"][:, 6:] == 0)
     torch.testing.assert_close(spectra["final"], spectra["stage3"], rtol=1e-10, atol=1e-14)
+
+
+# ------------------------------------------------------------- global pooling as a mean
+
+
+class ChannelsLastPool(nn.Module):
+    """ConvNeXt's pattern: a per-pixel linear layer on (N, H, W, C) leaves the feature map
+    channels-last in memory, then timm's/torchvision's global pooling ``adaptive_avg_pool2d``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.mix = nn.Linear(4, 5)
+        self.to(F64)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.mix(self.conv(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
+
+
+@pytest.fixture
+def no_vmap_fallback():
+    """Ops without a batching rule raise instead of looping over the batch one at a time."""
+    enabled = torch._C._functorch._is_vmap_fallback_enabled()
+    torch._C._functorch._set_vmap_fallback_enabled(False)
+    yield
+    torch._C._functorch._set_vmap_fallback_enabled(enabled)
+
+
+def test_global_average_pooling_runs_as_a_mean_that_has_batching_rules(
+    no_vmap_fallback, monkeypatch
+):
+    model, x = ChannelsLastPool(), images(2, (3, 6, 6))
+    assert model.features(x).is_contiguous(memory_format=torch.channels_last)
+    ref = autograd_spectra(model, x)
+    for method in ("exact", "randomized"):  # randomized: forward-mode products too
+        spectra = jacobian_spectra(model, x, method=method, k=5, power_iters=2)
+        relative = (spectra["output"][:, :5] - ref[:, :5]).abs().max() / ref.max()
+        assert relative < 1e-10, (method, relative.item())
+    monkeypatch.setattr(jac._JacobianRewrites, "global_pool", False)
+    with pytest.raises(RuntimeError, match=r"as_strided_ hit the vmap fallback"):  # the baseline
+        jacobian_spectra(model, x, method="randomized", k=5, power_iters=2)
+
+
+def test_only_pooling_to_one_pixel_becomes_a_mean():
+    h = images(2, (3, 4, 6))
+    with jac._JacobianRewrites():
+        pooled = nn.functional.adaptive_avg_pool2d(h, (1, 1))
+        halves = nn.functional.adaptive_avg_pool2d(h, (1, 2))  # left as adaptive pooling
+        module = nn.AdaptiveAvgPool2d(1)(h)
+    torch.testing.assert_close(pooled, h.mean((2, 3), keepdim=True), rtol=0, atol=0)
+    torch.testing.assert_close(module, pooled, rtol=0, atol=0)
+    expected = torch.stack([h[..., :3].mean((2, 3)), h[..., 3:].mean((2, 3))], dim=-1)[:, :, None]
+    torch.testing.assert_close(halves, expected, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------------- precision
+
+
+def test_bf16_gives_the_singular_values_of_the_bfloat16_weight_of_a_linear_map():
+    """Under bfloat16 autocast y = W x has J = bf16(W): a one-hot cotangent picks a row of
+    bf16(W) exactly, so the engine returns svdvals(bf16(W)); fp32 returns svdvals(W)."""
+    torch.manual_seed(9)
+    model = nn.Linear(12, 10, bias=False)
+    x = torch.randn(3, 12)
+    weight = model.weight.detach()
+    full = jacobian_spectra(model, x, method="exact")
+    mixed = jacobian_spectra(model, x, method="exact", precision="bf16")
+    want_full = torch.linalg.svdvals(weight).expand(3, -1)
+    want_mixed = torch.linalg.svdvals(weight.bfloat16().float()).expand(3, -1)
+    torch.testing.assert_close(full["output"], want_full, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(mixed["output"], want_mixed, rtol=1e-6, atol=1e-7)
+    assert mixed["output"].dtype == torch.float32
+    assert (mixed["output"] - full["output"]).abs().max() > 1e-4  # bf16 rounding is visible
+    assert mixed.numerics["precision"] == mixed.numerics["precision_effective"] == "bf16"
+
+
+def test_fp32_is_the_default_and_tf32_on_cpu_is_fp32_bit_for_bit():
+    taps, x = registry_vit(num_classes=5), images(2, (3, 16, 16)).float()
+    taps.model.float()
+    default = jacobian_spectra(taps, x, method="auto", k=4, power_iters=1)
+    runs = {
+        precision: jacobian_spectra(taps, x, method="auto", k=4, power_iters=1, precision=precision)
+        for precision in ("fp32", "tf32", "bf16")
+    }
+    for name in default:
+        assert torch.equal(runs["fp32"][name], default[name])
+        assert torch.equal(runs["tf32"][name], default[name])
+        # bf16 (the derived final and head too): close to fp32, not equal
+        got, want = jer(runs["bf16"][name]), jer(default[name])
+        assert not torch.equal(runs["bf16"][name], default[name])
+        assert ((got - want).abs() / want).max() < 0.05, name
+    assert default.numerics["precision_effective"] == "fp32"
+    assert runs["tf32"].numerics["precision"] == "tf32"
+    assert runs["tf32"].numerics["precision_effective"] == "fp32"  # no TF32 on a CPU
+    with pytest.raises(ConfigError, match="unknown precision 'fp16'"):
+        jacobian_spectra(taps, x, precision="fp16")
+
+
+def test_the_attention_decomposition_is_scaled_dot_product_attention():
+    generator = torch.Generator().manual_seed(10)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=generator, dtype=F64) for _ in range(3))
+    boolean = torch.rand(5, 5, generator=generator) > 0.3
+    boolean[:, 0] = True  # every query sees a key
+    additive = torch.randn(5, 5, generator=generator, dtype=F64)
+    for kwargs in (
+        {},
+        {"scale": 0.3},
+        {"is_causal": True},
+        {"attn_mask": boolean},
+        {"attn_mask": additive},
+    ):
+        want = nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+        torch.testing.assert_close(jac._attention(q, k, v, **kwargs), want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_eval_batch_norm_decomposition_is_batch_norm():
+    generator = torch.Generator().manual_seed(11)
+    for shape in ((4, 3), (2, 3, 5, 4)):
+        x = torch.randn(*shape, generator=generator, dtype=F64)
+        mean, var = torch.randn(3, dtype=F64), torch.rand(3, dtype=F64) + 0.5
+        weight, bias = torch.randn(3, dtype=F64), torch.randn(3, dtype=F64)
+        for affine in ({"weight": weight, "bias": bias}, {}):
+            want = nn.functional.batch_norm(x, mean, var, training=False, eps=1e-3, **affine)
+            call = {"running_mean": mean, "running_var": var, **affine}
+            torch.testing.assert_close(jac._batch_norm(x, call, 1e-3), want, rtol=1e-12, atol=1e-12)
+
+
+def test_bf16_spectra_of_a_batch_norm_cnn_match_autograd_under_autocast():
+    """The engine's bfloat16 path (vmapped products, batch norm and the chain-rule head through
+    their decompositions) against per-image autograd Jacobians of the model under autocast."""
+    encoder, _ = registry_resnet_with_head()
+    encoder.model.float()
+    x = images(2, (3, 16, 16)).float()
+    full = jacobian_spectra(encoder, x, method="auto", k=2, power_iters=1)
+    mixed = jacobian_spectra(encoder, x, method="auto", k=2, power_iters=1, precision="bf16")
+    assert mixed.methods == full.methods and mixed.methods["head"] == "exact"
+
+    def under_autocast(fn):
+        def run(inp):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return fn(inp).float()
+
+        return run
+
+    for name, fn in {"final": encoder.model.embedding, "head": encoder.model}.items():
+        ref = autograd_spectra(under_autocast(fn), x)
+        assert not torch.equal(mixed[name], full[name])  # bfloat16 ran
+        relative = (mixed[name] - ref).abs().max() / ref.max()
+        assert relative < 5e-3, (name, relative.item())  # rounding of the batch norms only

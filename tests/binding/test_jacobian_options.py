@@ -15,6 +15,7 @@ torch.set_num_threads(1)
 def test_config_defaults_and_semantic_checks():
     filled = fill_defaults({"jacobians": {}})["jacobians"]
     assert filled["method"] == "auto" and filled["k"] == 32 and filled["power_iters"] == 5
+    assert filled["precision"] == "fp32"  # full float32 unless asked otherwise
     assert filled["probes"] == {
         "binding": {"n": 16},
         "noise": {"n": 8, "std": 0.25},

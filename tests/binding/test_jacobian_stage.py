@@ -237,3 +237,51 @@ def test_run_stage_writes_store_and_json_and_drops_its_cache(tmp_path):
         <= profile["noise"]["pr"]["mean"]
         <= profile["noise"]["pr"]["ci_high"]
     )
+
+
+def test_run_stage_records_precision_and_numerics_and_keys_the_cache_by_them(tmp_path, monkeypatch):
+    from repdiag.binding import jacobian_stage
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 3, bias=False))
+    probes = Probes(
+        ids=["noise/n0", "noise/n1"], probe_set=["noise", "noise"], x=torch.randn(2, 3, 4, 4)
+    )
+    keys, real_key = [], jacobian_stage.cache_key
+    monkeypatch.setattr(
+        jacobian_stage,
+        "cache_key",
+        lambda settings, *a: keys.append(settings) or real_key(settings, *a),
+    )
+    stores = {}
+    for precision in ("fp32", "bf16"):
+        options = fill_defaults({"jacobians": {"k": 3, "precision": precision}})["jacobians"]
+        run_stage(
+            model,
+            probes,
+            options,
+            model="toy",
+            device=torch.device("cpu"),
+            store=tmp_path / f"{precision}.zarr",
+            summary_path=tmp_path / f"{precision}.json",
+            cache_root=tmp_path / ".cache",
+        )
+        stores[precision] = open_store(tmp_path / f"{precision}.zarr", required=["singular_values"])
+        assert read_json(tmp_path / f"{precision}.json")["precision"] == precision
+    assert [settings["precision"] for settings in keys] == ["fp32", "bf16"]
+    assert real_key(keys[0], "m", "x") != real_key(keys[1], "m", "x")
+    weight = model[1].weight.detach()
+    for precision, matrix in (("fp32", weight), ("bf16", weight.bfloat16().float())):
+        attrs = stores[precision].attrs
+        assert attrs["precision"] == attrs["numerics"]["precision_effective"] == precision
+        # the provenance snapshot is taken inside the block: full float32 switches, as recorded
+        assert attrs["provenance"]["numerics"]["tf32"] == attrs["numerics"]["tf32"]
+        assert attrs["provenance"]["numerics"]["tf32"]["cuda.matmul.fp32_precision"] in (
+            "ieee",
+            False,
+        )
+        np.testing.assert_allclose(  # J of a linear map is its (bfloat16-rounded) weight
+            stores[precision]["singular_values"].values[0],
+            np.tile(torch.linalg.svdvals(matrix).numpy(), (2, 1)),
+            rtol=1e-6,
+        )

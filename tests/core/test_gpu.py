@@ -1,4 +1,5 @@
-"""GPU slots: concurrent jobs get distinct devices; a crashed job frees its slot. No GPU needed."""
+"""GPU slots (concurrent jobs get distinct devices; a crashed job frees its slot) and numerics
+(TF32, bfloat16 autocast, deterministic algorithms). No GPU needed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from repdiag.core.gpu import gpu_slot, visible_devices
+from repdiag.core.errors import ConfigError
+from repdiag.core.gpu import (
+    autocast,
+    effective_precision,
+    gpu_slot,
+    numerics,
+    numerics_record,
+    visible_devices,
+)
 
 HOLDER = """
 import os, sys, time
@@ -102,3 +111,78 @@ def test_slurm_jobs_use_their_allocation_without_a_shared_lock(tmp_path, monkeyp
     with gpu_slot() as device:
         assert device == "0"
     assert not (tmp_path / "slots").exists()
+
+
+# ---------------------------------------------------------------------------------- numerics
+
+
+def _tf32_switches_off(record: dict) -> bool:
+    """Every set TF32 switch of a record says full float32 (the cuDNN parent is set through its
+    conv and rnn children and keeps its value)."""
+    return all(
+        value in ("ieee", False)
+        for name, value in record["tf32"].items()
+        if name != "cudnn.fp32_precision"
+    )
+
+
+def test_numerics_sets_tf32_per_precision_and_restores_every_switch(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = numerics_record()
+    assert not _tf32_switches_off(before)  # torch's default: cuDNN convolutions may use TF32
+    for precision in ("fp32", "bf16"):
+        with numerics(precision, "cpu") as record:
+            assert _tf32_switches_off(record) and _tf32_switches_off(numerics_record())
+            assert record["precision"] == precision and record["device"] == "cpu"
+            assert not record["deterministic_algorithms"]  # CPU: kernels left as they are
+        assert numerics_record() == before
+    with numerics("tf32", "cuda", capability=(9, 0)) as record:
+        switches = {k: v for k, v in record["tf32"].items() if k != "cudnn.fp32_precision"}
+        assert switches and set(switches.values()) <= {"tf32", True}
+        assert record["precision_effective"] == "tf32"
+        assert record["deterministic_algorithms"] and record["deterministic_warn_only"]
+        assert torch.are_deterministic_algorithms_enabled()
+        assert record["cudnn_deterministic"] and not record["cudnn_benchmark"]
+        assert record["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert numerics_record() == before  # the environment variable is gone again too
+    assert not torch.are_deterministic_algorithms_enabled()
+    with numerics("fp32", "cuda", deterministic=False) as record:
+        assert not record["deterministic_algorithms"] and _tf32_switches_off(record)
+
+
+def test_numerics_restores_the_switches_after_an_error():
+    before = numerics_record()
+    with pytest.raises(KeyError), numerics("tf32", "cuda", capability=(8, 0)):
+        raise KeyError("inside")
+    assert numerics_record() == before
+
+
+@pytest.mark.parametrize(
+    ("precision", "device", "capability", "expected"),
+    [
+        ("fp32", "cuda", (9, 0), "fp32"),
+        ("bf16", "cpu", None, "bf16"),
+        ("tf32", "cpu", None, "fp32"),  # no TF32 on a CPU
+        ("tf32", "cuda:1", (8, 0), "tf32"),  # Ampere and later
+        ("tf32", "cuda", (7, 5), "fp32"),  # Turing: no TF32 units
+    ],
+)
+def test_effective_precision(precision, device, capability, expected):
+    assert effective_precision(precision, device, capability) == expected
+
+
+def test_autocast_runs_matmuls_in_bfloat16_for_bf16_only():
+    import torch
+
+    a = torch.randn(4, 4)
+    with autocast("bf16", "cpu"):
+        assert (a @ a).dtype == torch.bfloat16
+    for precision in ("fp32", "tf32"):
+        with autocast(precision, torch.device("cpu")):
+            assert (a @ a).dtype == torch.float32
+    with pytest.raises(ConfigError, match=r"unknown precision 'fp16'; choose one of"):
+        autocast("fp16", "cpu")
+    with pytest.raises(ConfigError, match="unknown precision"), numerics("half"):
+        pass

@@ -1,0 +1,110 @@
+"""benchmarks/gpu.sh at its tiny size on the CPU: every field it reports, with sane values."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = {
+    "mode", "device", "device_name", "torch", "threads", "model", "image_size", "k",
+    "power_iters", "matmul", "flops", "throughput", "accuracy", "repeatable", "other_encoder",
+    "vmap_fallbacks", "skipped", "effective_precision", "elapsed_s",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu") / "gpu.json"
+    env = {**os.environ, "REPDIAG_PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "benchmarks" / "gpu.sh"),
+            "--tiny",
+            "--device",
+            "cpu",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = json.loads(done.stdout.splitlines()[0])  # the summary line, then one per run
+    result = json.loads(out.read_text())
+    assert printed["accuracy"] == result["accuracy"]
+    return result
+
+
+def test_the_tiny_run_reports_every_field_and_skips_nothing(report):
+    assert set(report) == FIELDS
+    assert report["mode"] == "tiny" and report["device"] == "cpu"
+    assert report["skipped"] == [] and report["vmap_fallbacks"] == []  # batching rules for all
+    assert report["effective_precision"] == {"fp32": "fp32", "tf32": "fp32", "bf16": "bf16"}
+    for precision in ("fp32", "tf32", "bf16"):
+        assert report["matmul"][precision]["tflops"] > 0 and report["matmul"][precision]["n"] == 256
+
+
+def test_throughput_covers_every_method_and_batch_size(report):
+    rows = {(r["method"], r["precision"], r["batch_size"]): r for r in report["throughput"]}
+    expected = {(m, "fp32", bs) for m in ("exact", "randomized", "auto") for bs in (16, 64)}
+    assert expected | {("auto", "tf32", 16), ("auto", "bf16", 16)} <= set(rows)
+    for row in rows.values():
+        assert row["images_per_s"] > 0 and row["peak_mib"] >= 0
+        assert 0 < row["fraction_of_matmul"]
+    # the engine's passes (2-block width-32 ViT: 3 taps 32 wide, k = 4, 2 images): exact takes
+    # batch // 32 images per pass, 32 products each; randomized all 2 x 4 products at once
+    assert rows[("exact", "fp32", 16)]["products_per_pass"]["exact"] == 16
+    assert rows[("exact", "fp32", 64)]["products_per_pass"]["exact"] == 64
+    assert rows[("randomized", "fp32", 64)]["products_per_pass"]["randomized"] == 8
+    assert rows[("randomized", "fp32", 64)]["same_as"] == {"method": "auto", "batch_size": 16}
+    flops = report["flops"]
+    assert set(flops["exact"]["methods"].values()) == {"exact"}
+    assert set(flops["auto"]["methods"].values()) == {"randomized"}  # 32 > k (2q + 2) = 16
+    assert all(flops[m]["tflop_per_image"] > 0 for m in ("exact", "randomized", "auto"))
+
+
+def test_accuracy_against_float64_repeatability_and_the_shortcut_free_encoder(report):
+    accuracy = report["accuracy"]
+    assert accuracy["reference"] == "cpu float64" and accuracy["layers"] == [
+        "block00",
+        "block01",
+        "final",
+    ]
+    assert accuracy["fp32"]["max_rel_jer_error"] < 1e-5  # float32 rounding only
+    assert accuracy["tf32"] == accuracy["fp32"]  # no TF32 on a CPU: the same computation
+    assert 1e-6 < accuracy["bf16"]["max_rel_jer_error"] < 0.05  # bfloat16's 8-bit mantissa
+    assert report["repeatable"] == {"fp32": True, "tf32": True}
+    other = report["other_encoder"]
+    assert other["derived_taps"] == [] and other["layers"] == 4  # block00, block01, final, head
+    assert other["methods"]["head"] == "exact" and other["images_per_s"] > 0  # 16 <= 16
+
+
+def _gpu_module():
+    spec = importlib.util.spec_from_file_location("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_products_per_pass_follows_the_engine_batching():
+    gpu = _gpu_module()
+    d_out = {"block00": 768, "final": 768}
+    exact = {"block00": "exact", "final": "exact"}
+    randomized = {"block00": "randomized", "final": "randomized"}
+    # exact: max(1, batch // 768) images per pass, 768 one-hot cotangents each
+    assert gpu.products_per_pass(exact, d_out, 4, 32, 512)["exact"] == 512
+    assert gpu.products_per_pass(exact, d_out, 4, 32, 2048)["exact"] == 1536
+    # randomized: batch // k images per pass, k directions each
+    assert gpu.products_per_pass(randomized, d_out, 4, 32, 2048)["randomized"] == 128
+    assert gpu.products_per_pass(randomized, d_out, 100, 32, 2048)["randomized"] == 2048
