@@ -316,14 +316,24 @@ def _open_clip_vit_plan(visual: nn.Module, pooling: str) -> TapPlan:
 
 
 def _open_clip_timm_plan(visual: nn.Module, pooling: str) -> TapPlan:
-    trunk_plan = _timm_plan(visual.trunk, pooling)
-    has_head = _has_parameters(visual.head)
-    num_prefix = int(getattr(visual.trunk, "num_prefix_tokens", 0))
+    """``final``: the trunk's pooled pre-logits embedding; ``head``: open_clip's projection.
+
+    Without ``timm_proj`` (EVA02-CLIP), open_clip builds the trunk with ``num_classes=embed_dim``:
+    the trunk's own classifier is then the projection, so ``final`` stops before it and ``head``
+    includes it (then ``visual.head``, empty there)."""
+    trunk = visual.trunk
+    trunk_plan = _timm_plan(trunk, pooling)
+    trunk_projects = int(getattr(trunk, "num_classes", 0) or 0) > 0
+    has_head = trunk_projects or _has_parameters(visual.head)
+    num_prefix = int(getattr(trunk, "num_prefix_tokens", 0))
 
     def run(x: torch.Tensor, want_head: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        raw = visual.trunk(x)
-        head = visual.head(raw) if want_head and has_head else None
-        return pool_output(raw, pooling, num_prefix), head
+        features = trunk.forward_features(x)
+        pooled = trunk.forward_head(features, pre_logits=True)
+        head = None
+        if want_head and has_head:
+            head = visual.head(trunk.forward_head(features) if trunk_projects else pooled)
+        return pool_output(pooled, pooling, num_prefix), head
 
     return TapPlan(trunk_plan.blocks, run, has_head, f"open_clip TimmModel ({trunk_plan.kind})")
 

@@ -316,3 +316,26 @@ def test_open_clip_modified_resnet_final_is_its_attention_pooled_embedding():
         assert [taps[f"stage{i}"].shape[1] for i in range(4)] == [32, 64, 128, 256]
         torch.testing.assert_close(taps["final"], model(x), rtol=0, atol=0)
     assert "head" not in taps
+
+
+@pytest.mark.parametrize(("proj", "head_width"), [(None, 24), ("linear", 24), ("none", None)])
+def test_open_clip_timm_tower_final_is_the_trunk_embedding_before_the_projection(proj, head_width):
+    """EVA02-CLIP's ``timm_proj: null``: open_clip gives the trunk ``num_classes=embed_dim``, so
+    the trunk's classifier is the projection: ``final`` stops before it, ``head`` is the tower."""
+    from open_clip.timm_model import TimmModel
+
+    torch.manual_seed(0)
+    visual = TimmModel("vit_tiny_patch16_224", embed_dim=24, pool="token", proj=proj).eval()
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        taps = layer_outputs(visual, x, ["final", "head"] if head_width else ["final"])
+        trunk = visual.trunk
+        embedding = trunk.forward_head(trunk.forward_features(x), pre_logits=True)
+        torch.testing.assert_close(taps["final"], embedding, rtol=0, atol=0)
+        assert taps["final"].shape == (2, 192)
+        if head_width:
+            assert taps["head"].shape == (2, head_width)
+            torch.testing.assert_close(taps["head"], visual(x))
+        else:
+            assert "head" not in tap_plan(visual).layers
+            torch.testing.assert_close(taps["final"], visual(x))
