@@ -268,3 +268,27 @@ def test_a_schema_error_prints_the_key_path_not_the_instance(tmp_path: Path) -> 
     assert f"models.{key}.preprocess.mean" in message and "instance['models']" in message
     assert "'type'" in message or "'maxItems'" in message
     assert len(message) < 1500, len(message)
+
+
+def test_only_a_python_entry_runs_code_and_it_runs_the_named_callable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Case 11: `source: python` executes the callable it names, by design (documented in the
+    README and tests/reliability/README.md); the same string under any other source is data."""
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.registry import build_encoder
+
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "marker_module.py").write_text(
+        "import pathlib\n\n\ndef run(path):\n    pathlib.Path(path).write_text('ran')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for source in ("timm", "open_clip", "torchvision"):
+        entry = {"source": source, "id": "marker_module:run", "family": "other"}
+        with pytest.raises((EncoderError, ConfigError)):
+            build_encoder("x", entry)
+        assert not marker.exists(), source
+    python = {"source": "python", "id": "marker_module:run", "family": "other"}
+    with pytest.raises(EncoderError, match=r"returned NoneType, not an nn\.Module"):
+        build_encoder("x", {**python, "kwargs": {"path": str(marker)}})
+    assert marker.read_text() == "ran"  # it ran: a python entry is code, like the package it names
