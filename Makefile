@@ -1,4 +1,5 @@
-# Two commands: `make run` and `make test`. Both bootstrap .venv when it is missing or stale.
+# Two commands: `make run` (the binding study) and `make test`. Both bootstrap .venv when it is
+# missing or stale; `make run-all` runs every study.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,12 +7,15 @@ STAMP := $(VENV)/.repdiag-installed
 # The torch pair that installs from this machine's local wheels; any recent pair works elsewhere.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 CORES ?= all
+# `make run` builds the main study; STUDY=all (or `make run-all`) every study, one target per
+# study otherwise (identifiability, alignment; cifar, sugarcrepe where enabled).
+STUDY ?= binding
 SNAKEMAKE_ARGS ?=
 
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slurm setup lint format docs clean-results
+.PHONY: run run-all test test-slurm setup lint format docs clean-results
 
 setup: $(STAMP)
 
@@ -23,7 +27,10 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 
 run: setup
-	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --cores $(CORES) $(STUDY) $(SNAKEMAKE_ARGS)
+
+run-all: setup
+	$(BIN)/snakemake --cores $(CORES) all $(SNAKEMAKE_ARGS)
 
 lint: setup
 	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks

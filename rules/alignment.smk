@@ -6,9 +6,62 @@ import repdiag.alignment.grid
 ALIGNMENT = config["alignment"]
 ALIGNMENT_CELLS = list(repdiag.alignment.grid.grid_cells(ALIGNMENT))
 ALIGNMENT_REAL = repdiag.alignment.grid.real_pairs(ALIGNMENT)
+ALIGNMENT_TUNED = repdiag.alignment.grid.tuning_enabled(ALIGNMENT)
+ALIGNMENT_VARIANTS = (
+    repdiag.alignment.grid.grid_variants(ALIGNMENT["grid"]) if ALIGNMENT_TUNED else []
+)
+
+
+rule alignment_lr:
+    output:
+        "results/alignment/lr/{variant}.json",
+    log:
+        log_file("alignment_lr", "{variant}"),
+    benchmark:
+        bench_file("alignment_lr", "{variant}")
+    wildcard_constraints:
+        variant=one_of(ALIGNMENT_VARIANTS, "NO_VARIANTS"),
+    conda:
+        "../envs/torch.yaml"
+    threads: 1
+    resources:
+        gpu=1,
+    params:
+        tuning=lambda wildcards: repdiag.alignment.grid.tuning_params(
+            ALIGNMENT, wildcards.variant
+        ),
+        device=config["device"],
+    script:
+        "../workflow_scripts/alignment_lr.py"
+
+
+rule alignment_lr_table:
+    input:
+        expand("results/alignment/lr/{variant}.json", variant=ALIGNMENT_VARIANTS),
+    output:
+        report(
+            "results/tables/alignment_lr.csv",
+            caption="../report/alignment_lr.rst",
+            category="Alignment",
+        ),
+    log:
+        log_file("alignment_lr_table", "alignment"),
+    benchmark:
+        bench_file("alignment_lr_table", "alignment")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    script:
+        "../workflow_scripts/alignment_lr_table.py"
 
 
 rule alignment_cell:
+    input:
+        lr=lambda wildcards: (
+            f"results/alignment/lr/{repdiag.alignment.grid.cell_variant(wildcards.cell)}.json"
+            if ALIGNMENT_TUNED
+            else []
+        ),
     output:
         "results/alignment/{cell}.json",
     log:
@@ -35,6 +88,7 @@ rule alignment_real:
     input:
         a=lambda wildcards: f"results/embeddings/{ALIGNMENT_REAL[wildcards.pair]['a']}.zarr",
         b=lambda wildcards: f"results/embeddings/{ALIGNMENT_REAL[wildcards.pair]['b']}.zarr",
+        dataset="results/datasets/binding.zarr",
     output:
         "results/alignment/real/{pair}.json",
     log:
@@ -115,5 +169,30 @@ rule alignment_figures:
         "../workflow_scripts/alignment_figures.py"
 
 
+rule alignment_real_figure:
+    input:
+        table="results/tables/alignment.csv",
+    output:
+        png=report(
+            "results/figures/alignment_real.png",
+            caption="../report/alignment_real.rst",
+            category="Alignment",
+        ),
+        pdf="results/figures/alignment_real.pdf",
+    log:
+        log_file("alignment_real_figure", "alignment"),
+    benchmark:
+        bench_file("alignment_real_figure", "alignment")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    script:
+        "../workflow_scripts/alignment_real_figure.py"
+
+
 if ALIGNMENT_CELLS or ALIGNMENT_REAL:
     add_rule_targets("alignment", rules.alignment_tables, rules.alignment_figures)
+if ALIGNMENT_REAL:
+    add_rule_targets("alignment", rules.alignment_real_figure)
+if ALIGNMENT_TUNED:
+    add_rule_targets("alignment", rules.alignment_lr_table)

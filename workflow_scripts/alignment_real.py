@@ -12,7 +12,11 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     log.info("alignment on real embeddings: %s", params["pair"])
     with gpu_slot():
         result = run_real(
-            params, snakemake.input.a, snakemake.input.b, select_device(snakemake.params.device)
+            params,
+            snakemake.input.a,
+            snakemake.input.b,
+            select_device(snakemake.params.device),
+            dataset=snakemake.input.dataset,
         )
     log.info("pair done in %.1f s", result["wall_time_s"])
     write_json(snakemake.output[0], result)

@@ -79,6 +79,121 @@ class ConceptTruth:
         domain_map = self.maps[domain]
         return ((domain_map(z) - domain_map(ablated)) / self.scales[domain]).astype(np.float32)
 
+    exact = True  # the true change of every concept is known (MCC is defined)
+
+    @property
+    def fit_rows(self) -> slice:
+        """Held-out rows the latent of each concept is identified on: all of them."""
+        return slice(None)
+
+    def rows(self, concept: int, max_rows: int) -> np.ndarray:
+        """Held-out rows where ``concept`` is active (the first ``max_rows``)."""
+        return np.flatnonzero(self.concepts[:, concept] > 0)[:max_rows]
+
+    def readout(self, domain: int, concept: int) -> np.ndarray | None:
+        """Changes are scored as whole vectors: no readout."""
+        return None
+
+
+@dataclass(frozen=True)
+class ProbeTruth:
+    """Known attributes of real images standing in for concepts (the real-embedding path).
+
+    ``concepts`` are 0/1 indicators of the held-out rows (e.g. "a square sits in slot r0c1",
+    :func:`repdiag.binding.dataset.slot_attributes`). On the ``fit_rows`` half of the held-out
+    rows each domain gets, per attribute ``a``, its *effect* ``t_i(a) = mean(x_i | a) -
+    mean(x_i | not a)`` (difference of class means) and a linear *probe* ``w_i(a)`` (logistic
+    regression on standardised inputs, folded back to input units); the other half
+    (``eval_rows``) is where interventions are scored, projected on the target domain's probe:
+    the change of its score ``w_j . delta`` against ``w_j . t_j(a)``, the score change the
+    attribute makes on average. Attributes with fewer than ``MIN_CLASS_ROWS`` fit rows in either
+    class are left out (``present`` False). ``probe_accuracy`` is each probe's balanced accuracy
+    on the evaluation rows: an attribute a domain does not encode linearly scores near 0.5.
+    """
+
+    names: tuple[str, ...]
+    concepts: np.ndarray  # (n_test, n_attributes) 0/1
+    present: tuple[np.ndarray, np.ndarray]
+    effects: tuple[np.ndarray, np.ndarray]  # (n_attributes, d_i), input units
+    probes: tuple[np.ndarray, np.ndarray]  # (n_attributes, d_i), input units
+    probe_accuracy: tuple[np.ndarray, np.ndarray]  # (n_attributes,)
+    fit_rows: np.ndarray
+    eval_rows: np.ndarray
+    scales: tuple[float, float] = (1.0, 1.0)
+
+    exact = False
+
+    @property
+    def shared(self) -> np.ndarray:
+        return np.flatnonzero(self.present[0] & self.present[1])
+
+    def rows(self, concept: int, max_rows: int) -> np.ndarray:
+        """Evaluation rows that have attribute ``concept`` (the first ``max_rows``)."""
+        return self.eval_rows[self.concepts[self.eval_rows, concept] > 0][:max_rows]
+
+    def change(self, domain: int, rows: np.ndarray, concept: int) -> np.ndarray:
+        """``t_i(a) / s_i`` on every row: the attribute's mean effect in the model's units."""
+        effect = self.effects[domain][concept] / self.scales[domain]
+        return np.broadcast_to(effect, (len(rows), effect.shape[0])).astype(np.float32)
+
+    def readout(self, domain: int, concept: int) -> np.ndarray:
+        """The probe ``w_i(a) s_i`` in the model's units (so ``w . x`` is unchanged)."""
+        return (self.probes[domain][concept] * self.scales[domain]).astype(np.float64)
+
+
+MIN_CLASS_ROWS = 5
+
+
+def probe_truth(
+    test: Sequence[np.ndarray],
+    indicators: np.ndarray,
+    names: Sequence[str],
+    *,
+    fit_fraction: float = 0.5,
+    seed: int = 0,
+) -> ProbeTruth:
+    """Effects and probes of every attribute on a random ``fit_fraction`` of the held-out rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import balanced_accuracy_score
+
+    indicators = np.asarray(indicators, dtype=np.float32)
+    order = np.random.default_rng([seed, 4]).permutation(len(indicators))
+    n_fit = round(fit_fraction * len(order))
+    fit_rows, eval_rows = np.sort(order[:n_fit]), np.sort(order[n_fit:])
+    labels = indicators[fit_rows] > 0
+    counts = np.minimum(labels.sum(0), (~labels).sum(0))
+    usable = counts >= MIN_CLASS_ROWS
+    effects, probes, accuracy = [], [], []
+    for x in test:
+        x = np.asarray(x, dtype=np.float64)
+        mean, std = x[fit_rows].mean(0), x[fit_rows].std(0) + 1e-8
+        d = x.shape[1]
+        effect = np.zeros((len(names), d))
+        probe = np.zeros((len(names), d))
+        acc = np.full(len(names), np.nan)
+        for a in np.flatnonzero(usable):
+            fit_x, fit_y = x[fit_rows], labels[:, a]
+            effect[a] = fit_x[fit_y].mean(0) - fit_x[~fit_y].mean(0)
+            model = LogisticRegression(C=1.0, max_iter=2000).fit((fit_x - mean) / std, fit_y)
+            probe[a] = model.coef_[0] / std
+            eval_y = indicators[eval_rows, a] > 0
+            if eval_y.any() and not eval_y.all():
+                predicted = model.predict((x[eval_rows] - mean) / std)
+                acc[a] = balanced_accuracy_score(eval_y, predicted)
+        effects.append(effect.astype(np.float32))
+        probes.append(probe)
+        accuracy.append(acc)
+    return ProbeTruth(
+        names=tuple(names),
+        concepts=indicators,
+        present=(usable.copy(), usable.copy()),
+        effects=(effects[0], effects[1]),
+        probes=(probes[0], probes[1]),
+        probe_accuracy=(accuracy[0], accuracy[1]),
+        fit_rows=fit_rows,
+        eval_rows=eval_rows,
+    )
+
 
 @dataclass
 class PairedData:
@@ -91,7 +206,7 @@ class PairedData:
     test_concepts: np.ndarray | None = None
     train_concepts: tuple[np.ndarray, np.ndarray] | None = None
     domains: tuple[str, str] = ("a", "b")
-    truth: ConceptTruth | None = None
+    truth: ConceptTruth | ProbeTruth | None = None
     info: dict = field(default_factory=dict)
 
 
@@ -312,14 +427,27 @@ def embedding_pairs(
     image_sets: Sequence[str] | None = None,
     max_images: int | None = None,
     n_clusters: int = 8,
+    attributes: tuple[np.ndarray, Sequence[str], np.ndarray] | None = None,
+    attribute_fit_fraction: float = 0.5,
+    reuse_truth: ProbeTruth | None = None,
 ) -> PairedData:
     """Two encoders' embeddings of the same images, paired by image id (see module docstring).
 
     Probe labels of the held-out pairs are k-means clusters of both domains' standardised
-    embeddings concatenated, so neither domain defines the task alone.
+    embeddings concatenated, so neither domain defines the task alone. ``attributes``
+    ``(ids, names, indicators)`` (:func:`repdiag.binding.dataset.slot_attributes`) restricts
+    the images to those with known attributes and gives the held-out pairs a
+    :class:`ProbeTruth` (``truth``), which the intervention metrics read. The held-out split
+    depends only on ``seed``, ``test_fraction`` and ``max_images``, so a caller looping over
+    paired fractions can pass the first call's truth as ``reuse_truth`` instead of refitting.
     """
     ids_a, x_a = read_layer(path_a, layer, image_sets)
     ids_b, x_b = read_layer(path_b, layer, image_sets)
+    n_without_attributes = 0
+    if attributes is not None:
+        known = np.isin(ids_a, np.asarray(attributes[0]).astype(str))
+        n_without_attributes = int((~known).sum())
+        ids_a, x_a = ids_a[known], x_a[known]
     common, rows_a, rows_b = np.intersect1d(ids_a, ids_b, assume_unique=False, return_indices=True)
     if len(common) < 16:
         raise StoreError(
@@ -341,6 +469,16 @@ def embedding_pairs(
     labels = kmeans_labels(
         np.concatenate([_standardise(t) for t in test], axis=1), n_clusters, seed
     )
+    truth = reuse_truth
+    if attributes is not None and truth is None:
+        attribute_ids, names, indicators = attributes
+        lookup = {
+            str(image): row for row, image in enumerate(np.asarray(attribute_ids).astype(str))
+        }
+        test_indicators = np.asarray(indicators)[[lookup[str(i)] for i in common[test_rows]]]
+        truth = probe_truth(
+            test, test_indicators, names, fit_fraction=attribute_fit_fraction, seed=seed
+        )
     return PairedData(
         train=(x_a[rows_a[rows_train_a]], x_b[rows_b[rows_train_b]]),
         n_paired=n_paired,
@@ -348,8 +486,11 @@ def embedding_pairs(
         test_labels=labels,
         test_concepts=None,
         domains=(str(Path(path_a).stem), str(Path(path_b).stem)),
+        truth=truth,
         info={
             "kind": "real",
+            "n_without_attributes": n_without_attributes,
+            "attributes": _attribute_info(truth),
             "layer": layer,
             "paired_fraction": paired_fraction,
             "n_common_images": len(common),
@@ -358,3 +499,19 @@ def embedding_pairs(
             "test_ids_head": common[test_rows[:5]].tolist(),
         },
     )
+
+
+def _attribute_info(truth: ProbeTruth | None) -> dict | None:
+    """Per attribute: whether it is scored, and each domain's probe balanced accuracy."""
+    if truth is None:
+        return None
+    return {
+        name: {
+            "scored": bool(truth.present[0][a] and truth.present[1][a]),
+            "probe_accuracy": [
+                None if np.isnan(acc[a]) else round(float(acc[a]), 4)
+                for acc in truth.probe_accuracy
+            ],
+        }
+        for a, name in enumerate(truth.names)
+    }

@@ -148,3 +148,66 @@ def paired_fraction_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path
         frameon=False,
     )
     save_figure(fig, png, pdf)
+
+
+REAL_METRICS = (
+    "tr_intervention",
+    "cont_intervention",
+    "concept_match",
+    "tr_r2",
+    "probe_transfer",
+    "cycle_r2",
+)
+
+
+def real_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> None:
+    """Per real pair (rows) and metric (columns): bars per variant, one per paired fraction.
+
+    Real pairs run one seed, so there are no error bars; the intervention metrics are scored
+    on the images' known slot attributes through linear probes (:mod:`repdiag.alignment.metrics`).
+    """
+    real = table[table["data"] == "real"]
+    if real.empty:
+        raise ValueError("the alignment table has no real-embedding rows (alignment.real.pairs)")
+    pairs = list(dict.fromkeys(real["pair"]))
+    metrics = [m for m in REAL_METRICS if m in real and real[m].notna().any()]
+    fractions = sorted(real["paired_fraction"].unique())
+    colours = {f: cycle_colour(i) for i, f in enumerate(fractions)}
+    width = 0.8 / len(fractions)
+    fig, axes = plt.subplots(
+        len(pairs),
+        len(metrics),
+        figsize=(3.3 * len(metrics), 3.2 * len(pairs) + 0.9),
+        squeeze=False,
+    )
+    for row, pair in enumerate(pairs):
+        rows = real[real["pair"] == pair]
+        variants = _variants(rows)
+        for ax, metric in zip(axes[row], metrics, strict=True):
+            for k, fraction in enumerate(fractions):
+                at = rows[np.isclose(rows["paired_fraction"], fraction)]
+                means = [_seed_stats(at[at["variant"] == v], metric)[0] for v in variants]
+                positions = np.arange(len(variants)) + (k - (len(fractions) - 1) / 2) * width
+                label = "no pairs" if fraction == 0 else f"{fraction:g} paired"
+                ax.bar(positions, means, width, color=colours[fraction], label=label)
+            ax.set_title(f"{METRICS[metric]}", fontsize=9)
+            ax.set_xticks(range(len(variants)))
+            ax.set_xticklabels(variants, rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel("score (unitless)", fontsize=8)
+            ax.axhline(0, color="0.5", linewidth=0.6)
+        axes[row][0].annotate(
+            pair.replace("__", " | "),
+            xy=(0, 1.18),
+            xycoords="axes fraction",
+            fontsize=9,
+            fontweight="bold",
+        )
+    fig.suptitle(
+        "Alignment on real embeddings (one seed; interventions on the images' known slot "
+        "attributes, scored through linear probes)",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    save_figure(fig, png, pdf)

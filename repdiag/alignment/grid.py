@@ -92,6 +92,11 @@ def cell_name(variant: str, fraction: float, seed: int) -> str:
     return f"{variant}__p{format_fraction(fraction)}__s{seed}"
 
 
+def cell_variant(cell: str) -> str:
+    """The variant of a cell name: ``"cosae-all__p0.001__s0" -> "cosae-all"``."""
+    return cell.split("__", 1)[0]
+
+
 def grid_cells(alignment: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Every synthetic cell of the grid: name -> {variant, method, ablation, paired_fraction, seed}."""
     grid = alignment["grid"]
@@ -140,6 +145,27 @@ def cell_params(alignment: Mapping[str, Any], cell: str) -> dict[str, Any]:
         "train": _training_params(alignment["train"], spec["variant"]),
         "weights": _weights(alignment["weights"], spec["variant"]),
         "evaluation": dict(alignment["evaluation"]),
+    }
+
+
+def tuning_enabled(alignment: Mapping[str, Any]) -> bool:
+    """Whether grid cells train at the learning rate ``alignment.tuning`` picks per variant."""
+    return bool((alignment.get("tuning") or {}).get("enabled", False))
+
+
+def tuning_params(alignment: Mapping[str, Any], variant: str) -> dict[str, Any]:
+    """Exactly the config values the learning-rate selection of one variant uses."""
+    if variant not in grid_variants(alignment["grid"]):
+        raise ConfigError(f"alignment variant {variant!r} is not in the grid (alignment.grid)")
+    synthetic, sae = preset_sections(alignment)
+    tuning = {k: v for k, v in alignment["tuning"].items() if k != "enabled"}
+    return {
+        "variant": variant,
+        "tuning": tuning,
+        "synthetic": synthetic,
+        "sae": sae,
+        "train": _training_params(alignment["train"], variant),
+        "weights": _weights(alignment["weights"], variant),
     }
 
 
@@ -196,6 +222,17 @@ def check_alignment_config(config: Mapping[str, Any]) -> None:
             f"{n_total} concepts of alignment.synthetic (n_concepts + 2 n_specific, "
             f"preset {alignment.get('preset', 'none')!r})"
         )
+    tuning = alignment.get("tuning") or {}
+    if tuning.get("enabled") and "n_train" in synthetic:
+        from repdiag.alignment.concepts import n_paired_rows
+
+        n_pairs = n_paired_rows(float(tuning.get("paired_fraction", 0.01)), synthetic["n_train"])
+        if n_pairs < 2:
+            raise ConfigError(
+                f"alignment.tuning.paired_fraction={tuning.get('paired_fraction')} gives "
+                f"{n_pairs} anchor pair of alignment.synthetic.n_train={synthetic['n_train']}; "
+                "the validation split needs at least 2: raise the fraction"
+            )
     for where in ("alignment.sae", "alignment.real.sae"):
         sae = preset_sae if where == "alignment.sae" else alignment.get("real", {}).get("sae", {})
         if sae and sae.get("k", 1) > sae.get("n_latents", 1):

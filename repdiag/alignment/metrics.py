@@ -41,6 +41,19 @@ Intervention metrics (synthetic data, ground truth known; the primary M_tr and M
       high only if the same concept moves the same latents by the same amount in both domains.
     - ``concept_match``: the fraction of shared concepts with ``l_a(c) = l_b(c)`` (after SAE-A's
       permutation for SAE-A), next to the per-domain MCC over the concepts that domain sees.
+Intervention metrics on real embeddings (known attributes stand in for concepts)
+    The concepts are the images' known attributes ("a square sits in slot r0c1"), split into a
+    fit half and an evaluation half of the held-out pairs
+    (:class:`repdiag.alignment.concepts.ProbeTruth`). On the fit half, each domain's effect of
+    attribute ``a`` is the difference of class means ``t_i = mean(x_i | a) - mean(x_i | not a)``
+    and its probe ``w_i`` a logistic regression; latents are matched to attributes there. On
+    the evaluation rows that have ``a``, the same three metrics as above use ``x_i - t_i`` as the
+    counterfactual input, and translated changes are scored through the target's probe:
+    ``p = w_j . delta_j`` against ``t = w_j . t_j`` (the probe-score change the attribute makes
+    on average). ``cont_intervention`` compares the code changes ``E_i x_i - E_i (x_i - t_i)``
+    of the two domains as above. ``attribute_probe_accuracy`` is the probes' mean balanced
+    accuracy on the evaluation rows (0.5: the attribute is not linearly decodable); MCC is not
+    defined (the attributes are not the embeddings' generative factors).
 Cycle consistency
     ``R^2`` of ``x_i -> j -> i = D_i E_j D_j E_i x_i`` against ``x_i``; needs no pairs, which is why
     it is used as a proxy, and why the study checks whether it tracks M_tr.
@@ -175,21 +188,26 @@ def concept_latents(codes: np.ndarray, concepts: np.ndarray, present: np.ndarray
 def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: int = 256) -> dict:
     """``tr_intervention``, ``tr_intervention_input``, ``cont_intervention`` and ``concept_match``.
 
-    ``truth`` is a :class:`repdiag.alignment.concepts.ConceptTruth` whose scales are those of ``test``;
-    at most ``max_rows`` held-out rows per concept (the first where it is active). See the module
-    docstring for the definitions.
+    ``truth`` is a :class:`repdiag.alignment.concepts.ConceptTruth` (synthetic) or
+    :class:`~repdiag.alignment.concepts.ProbeTruth` (real embeddings) whose scales are those of
+    ``test``; at most ``max_rows`` held-out rows per concept (``truth.rows``). Latents are
+    matched to concepts on ``truth.fit_rows``; where ``truth.readout`` gives a probe, translated
+    changes and the true change are compared through it. See the module docstring.
     """
     import torch
 
     xs = [np.asarray(x, dtype=np.float32) for x in test]
     with torch.no_grad():
         codes = [model.encode(i, torch.as_tensor(x)).numpy() for i, x in enumerate(xs)]
-    latents = [concept_latents(codes[i], truth.concepts, truth.present[i]) for i in range(2)]
+    fit = truth.fit_rows
+    latents = [
+        concept_latents(codes[i][fit], truth.concepts[fit], truth.present[i]) for i in range(2)
+    ]
     shared = truth.shared
     parts: dict[str, list] = {"latent": [], "input": [], "cont": []}
     per_concept = []
     for c in shared:
-        rows = np.flatnonzero(truth.concepts[:, c] > 0)[:max_rows]
+        rows = truth.rows(int(c), max_rows)
         if len(rows) == 0:
             continue
         true = [truth.change(i, rows, int(c)) for i in range(2)]
@@ -204,8 +222,12 @@ def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: 
                     ablated[:, latents[i][int(c)]] = 0.0
                 latent_change = (model.decode(j, code[i]) - model.decode(j, ablated)).numpy()
                 input_change = (model.decode(j, code[i]) - model.decode(j, code_cf[i])).numpy()
-                parts["latent"].append(change_agreement(latent_change, true[j]))
-                parts["input"].append(change_agreement(input_change, true[j]))
+                readout = truth.readout(j, int(c))
+                target = true[j] if readout is None else true[j] @ readout
+                if readout is not None:
+                    latent_change, input_change = latent_change @ readout, input_change @ readout
+                parts["latent"].append(change_agreement(latent_change, target))
+                parts["input"].append(change_agreement(input_change, target))
             delta = [(code[i] - code_cf[i]).numpy() for i in range(2)]
         cont = change_agreement(delta[0], delta[1])
         parts["cont"].append(cont)
@@ -288,6 +310,17 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(kept)) if kept else None
 
 
+def _attribute_accuracy(truth) -> float | None:
+    """Mean balanced accuracy of a real path's attribute probes over domains and scored attributes."""
+    accuracy = getattr(truth, "probe_accuracy", None)
+    if accuracy is None:
+        return None
+    scored = truth.shared
+    values = np.concatenate([acc[scored] for acc in accuracy])
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else None
+
+
 def evaluate_alignment(
     model,
     test: Sequence[np.ndarray],
@@ -319,7 +352,7 @@ def evaluate_alignment(
     x_np = [x.numpy() for x in xs]
     n_latents = codes_np[0].shape[1]
 
-    if truth is not None and concepts is None:
+    if truth is not None and concepts is None and truth.exact:
         concepts = truth.concepts
     extract = {}
     for i, name in enumerate(names):
@@ -387,6 +420,7 @@ def evaluate_alignment(
         "code_correlation": consistency["code_correlation"],
         "code_correlation_unweighted": consistency["code_correlation_unweighted"],
         "tr_intervention_input": (intervention or {}).get("tr_intervention_input"),
+        "attribute_probe_accuracy": _attribute_accuracy(truth),
         "probe_source": _mean([v["source"] for v in probes.values()]),
         "probe_transfer": _mean([v["transfer"] for v in probes.values()]),
         "probe_chance": _mean([v["chance"] for v in probes.values()]),

@@ -6,9 +6,10 @@ fraction); ``alignment_summary.csv`` the mean and standard deviation over seeds;
 ``not supported``, ``mixed``, ``not tested``) and the numbers behind it.
 
 The claims are judged on the primary metrics M_tr = ``tr_intervention`` and M_cont =
-``cont_intervention`` (:mod:`repdiag.alignment.metrics`) where a scope has them (synthetic data);
-on real embeddings, which have no ground-truth concepts, on the secondary ``tr_r2`` and
-``probe_transfer``, and the evidence says so.
+``cont_intervention`` (:mod:`repdiag.alignment.metrics`) where a scope has them: synthetic data
+(exact concepts) and real embeddings with known image attributes (probe-scored interventions);
+a scope without them falls back to the secondary ``tr_r2`` and ``probe_transfer``, and the
+evidence says so.
 
 Decision rules. A difference "holds" (A ahead of B) when, over the seeds both have, the mean of
 ``A - B`` exceeds ``MARGIN`` **and** ``A - B`` has the same (positive) sign on every seed; a
@@ -62,6 +63,7 @@ SUMMARY_COLUMNS = (
     "code_correlation",
     "code_correlation_unweighted",
     "tr_intervention_input",
+    "attribute_probe_accuracy",
     "probe_source",
     "probe_transfer",
     "probe_chance",

@@ -90,9 +90,18 @@ def fit_and_evaluate(
     }
 
 
-def run_cell(params: Mapping[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
-    """One synthetic cell from its :func:`cell_params`; the JSON written to results/alignment/."""
+def run_cell(
+    params: Mapping[str, Any], device: torch.device | str = "cpu", lr: float | None = None
+) -> dict[str, Any]:
+    """One synthetic cell from its :func:`cell_params`; the JSON written to results/alignment/.
+
+    ``lr`` (the learning rate :mod:`repdiag.alignment.tuning` picked for the variant) replaces
+    ``train.lr``; the record says which one was used (``train.lr``, ``train.lr_source``).
+    """
     cell = params["cell"]
+    train = dict(params["train"])
+    if lr is not None:
+        train["lr"] = float(lr)
     start, cpu_start = time.monotonic(), time.process_time()
     data = synthetic_pairs(
         **params["synthetic"], paired_fraction=cell["paired_fraction"], seed=cell["seed"]
@@ -102,12 +111,13 @@ def run_cell(params: Mapping[str, Any], device: torch.device | str = "cpu") -> d
         cell["variant"],
         data,
         sae=params["sae"],
-        train=params["train"],
+        train=train,
         weights=params["weights"],
         evaluation=params["evaluation"],
         seed=cell["seed"],
         device=device,
     )
+    record["train"].update(lr=float(train["lr"]), lr_source="tuning" if lr else "config")
     return {
         "cell": cell["name"],
         "data": "synthetic",
@@ -121,17 +131,39 @@ def run_cell(params: Mapping[str, Any], device: torch.device | str = "cpu") -> d
     }
 
 
+def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
+    """``(ids, names, indicators)`` of every image of a binding dataset store (shape in slot)."""
+    import numpy as np
+
+    from repdiag.binding.dataset import CONTRACT, slot_attributes
+    from repdiag.core.store import open_store
+
+    shapes = ["query_shape", "candidate_shape", "pair_shape"]
+    ds = open_store(dataset, variables=shapes, contract=CONTRACT)
+    # zarr v3 variable-length strings read back as numpy StringDType, which `.astype(str)` rejects
+    ds = ds.assign_coords(
+        {name: np.asarray(ds[name].values.tolist(), dtype=str) for name in ds.coords}
+    )
+    return slot_attributes(ds)
+
+
 def run_real(
     params: Mapping[str, Any],
     store_a: str | Path,
     store_b: str | Path,
     device: torch.device | str = "cpu",
+    dataset: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Every variant x paired fraction on one pair of embedding stores (one job, one JSON)."""
+    """Every variant x paired fraction on one pair of embedding stores (one job, one JSON).
+
+    ``dataset`` (the binding dataset store the embeddings were extracted from) gives the images'
+    known attributes, which the intervention metrics use; without it they are not computed.
+    """
     pair = params["pair"]
     seed = int(params["seed"])
     start, cpu_start = time.monotonic(), time.process_time()
-    runs, info = [], None
+    attributes = read_attributes(dataset) if dataset is not None else None
+    runs, info, truth = [], None, None
     fractions = sorted(set(params["paired_fractions"]))
     for variant in params["variants"]:
         for fraction in fractions if uses_pairs(variant) else [0.0]:
@@ -145,9 +177,13 @@ def run_real(
                 image_sets=params["image_sets"] or None,
                 max_images=params["max_images"],
                 n_clusters=params["n_clusters"],
+                attributes=attributes,
+                attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
+                reuse_truth=truth,
             )
             if info is None:  # the split is the same for every fraction: record it once
                 info = {k: v for k, v in data.info.items() if k != "paired_fraction"}
+                truth = data.truth
             data, _ = normalise(data)
             record = fit_and_evaluate(
                 variant,

@@ -235,6 +235,81 @@ def test_intervention_metrics_only_score_shared_concepts():
     assert result["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
 
 
+def _probe_truth(data, seed=0):
+    """The synthetic concepts as known binary attributes, as the real-embedding path sees them."""
+    from repdiag.alignment.concepts import probe_truth
+
+    names = [f"c{c}" for c in range(data.test_concepts.shape[1])]
+    return probe_truth(data.test, data.test_concepts > 0, names, fit_fraction=0.5, seed=seed)
+
+
+def test_probe_scored_interventions_of_the_true_dictionaries_are_near_one():
+    from repdiag.alignment.metrics import intervention_metrics
+
+    model, data = _perfect_pair(seed=3)
+    truth = _probe_truth(data)
+    assert not truth.exact and len(truth.shared) == 12
+    result = intervention_metrics(model, data.test, truth)
+    # the latent's change is W_j[:, a] z_a, the probe's target the mean effect of a: they differ
+    # by the magnitude's spread (U(0.5, 1.5)) and the other concepts' shift (k of n are active)
+    assert result["tr_intervention"] > 0.9
+    assert result["tr_intervention_input"] > 0.9
+    assert result["cont_intervention"] > 0.9
+    assert result["concept_match"] == 1.0
+    accuracy = np.concatenate(truth.probe_accuracy)
+    assert accuracy.min() > 0.95  # every attribute is linearly decodable in both domains
+    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=truth)["summary"]
+    assert summary["attribute_probe_accuracy"] == pytest.approx(accuracy.mean())
+    assert summary["mcc"] is None  # attributes are not the embeddings' generative factors
+
+
+def test_probe_scored_interventions_fall_to_zero_with_permuted_latents_and_sae_a_restores_them():
+    from repdiag.alignment.methods import SAEAligned, SAESettings
+    from repdiag.alignment.metrics import intervention_metrics
+
+    model, data = _perfect_pair(seed=4)
+    truth = _probe_truth(data, seed=1)
+    model.saes[1].permute_latents(np.roll(np.arange(12), 5))
+    shuffled = intervention_metrics(model, data.test, truth)
+    assert abs(shuffled["tr_intervention"]) < 0.2
+    assert abs(shuffled["cont_intervention"]) < 0.05
+    assert shuffled["concept_match"] == 0.0
+    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    sae_a.finalise(model, tuple(torch.as_tensor(x) for x in data.test))
+    matched = intervention_metrics(model, data.test, truth)
+    assert matched["tr_intervention"] > 0.9 and matched["cont_intervention"] > 0.9
+
+
+def test_probe_truth_effects_and_probes_by_hand():
+    from repdiag.alignment.concepts import probe_truth
+
+    rng = np.random.default_rng(0)
+    labels = (np.arange(200) % 2).astype(np.float32)[:, None]  # one attribute, half the rows
+    direction = np.array([3.0, 0.0, 0.0])
+    x = labels * direction + 0.01 * rng.standard_normal((200, 3))
+    rare = np.zeros((200, 1), dtype=np.float32)
+    rare[:3] = 1  # fewer than MIN_CLASS_ROWS positives in the fit half: not scored
+    truth = probe_truth(
+        (x, 2 * x), np.concatenate([labels, rare], axis=1), ["half", "rare"], seed=0
+    )
+    np.testing.assert_allclose(truth.effects[0][0], direction, atol=0.01)
+    np.testing.assert_allclose(truth.effects[1][0], 2 * direction, atol=0.02)
+    assert truth.probes[0][0][0] > 0 and truth.probe_accuracy[0][0] == 1.0
+    assert list(truth.shared) == [0]
+    assert len(np.intersect1d(truth.fit_rows, truth.eval_rows)) == 0
+    assert len(truth.fit_rows) + len(truth.eval_rows) == 200
+    rows = truth.rows(0, max_rows=1000)
+    assert set(rows) <= set(truth.eval_rows) and np.all(labels[rows, 0] == 1)
+    # scaling the inputs (repdiag.alignment.train.normalise) rescales effects, keeps w . t
+    from dataclasses import replace
+
+    scaled = replace(truth, scales=(2.0, 1.0))
+    np.testing.assert_allclose(scaled.change(0, rows[:2], 0)[0], truth.effects[0][0] / 2)
+    assert scaled.readout(0, 0) @ scaled.change(0, rows[:1], 0)[0] == pytest.approx(
+        truth.readout(0, 0) @ truth.change(0, rows[:1], 0)[0], rel=1e-5
+    )
+
+
 def test_change_agreement_by_hand():
     from repdiag.alignment.metrics import change_agreement, pooled_agreement
 

@@ -23,6 +23,7 @@ from repdiag.binding.dataset import (
     n_arrangements,
     pair_layout,
     render_binding_dataset,
+    slot_attributes,
 )
 from repdiag.binding.render import Jitter, slot_cell
 from repdiag.core.config import fill_defaults, semantic_checks
@@ -316,6 +317,25 @@ def test_image_sets_flatten_in_the_documented_order() -> None:
     ids, images = sets["query"]
     assert list(ids) == ["query/q00000", "query/q00001", "query/q00002", "query/q00003"]
     np.testing.assert_array_equal(images, ds["query_image"].values)
+
+
+def test_slot_attributes_are_the_recorded_shape_of_every_slot_of_every_image() -> None:
+    ds = render_binding_dataset(dataclasses.replace(SMALL, n_queries=4, n_pairs=6))
+    ids, names, indicators = slot_attributes(ds)
+    sets = image_sets(ds)
+    np.testing.assert_array_equal(ids, np.concatenate([sets[s][0] for s in sets]))
+    slots, shapes = ds["slot"].values.astype(str), ds["shape_name"].values.astype(str)
+    assert names[: len(shapes)] == [f"{slots[0]}={shape}" for shape in shapes]
+    assert indicators.shape == (len(ids), len(slots) * len(shapes))
+    row = list(ids).index("candidate/q00003/c5")
+    recorded = ds["candidate_shape"].values[3, 5]
+    for slot, shape in enumerate(recorded):
+        block = indicators[row, slot * len(shapes) : (slot + 1) * len(shapes)]
+        assert block.sum() == (shape >= 0) and (shape < 0 or block[shape] == 1)
+    row = list(ids).index("pair/p00004/m1")
+    expected = ds["pair_shape"].values[4, 1]
+    got = indicators[row].reshape(len(slots), len(shapes)).argmax(1)
+    np.testing.assert_array_equal(got[expected >= 0], expected[expected >= 0])
 
 
 def test_store_round_trip_with_provenance(tmp_path: Path) -> None:

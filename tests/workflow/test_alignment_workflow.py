@@ -54,8 +54,15 @@ def test_real_pair_reads_both_embedding_stores(workflow_run: Path) -> None:
         assert variants == set(alignment["real"]["variants"])
         info = record["data_info"]
         assert info["n_common_images"] >= 16 and info["n_test"] >= 8
+        # the known attributes of the binding images: shape x slot (2x2 grid, 4 shapes)
+        assert len(info["attributes"]) == 16 and info["n_without_attributes"] == 0
+        assert any(a["scored"] for a in info["attributes"].values())
         for run in record["runs"]:
-            assert run["summary"]["mcc"] is None  # no ground truth on real data
+            summary = run["summary"]
+            assert summary["mcc"] is None  # attributes are not the embeddings' generative factors
+            assert 0.0 <= summary["attribute_probe_accuracy"] <= 1.0
+            for key in ("tr_intervention", "cont_intervention", "tr_intervention_input"):
+                assert -1.0 <= summary[key] <= 1.0, key
             assert np.isfinite(run["summary"]["tr_r2"])
 
 
@@ -83,7 +90,7 @@ def test_tables_and_claims(workflow_run: Path) -> None:
 
 def test_figures(workflow_run: Path) -> None:
     figures = workflow_run / "results" / "figures"
-    for stem in ("alignment_methods", "alignment_paired_fraction"):
+    for stem in ("alignment_methods", "alignment_paired_fraction", "alignment_real"):
         png, pdf = figures / f"{stem}.png", figures / f"{stem}.pdf"
         assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
         assert pdf.read_bytes()[:4] == b"%PDF"
