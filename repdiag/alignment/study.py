@@ -138,8 +138,8 @@ def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
     from repdiag.binding.dataset import CONTRACT, slot_attributes
     from repdiag.core.store import open_store
 
-    shapes = ["query_shape", "candidate_shape", "pair_shape"]
-    ds = open_store(dataset, variables=shapes, contract=CONTRACT)
+    arrays = ["query_shape", "candidate_shape", "pair_shape", "shape_name"]  # not the images
+    ds = open_store(dataset, variables=arrays, contract=CONTRACT)
     # zarr v3 variable-length strings read back as numpy StringDType, which `.astype(str)` rejects
     ds = ds.assign_coords(
         {name: np.asarray(ds[name].values.tolist(), dtype=str) for name in ds.coords}

@@ -63,3 +63,21 @@ def test_training_is_deterministic_given_the_seed():
     for p, q in zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
     assert runs[0].curve[-1]["step"] == 15
+
+
+def test_real_attributes_are_read_from_a_binding_store_without_its_images(tmp_path):
+    import numpy as np
+
+    from repdiag.alignment.study import read_attributes
+    from repdiag.binding.dataset import BindingParams, render_binding_dataset, slot_attributes
+    from repdiag.core.store import write_store
+
+    ds = render_binding_dataset(
+        BindingParams(image_size=32, n_queries=4, n_candidates=8, n_pairs=6)
+    )
+    write_store(tmp_path / "binding.zarr", ds)
+    ids, names, indicators = read_attributes(tmp_path / "binding.zarr")
+    expected = slot_attributes(ds)
+    np.testing.assert_array_equal(ids, expected[0])
+    assert names == expected[1] and names[0] == "r0c0=circle"
+    np.testing.assert_array_equal(indicators, expected[2])
