@@ -122,6 +122,9 @@ def cell_params(section: Mapping[str, Any], name: str) -> dict[str, Any]:
     else:
         encoder["lr"] = encoders["inverse"]["lr"]
         encoder["lr_schedule"] = encoders["inverse"]["lr_schedule"]
+        train = dict(section["train"])
+        if encoders["inverse"].get("steps") is not None:
+            train["steps"] = encoders["inverse"]["steps"]
         if cell.generator == "patches":
             encoder["patches_sharpness"] = encoders["inverse"]["patches_sharpness"]
             encoder["patches_sharpness_start"] = encoders["inverse"]["patches_sharpness_start"]
@@ -145,7 +148,7 @@ def cell_params(section: Mapping[str, Any], name: str) -> dict[str, Any]:
         "sampling": sampling,
         "encoder": encoder,
         "loss": loss,
-        "train": dict(section["train"]),
+        "train": train if cell.encoder == "inverse" else dict(section["train"]),
         "evaluation": dict(section["evaluation"]),
     }
 

@@ -34,6 +34,7 @@ def tiny_params(name: str) -> dict:
     section["loss"] |= {"n_negatives": 8, "group_size": 4}
     section["evaluation"] |= {"n_samples": 64}
     section["encoders"]["mlp"]["hidden"] = [8]
+    section["encoders"]["inverse"]["steps"] = None  # train.steps for every encoder
     section["generators"]["invertible_mlp"]["n_cond_samples"] = 200
     return cell_params(section, name)
 
@@ -97,6 +98,11 @@ def test_cell_params_hold_exactly_what_the_cell_uses() -> None:
     inverse = cell_params(section, "patches-restricted-inverse-infonce-s0")
     assert inverse["encoder"]["lr"] == 0.01 and "hidden" not in inverse["encoder"]
     assert inverse["encoder"]["patches_sharpness"] == 300.0 and inverse["sampling"]["n_fixed"] == 1
+    # inverse models train for encoders.inverse.steps (null: train.steps), the MLP for train.steps
+    steps = section["train"]["steps"]
+    assert inverse["train"]["steps"] == 1200 != steps and mlp_full["train"]["steps"] == steps
+    section["encoders"]["inverse"]["steps"] = None
+    assert cell_params(section, "patches-restricted-inverse-infonce-s0")["train"]["steps"] == steps
     corrected = cell_params(section, "identity-restricted-mlp-support_corrected-r0.75-s2")
     assert corrected["loss"]["ratio"] == 0.75 and corrected["loss"]["group_size"] == 32
     changed = copy.deepcopy(section)
