@@ -107,8 +107,10 @@ class ProbeTruth:
     (``eval_rows``) is where interventions are scored, projected on the target domain's probe:
     the change of its score ``w_j . delta`` against ``w_j . t_j(a)``, the score change the
     attribute makes on average. Attributes with fewer than ``MIN_CLASS_ROWS`` fit rows in either
-    class are left out (``present`` False). ``probe_accuracy`` is each probe's balanced accuracy
-    on the evaluation rows: an attribute a domain does not encode linearly scores near 0.5.
+    class are left out (``present`` False), and so is, in a domain, an attribute whose probe's
+    balanced accuracy on the evaluation rows (``probe_accuracy``) is below ``MIN_PROBE_ACCURACY``:
+    a domain that does not encode an attribute linearly has no effect of it to transfer. The
+    selection reads each embedding alone, never a trained alignment model.
     """
 
     names: tuple[str, ...]
@@ -142,6 +144,7 @@ class ProbeTruth:
 
 
 MIN_CLASS_ROWS = 5
+MIN_PROBE_ACCURACY = 0.6
 
 
 def probe_truth(
@@ -183,10 +186,11 @@ def probe_truth(
         effects.append(effect.astype(np.float32))
         probes.append(probe)
         accuracy.append(acc)
+    decodable = [usable & (np.nan_to_num(acc) >= MIN_PROBE_ACCURACY) for acc in accuracy]
     return ProbeTruth(
         names=tuple(names),
         concepts=indicators,
-        present=(usable.copy(), usable.copy()),
+        present=(decodable[0], decodable[1]),
         effects=(effects[0], effects[1]),
         probes=(probes[0], probes[1]),
         probe_accuracy=(accuracy[0], accuracy[1]),

@@ -52,8 +52,10 @@ Intervention metrics on real embeddings (known attributes stand in for concepts)
     ``p = w_j . delta_j`` against ``t = w_j . t_j`` (the probe-score change the attribute makes
     on average). ``cont_intervention`` compares the code changes ``E_i x_i - E_i (x_i - t_i)``
     of the two domains as above. ``attribute_probe_accuracy`` is the probes' mean balanced
-    accuracy on the evaluation rows (0.5: the attribute is not linearly decodable); MCC is not
-    defined (the attributes are not the embeddings' generative factors).
+    accuracy on the evaluation rows over all attributes (0.5: not linearly decodable); only
+    attributes decodable in both domains (balanced accuracy >= 0.6) are intervened on, and
+    with none the intervention metrics are empty. MCC is not defined (the attributes are not
+    the embeddings' generative factors).
 Cycle consistency
     ``R^2`` of ``x_i -> j -> i = D_i E_j D_j E_i x_i`` against ``x_i``; needs no pairs, which is why
     it is used as a proxy, and why the study checks whether it tracks M_tr.
@@ -311,12 +313,11 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def _attribute_accuracy(truth) -> float | None:
-    """Mean balanced accuracy of a real path's attribute probes over domains and scored attributes."""
+    """Mean balanced accuracy of a real path's attribute probes over domains and attributes."""
     accuracy = getattr(truth, "probe_accuracy", None)
     if accuracy is None:
         return None
-    scored = truth.shared
-    values = np.concatenate([acc[scored] for acc in accuracy])
+    values = np.concatenate(list(accuracy))
     values = values[np.isfinite(values)]
     return float(values.mean()) if values.size else None
 

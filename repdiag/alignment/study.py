@@ -20,6 +20,10 @@ from repdiag.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def fit_and_evaluate(
     variant: str,
     data: PairedData,
@@ -63,8 +67,8 @@ def fit_and_evaluate(
         "cycle R2 %.3f",
         variant,
         summary["explained_variance"],
-        summary["tr_intervention"],
-        summary["cont_intervention"],
+        _number(summary["tr_intervention"]),
+        _number(summary["cont_intervention"]),
         summary["tr_r2"],
         summary["jaccard"],
         summary["cycle_r2"],

@@ -289,9 +289,14 @@ def test_probe_truth_effects_and_probes_by_hand():
     x = labels * direction + 0.01 * rng.standard_normal((200, 3))
     rare = np.zeros((200, 1), dtype=np.float32)
     rare[:3] = 1  # fewer than MIN_CLASS_ROWS positives in the fit half: not scored
+    unseen = (rng.random((200, 1)) < 0.5).astype(np.float32)  # not in the inputs: chance probes
     truth = probe_truth(
-        (x, 2 * x), np.concatenate([labels, rare], axis=1), ["half", "rare"], seed=0
+        (x, 2 * x),
+        np.concatenate([labels, rare, unseen], axis=1),
+        ["half", "rare", "unseen"],
+        seed=0,
     )
+    assert truth.probe_accuracy[0][2] < 0.6 and not truth.present[0][2]
     np.testing.assert_allclose(truth.effects[0][0], direction, atol=0.01)
     np.testing.assert_allclose(truth.effects[1][0], 2 * direction, atol=0.02)
     assert truth.probes[0][0][0] > 0 and truth.probe_accuracy[0][0] == 1.0
@@ -308,6 +313,19 @@ def test_probe_truth_effects_and_probes_by_hand():
     assert scaled.readout(0, 0) @ scaled.change(0, rows[:1], 0)[0] == pytest.approx(
         truth.readout(0, 0) @ truth.change(0, rows[:1], 0)[0], rel=1e-5
     )
+
+
+def test_attributes_no_domain_decodes_leave_the_intervention_metrics_empty():
+    from repdiag.alignment.concepts import probe_truth
+    from repdiag.alignment.metrics import intervention_metrics
+
+    model, data = _perfect_pair(seed=5)
+    shuffled = np.random.default_rng(0).permutation(data.test_concepts > 0)  # rows shuffled
+    truth = probe_truth(data.test, shuffled, [f"c{c}" for c in range(12)], seed=0)
+    assert len(truth.shared) == 0
+    result = intervention_metrics(model, data.test, truth)
+    assert result["tr_intervention"] is None and result["cont_intervention"] is None
+    assert result["concept_match"] is None
 
 
 def test_change_agreement_by_hand():
