@@ -174,15 +174,16 @@ def probe_truth(
         effect = np.zeros((len(names), d))
         probe = np.zeros((len(names), d))
         acc = np.full(len(names), np.nan)
+        fit_x = x[fit_rows]
+        fit_z, eval_z = (fit_x - mean) / std, (x[eval_rows] - mean) / std
         for a in np.flatnonzero(usable):
-            fit_x, fit_y = x[fit_rows], labels[:, a]
+            fit_y = labels[:, a]
             effect[a] = fit_x[fit_y].mean(0) - fit_x[~fit_y].mean(0)
-            model = LogisticRegression(C=1.0, max_iter=2000).fit((fit_x - mean) / std, fit_y)
+            model = LogisticRegression(C=1.0, max_iter=2000).fit(fit_z, fit_y)
             probe[a] = model.coef_[0] / std
             eval_y = indicators[eval_rows, a] > 0
             if eval_y.any() and not eval_y.all():
-                predicted = model.predict((x[eval_rows] - mean) / std)
-                acc[a] = balanced_accuracy_score(eval_y, predicted)
+                acc[a] = balanced_accuracy_score(eval_y, model.predict(eval_z))
         effects.append(effect.astype(np.float32))
         probes.append(probe)
         accuracy.append(acc)

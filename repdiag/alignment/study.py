@@ -121,7 +121,7 @@ def run_cell(
         seed=cell["seed"],
         device=device,
     )
-    record["train"].update(lr=float(train["lr"]), lr_source="tuning" if lr else "config")
+    record["train"].update(lr=float(train["lr"]), lr_source="config" if lr is None else "tuning")
     return {
         "cell": cell["name"],
         "data": "synthetic",
@@ -137,17 +137,10 @@ def run_cell(
 
 def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
     """``(ids, names, indicators)`` of every image of a binding dataset store (shape in slot)."""
-    import numpy as np
-
-    from repdiag.binding.dataset import CONTRACT, slot_attributes
-    from repdiag.core.store import open_store
+    from repdiag.binding.dataset import open_binding_store, slot_attributes
 
     arrays = ["query_shape", "candidate_shape", "pair_shape", "shape_name"]  # not the images
-    ds = open_store(dataset, variables=arrays, contract=CONTRACT)
-    # zarr v3 variable-length strings read back as numpy StringDType, which `.astype(str)` rejects
-    ds = ds.assign_coords(
-        {name: np.asarray(ds[name].values.tolist(), dtype=str) for name in ds.coords}
-    )
+    ds = open_binding_store(dataset, variables=arrays)
     return slot_attributes(ds)
 
 

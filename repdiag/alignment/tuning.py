@@ -49,8 +49,7 @@ def validation_split(
             f"alignment.tuning.validation_fraction must lie in (0, 1), got {fraction}"
         )
     n_paired = data.n_paired
-    n_val_pairs = round(fraction * n_paired) if n_paired >= 2 else 0
-    n_val_pairs = max(1, n_val_pairs) if n_paired >= 2 else 0
+    n_val_pairs = max(1, round(fraction * n_paired)) if n_paired >= 2 else 0
     train_rows, validation_rows = [], []
     for x in data.train:
         n_val = max(1, round(fraction * (len(x) - n_paired)))

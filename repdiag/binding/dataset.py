@@ -453,6 +453,26 @@ def chunk_encoding(
     return encoding
 
 
+def open_binding_store(
+    path: str | os.PathLike[str], variables: Iterable[str] | None = None
+) -> xr.Dataset:
+    """The store at ``path`` checked against :data:`CONTRACT`, string coordinates as ``str``.
+
+    zarr v3 variable-length strings read back as numpy StringDType, which ``.astype(str)``
+    rejects; ``variables`` loads only those arrays (and their coordinates).
+    """
+    from repdiag.core.store import open_store
+
+    ds = open_store(path, contract=CONTRACT, variables=variables)
+    return ds.assign_coords(
+        {
+            name: np.asarray(ds[name].values.tolist(), dtype=str)
+            for name in ds.coords
+            if ds[name].dtype.kind == "T"
+        }
+    )
+
+
 def image_ids(ds: xr.Dataset) -> dict[str, np.ndarray]:
     """Image ids of each set, in store order (see :func:`image_sets`)."""
     queries = ds["query"].values.astype(str)

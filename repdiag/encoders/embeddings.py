@@ -40,17 +40,9 @@ def binding_image_sets(
     dataset: str | Path, names: Iterable[str] = BINDING_SETS
 ) -> dict[str, tuple[list[str], np.ndarray]]:
     """The named image sets of the binding store (``repdiag.binding.dataset.image_sets``)."""
-    from repdiag.binding.dataset import CONTRACT, image_sets
+    from repdiag.binding.dataset import image_sets, open_binding_store
 
-    ds = open_store(dataset, contract=CONTRACT)
-    # zarr v3 variable-length strings read back as numpy StringDType, which `.astype(str)` rejects
-    ds = ds.assign_coords(
-        {
-            name: np.asarray(ds[name].values.tolist(), dtype=str)
-            for name in ds.coords
-            if ds[name].dtype.kind == "T"
-        }
-    )
+    ds = open_binding_store(dataset)
     sets = image_sets(ds)
     missing = [name for name in names if name not in sets]
     if missing:
