@@ -115,20 +115,27 @@ def tune_learning_rate(
             weights=params["weights"],
             sw_projections=int(params["train"].get("sw_projections", 32)),
         )
-        result = train_method(
-            method, train_data, replace(settings, lr=float(lr)), seed=tuning["seed"], device=device
-        )
+        try:
+            result = train_method(
+                method,
+                train_data,
+                replace(settings, lr=float(lr)),
+                seed=tuning["seed"],
+                device=device,
+            )
+        except FloatingPointError as error:  # a rate too large: recorded, never picked
+            log.warning("%s lr %g: %s", variant, lr, error)
+            runs.append({"lr": float(lr), "validation": {"objective": None}, "diverged": True})
+            continue
         model = result.model.cpu()
         scores = validation_objective(method, model, rows, pairs, seed=tuning["seed"])
         log.info("%s lr %g: validation objective %.5f", variant, lr, scores["objective"])
         runs.append({"lr": float(lr), "validation": scores, "wall_time_s": result.wall_time_s})
-    objectives = [run["validation"]["objective"] for run in runs]
-    if not all(np.isfinite(objectives)):
-        raise FloatingPointError(f"{variant}: a learning rate diverged: {objectives}")
-    picked = runs[int(np.argmin(objectives))]["lr"]
+    picked, at_edge = pick_learning_rate(runs, variant)
     return {
         "variant": variant,
         "picked_lr": picked,
+        "picked_at_edge": at_edge,
         "default_lr": float(params["train"]["lr"]),
         "runs": runs,
         "n_train": [len(x) for x in train_data.train],
@@ -137,6 +144,39 @@ def tune_learning_rate(
         "n_validation_pairs": 0 if pairs is None else len(pairs[0]),
         "params": dict(params),
     }
+
+
+def pick_learning_rate(runs: Sequence[Mapping[str, Any]], variant: str) -> tuple[float, bool]:
+    """The rate of lowest finite validation objective, and whether it is the range's end.
+
+    A diverged rate (objective ``None`` or non-finite) cannot be picked; all diverged is an error. A pick at
+    the smallest or largest rate offered means the optimum may lie outside the range: warned.
+    """
+    lrs = [float(run["lr"]) for run in runs]
+    objectives = np.array(
+        [
+            np.nan if run["validation"]["objective"] is None else run["validation"]["objective"]
+            for run in runs
+        ],
+        dtype=float,
+    )
+    finite = np.isfinite(objectives)
+    if not finite.any():
+        raise FloatingPointError(f"{variant}: every learning rate diverged ({lrs})")
+    for lr in np.asarray(lrs)[~finite]:
+        log.warning(
+            "%s: lr %g diverged (non-finite validation objective); not pickable", variant, lr
+        )
+    picked = lrs[int(np.argmin(np.where(finite, objectives, np.inf)))]
+    at_edge = picked in (min(lrs), max(lrs))
+    if at_edge:
+        log.warning(
+            "%s: picked lr %g is at the end of alignment.tuning.lrs %s; widen the range",
+            variant,
+            picked,
+            sorted(lrs),
+        )
+    return picked, at_edge
 
 
 def lr_table(records: Sequence[Mapping[str, Any]]):
@@ -152,6 +192,7 @@ def lr_table(records: Sequence[Mapping[str, Any]]):
                     "lr": run["lr"],
                     "validation_objective": run["validation"]["objective"],
                     "picked": run["lr"] == record["picked_lr"],
+                    "picked_at_range_end": bool(record.get("picked_at_edge", False)),
                     "is_default": run["lr"] == record["default_lr"],
                     "n_validation_rows": record["n_validation"][0],
                     "n_validation_pairs": record["n_validation_pairs"],

@@ -12,6 +12,7 @@ from repdiag.alignment.methods import SAESettings, make_method, squared_error
 from repdiag.alignment.train import normalise
 from repdiag.alignment.tuning import (
     lr_table,
+    pick_learning_rate,
     tune_learning_rate,
     validation_objective,
     validation_split,
@@ -122,6 +123,34 @@ def test_a_learning_rate_too_small_to_train_is_not_picked():
     assert result["n_validation_pairs"] == 20 and result["n_train_pairs"] == 180
     table = lr_table([result])
     assert list(table["picked"]) == [False, True] and list(table["is_default"]) == [False, False]
+    assert result["picked_at_edge"] and table["picked_at_range_end"].all()
+
+
+def _runs(objectives):
+    return [{"lr": lr, "validation": {"objective": v}} for lr, v in objectives.items()]
+
+
+def test_a_diverged_rate_is_never_picked_and_an_interior_pick_is_not_at_the_edge():
+    assert pick_learning_rate(_runs({1e-3: 0.5, 3e-3: 0.2, 1e-2: None}), "usae") == (3e-3, False)
+    assert pick_learning_rate(_runs({1e-3: 0.5, 3e-3: 0.2, 1e-2: 0.3}), "usae") == (3e-3, False)
+    assert pick_learning_rate(_runs({1e-3: 0.5, 3e-3: float("nan"), 1e-2: 0.7}), "usae") == (
+        1e-3,
+        True,
+    )
+
+
+def test_a_pick_at_either_end_of_the_range_is_flagged(caplog):
+    with caplog.at_level("WARNING"):
+        assert pick_learning_rate(_runs({1e-2: 0.1, 1e-3: 0.5, 3e-3: 0.2}), "cosae-all") == (
+            1e-2,
+            True,
+        )
+    assert "at the end of alignment.tuning.lrs" in caplog.text
+
+
+def test_every_rate_diverged_is_an_error():
+    with pytest.raises(FloatingPointError, match="every learning rate diverged"):
+        pick_learning_rate(_runs({1e-3: None, 1e-2: float("inf")}), "crosscoder")
 
 
 def test_tuning_params_and_config_check_name_the_key():
