@@ -417,6 +417,14 @@ def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
     )
 
 
+def random_rotation(dim: int, seed: int) -> np.ndarray:
+    """A Haar-distributed orthogonal (dim, dim) matrix: Q of the QR of a Gaussian draw, with
+    the signs of R's diagonal moved into Q (Mezzadri 2007), float64."""
+    gaussian = np.random.default_rng([seed, 3]).standard_normal((dim, dim))
+    q, r = np.linalg.qr(gaussian)
+    return q * np.sign(np.diag(r))
+
+
 def _standardise(x: np.ndarray) -> np.ndarray:
     return (x - x.mean(0)) / (x.std(0) + 1e-8)
 
@@ -435,6 +443,7 @@ def embedding_pairs(
     attributes: tuple[np.ndarray, Sequence[str], np.ndarray] | None = None,
     attribute_fit_fraction: float = 0.5,
     reuse_truth: ProbeTruth | None = None,
+    rotate_b: bool = False,
 ) -> PairedData:
     """Two encoders' embeddings of the same images, paired by image id (see module docstring).
 
@@ -445,9 +454,13 @@ def embedding_pairs(
     :class:`ProbeTruth` (``truth``), which the intervention metrics read. The held-out split
     depends only on ``seed``, ``test_fraction`` and ``max_images``, so a caller looping over
     paired fractions can pass the first call's truth as ``reuse_truth`` instead of refitting.
+    ``rotate_b`` expresses domain b in a Haar-random orthonormal basis (drawn from ``seed``):
+    with ``path_b = path_a`` the pair has an exact linear alignment, the positive control.
     """
     ids_a, x_a = read_layer(path_a, layer, image_sets)
     ids_b, x_b = read_layer(path_b, layer, image_sets)
+    if rotate_b:
+        x_b = x_b @ random_rotation(x_b.shape[1], seed).astype(x_b.dtype)
     n_without_attributes = 0
     if attributes is not None:
         known = np.isin(ids_a, np.asarray(attributes[0]).astype(str))

@@ -182,7 +182,10 @@ def preset_sections(alignment: Mapping[str, Any]) -> tuple[dict[str, Any], dict[
 
 
 def real_pair_name(pair: Mapping[str, str]) -> str:
-    return f"{pair['a']}__{pair['b']}__{pair.get('layer', 'final')}"
+    """``<a>__<b>__<layer>``, with ``__<control>`` appended for a control pair."""
+    name = f"{pair['a']}__{pair['b']}__{pair.get('layer', 'final')}"
+    control = pair.get("control", "none")
+    return name if control == "none" else f"{name}__{control}"
 
 
 def real_pairs(alignment: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -246,9 +249,10 @@ def check_alignment_config(config: Mapping[str, Any]) -> None:
                     f"alignment.real.pairs[{index}].{side}={pair[side]!r} is not a key of models; "
                     f"choose one of {', '.join(models)}"
                 )
-        if pair["a"] == pair["b"]:
+        if pair["a"] == pair["b"] and pair.get("control", "none") == "none":
             raise ConfigError(
-                f"alignment.real.pairs[{index}] pairs model {pair['a']!r} with itself"
+                f"alignment.real.pairs[{index}] pairs model {pair['a']!r} with itself; "
+                "set control: rotation for the positive control (b in a random basis)"
             )
         name = real_pair_name(pair)
         if name in seen:

@@ -86,10 +86,13 @@ SECONDARY = {"tr": "tr_r2", "cont": "probe_transfer"}
 CLAIMS = study_claims("alignment")
 
 
-def _row(record: Mapping[str, Any], *, data: str, pair: str, cell: str) -> dict[str, Any]:
+def _row(
+    record: Mapping[str, Any], *, data: str, pair: str, cell: str, control: str = "none"
+) -> dict[str, Any]:
     row = {
         "data": data,
         "pair": pair,
+        "control": control,
         "cell": cell,
         "variant": record["variant"],
         "method": record["method"],
@@ -113,7 +116,8 @@ def results_table(
     for job in real:
         for run in job["runs"]:
             cell = f"{job['pair']}/{run['variant']}__p{run['paired_fraction']:g}"
-            rows.append(_row(run, data="real", pair=job["pair"], cell=cell))
+            control = job.get("control", "none")
+            rows.append(_row(run, data="real", pair=job["pair"], cell=cell, control=control))
     table = pd.DataFrame(rows)
     if table.empty:
         return table
@@ -383,12 +387,15 @@ def _ahead(table: pd.DataFrame, scope: str) -> dict[str, Any]:
 
 
 def claims_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The paper's claims with this run's evidence, for the synthetic grid and each real pair."""
+    """The paper's claims with this run's evidence, for the synthetic grid and each real pair.
+
+    Control pairs (``control`` other than ``none``, e.g. a model against itself in a random
+    basis) test the metrics, not the paper, so they have no claims.
+    """
     rows: list[dict[str, Any]] = []
     scopes = [("synthetic", table[table["data"] == "synthetic"])]
-    scopes += [
-        (f"real:{pair}", group) for pair, group in table[table["data"] == "real"].groupby("pair")
-    ]
+    real = table[(table["data"] == "real") & (table.get("control", "none") == "none")]
+    scopes += [(f"real:{pair}", group) for pair, group in real.groupby("pair")]
     for scope, part in scopes:
         if part.empty:
             continue

@@ -177,6 +177,7 @@ def run_real(
                 attributes=attributes,
                 attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
                 reuse_truth=truth,
+                rotate_b=pair.get("control", "none") == "rotation",
             )
             if info is None:  # the split is the same for every fraction: record it once
                 info = {k: v for k, v in data.info.items() if k != "paired_fraction"}
@@ -199,6 +200,7 @@ def run_real(
         "a": pair["a"],
         "b": pair["b"],
         "layer": pair.get("layer", "final"),
+        "control": pair.get("control", "none"),
         "data_info": info,
         "runs": runs,
         "wall_time_s": time.monotonic() - start,

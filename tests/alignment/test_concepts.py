@@ -10,6 +10,7 @@ from repdiag.alignment.concepts import (
     embedding_pairs,
     n_paired_rows,
     random_map,
+    random_rotation,
     read_layer,
     sample_concepts,
     synthetic_pairs,
@@ -139,6 +140,43 @@ def test_embedding_pairs_pair_rows_by_image_id(tmp_path):
     assert len(unpaired_a) + len(unpaired_b) + data.n_paired + len(test_a) == n
     assert data.n_paired == 15  # 10% of the 150 training images
     assert set(np.unique(data.test_labels)) <= {0, 1, 2}
+
+
+def test_random_rotation_is_orthogonal_seeded_and_not_the_identity():
+    q = random_rotation(7, seed=0)
+    np.testing.assert_allclose(q.T @ q, np.eye(7), atol=1e-12)
+    np.testing.assert_array_equal(q, random_rotation(7, seed=0))
+    assert not np.allclose(q, random_rotation(7, seed=1))
+    assert np.abs(np.diag(q)).max() < 0.99
+
+
+def test_rotation_control_is_store_a_in_a_random_basis(tmp_path):
+    n = 120
+    ids = np.array([f"query/q{i:05d}" for i in range(n)])
+    values = np.random.default_rng(1).standard_normal((n, 5))
+    path = _store(tmp_path / "a.zarr", ids, values, ["query"] * n)
+    plain = embedding_pairs(
+        path, path, layer="final", paired_fraction=0.5, test_fraction=0.25, seed=3, n_clusters=2
+    )
+    rotated = embedding_pairs(
+        path,
+        path,
+        layer="final",
+        paired_fraction=0.5,
+        test_fraction=0.25,
+        seed=3,
+        n_clusters=2,
+        rotate_b=True,
+    )
+    q = random_rotation(5, seed=3)
+    test_a, test_b = rotated.test
+    np.testing.assert_allclose(test_a, plain.test[0])
+    np.testing.assert_allclose(test_b, test_a @ q, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.linalg.norm(test_b, axis=1), np.linalg.norm(test_a, axis=1), rtol=1e-5
+    )
+    pairs_a, pairs_b = (x[: rotated.n_paired] for x in rotated.train)
+    np.testing.assert_allclose(pairs_b, pairs_a @ q, rtol=1e-5, atol=1e-5)
 
 
 def test_embedding_pairs_errors_name_the_store(tmp_path):

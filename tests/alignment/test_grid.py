@@ -70,7 +70,7 @@ def test_real_pair_params():
     alignment = _config()["alignment"]
     assert list(real_pairs(alignment)) == ["barlow_twins__clip__final"]
     params = real_params(alignment, "barlow_twins__clip__final")
-    assert params["pair"] == {"a": "barlow_twins", "b": "clip", "layer": "final"}
+    assert params["pair"] == {"a": "barlow_twins", "b": "clip", "layer": "final", "control": "none"}
     assert params["weights"]["sae_a"] is None
     assert params["weights"]["cosae-translation"] == {"reconstruction": 1.0, "translation": 1.0}
     assert params["sae"] == {
@@ -80,6 +80,18 @@ def test_real_pair_params():
         "aux_coef": 0.03125,
         "dead_after": 4096,
     }
+
+
+def test_a_rotation_control_pairs_a_model_with_itself_under_its_own_name():
+    control = {"a": "mae", "b": "mae", "control": "rotation"}
+    config = _config({"real": {"pairs": [{"a": "mae", "b": "clip"}, control]}})
+    check_alignment_config(config)
+    assert list(real_pairs(config["alignment"])) == [
+        "mae__clip__final",
+        "mae__mae__final__rotation",
+    ]
+    params = real_params(config["alignment"], "mae__mae__final__rotation")
+    assert params["pair"]["control"] == "rotation"
 
 
 @pytest.mark.parametrize(
