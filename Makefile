@@ -11,6 +11,10 @@ CORES ?= all
 # study otherwise (identifiability, alignment; cifar, sugarcrepe where enabled).
 STUDY ?= binding
 SNAKEMAKE_ARGS ?=
+# pytest-xdist workers for `make test` (auto: one per core); tests that share an expensive
+# fixture stay on one worker (--dist loadgroup), shared workflow runs are built once
+# (tests/shared_runs.py). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= auto
 
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
@@ -39,7 +43,7 @@ lint: setup
 	$(BIN)/snakemake --lint --cores 1
 
 test: setup lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The SLURM profile against a real single-node SLURM (installs slurm-wlm with apt-get; root).
 test-slurm: setup

@@ -10,6 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import timing
+from tests.shared_runs import (
+    SHARED_RUNS,
+    build_shared,
+    shared_root,
+    start_background_builds,
+    stop_background_builds,
+    worker_id,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW_PARTS = (
     "Snakefile",
@@ -88,12 +98,23 @@ def snakemake(
     return proc
 
 
+def run_test_config(workdir: Path) -> None:
+    copy_workflow(workdir)
+    snakemake(workdir)
+
+
 @pytest.fixture(scope="session")
 def workflow_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A complete run of the workflow on config/test.yaml in a temporary copy (shared, read-only)."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    snakemake(workdir)
-    return workdir
+    """A complete run of the workflow on config/test.yaml in a temporary copy, built once per
+    pytest run for every worker (tests.shared_runs): read it, never run Snakemake in it (take
+    ``completed``)."""
+    return build_shared(shared_root(tmp_path_factory.getbasetemp()), "workflow_run")
+
+
+@pytest.fixture(scope="session")
+def second_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second, independent run of config/test.yaml (the determinism check compares the two)."""
+    return build_shared(shared_root(tmp_path_factory.getbasetemp()), "second_run")
 
 
 @pytest.fixture
@@ -112,3 +133,49 @@ def edit_config(workdir: Path, edit) -> None:
     config = yaml.safe_load(path.read_text())
     edit(config)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # a plugin, not conftest hooks: conftest hooks do not see session-scoped fixture set-ups
+    config.pluginmanager.register(timing, "repdiag-test-times")
+    if worker_id():  # two workers on two cores: one torch thread each, not two oversubscribed
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def _rank(module_items: list[pytest.Item]) -> int:
+    """0: a module that keeps its tests on one worker (xdist_group: an expensive module fixture),
+    started first so that it is not the tail; 2: a module reading a shared run, last, so that the
+    background build is done by then; 1: the rest."""
+    if any(item.get_closest_marker("xdist_group") for item in module_items):
+        return 0
+    if any(set(item.fixturenames) & set(SHARED_RUNS) for item in module_items):
+        return 2
+    return 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not worker_id():  # a plain run keeps the file order
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    ordered = sorted(modules.values(), key=_rank)  # stable: file order within a rank
+    items[:] = [item for module_items in ordered for item in module_items]
+
+
+_background: dict[str, subprocess.Popen | None] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if worker_id() == "gw0":
+        needed = [
+            name for name in SHARED_RUNS if any(name in i.fixturenames for i in session.items)
+        ]
+        root = shared_root(session.config._tmp_path_factory.getbasetemp())
+        _background["builds"] = start_background_builds(root, needed)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_background_builds(_background.pop("builds", None))

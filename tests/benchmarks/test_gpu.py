@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = pytest.mark.xdist_group("benchmarks/test_gpu")
+
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {
     "mode", "device", "device_name", "torch", "threads", "model", "image_size", "k",

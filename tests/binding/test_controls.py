@@ -18,6 +18,9 @@ from repdiag.core.store import write_store
 from repdiag.encoders import build_encoder
 from repdiag.encoders.embeddings import extract_embeddings, write_embeddings
 
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = pytest.mark.xdist_group("binding/test_controls")
+
 CHANCE_CONTROLS = ("occupancy", "slot_area", "colour_histogram", "bag_of_shapes", "random_features")
 
 

@@ -33,6 +33,7 @@ from tests.conftest import (
     snakemake_env,
 )
 from tests.outputs import assert_same_output
+from tests.shared_runs import build_shared, shared_root
 
 KILLPOINTS = Path(__file__).resolve().parent / "killpoints"
 JACOBIAN_CACHE = "results/jacobians/.cache"
@@ -113,12 +114,16 @@ def prepare(workdir: Path) -> Path:
     return workdir
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted run of every stage's target (and the metrics that read them)."""
-    workdir = prepare(tmp_path_factory.mktemp("uninterrupted"))
+def run_reference(workdir: Path) -> None:
+    prepare(workdir)
     snakemake(workdir, *REFERENCE_TARGETS)
-    return workdir
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run of every stage's target (and the metrics that read them), built once
+    per pytest run for every worker (tests.shared_runs); each test copies it."""
+    return build_shared(shared_root(tmp_path_factory.getbasetemp()), "reference")
 
 
 def without_outputs(reference: Path, stage: Stage, dest: Path) -> Path:
@@ -221,13 +226,14 @@ def test_same_config_and_seed_give_bitwise_identical_outputs(
 
 
 def test_two_full_runs_give_the_same_results_tables_and_figures(
-    workflow_run: Path, tmp_path: Path
+    workflow_run: Path, second_run: Path
 ) -> None:
     """Every file under results/ of a second full run of config/test.yaml equals the first's:
     tables, figures (PNG and PDF), summary.md and ols_summary.txt byte for byte; stores and JSON
-    with only the wall times, rates and creation stamps of ``tests.outputs.VOLATILE`` left out."""
-    workdir = copy_workflow(tmp_path / "second")
-    snakemake(workdir)
+    with only the wall times, rates and creation stamps of ``tests.outputs.VOLATILE`` left out.
+    The two runs are independent copies of the workflow, each run from scratch."""
+    workdir = second_run
+    assert workdir != workflow_run
     tables = sorted((workflow_run / "results" / "tables").iterdir())
     figures = sorted((workflow_run / "results" / "figures").glob("*.pdf"))
     assert len(tables) >= 10 and len(figures) >= 5  # the comparison below covers them

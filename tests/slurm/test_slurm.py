@@ -5,7 +5,8 @@ and ``results/metrics/simclr.json``, i.e. the jobs render_binding, train_zoo[sim
 extract_embeddings[simclr] (a GPU rule, mapped to CPU here) and compute_metrics[simclr].
 
 Scenario, shared by the tests of this module:
-1. a local run of the targets in one copy of the workflow (the reference);
+1. the reference: the session's local run of config/test.yaml (``workflow_run``, shared with
+   the workflow tests), which holds the same jobs on the same config;
 2. in another copy, ``snakemake --workflow-profile profiles/slurm`` (plus the CPU override) until
    the extract_embeddings job runs under SLURM; the test then leaves a partial store at the job's
    output path (what a writer killed mid-write leaves) and kills the job with ``scancel``;
@@ -47,7 +48,8 @@ from tests.slurm.local_slurm import (
     live_jobs,
 )
 
-pytestmark = pytest.mark.slurm
+# one worker for the module: one SLURM cluster and one scenario per run
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm/test_slurm")]
 
 PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 TARGETS = ("results/datasets/binding.zarr", "results/metrics/simclr.json")
@@ -68,7 +70,6 @@ class Run:
 @dataclass
 class Scenario:
     cluster: LocalSlurm
-    local: Path
     workdir: Path
     cancelled: Run
     cancelled_job: str
@@ -181,10 +182,6 @@ def _wait_running(slurm: LocalSlurm, proc: subprocess.Popen, log: Path, workdir:
 @pytest.fixture(scope="module")
 def scenario(cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     seconds = {"apt_install": cluster.install_seconds, "cluster_start": cluster.start_seconds}
-    started = time.monotonic()
-    local = copy_workflow(tmp_path_factory.mktemp("local") / "wf")
-    snakemake(local, *TARGETS)
-    seconds["local_run"] = time.monotonic() - started
 
     workdir = copy_workflow(tmp_path_factory.mktemp("slurm") / "wf")
     started = time.monotonic()
@@ -212,7 +209,6 @@ def scenario(cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> S
     )
     return Scenario(
         cluster,
-        local,
         workdir,
         cancelled,
         job_id,
@@ -265,17 +261,21 @@ def test_rerun_completes_the_workflow(scenario: Scenario) -> None:
 
 
 @pytest.mark.parametrize("store", ["results/datasets/binding.zarr", CANCELLED_OUTPUT])
-def test_stores_are_bitwise_identical_to_a_local_run(scenario: Scenario, store: str) -> None:
-    assert list(zarr.open_group(scenario.local / store, mode="r").array_keys())
-    assert_same_arrays(scenario.local / store, scenario.workdir / store)
+def test_stores_are_bitwise_identical_to_a_local_run(
+    scenario: Scenario, workflow_run: Path, store: str
+) -> None:
+    assert list(zarr.open_group(workflow_run / store, mode="r").array_keys())
+    assert_same_arrays(workflow_run / store, scenario.workdir / store)
 
 
-def test_zoo_checkpoint_and_metrics_equal_the_local_run(scenario: Scenario) -> None:
+def test_zoo_checkpoint_and_metrics_equal_the_local_run(
+    scenario: Scenario, workflow_run: Path
+) -> None:
     weights = "results/zoo/simclr/model.safetensors"
-    assert_same_safetensors(scenario.local / weights, scenario.workdir / weights)
+    assert_same_safetensors(workflow_run / weights, scenario.workdir / weights)
     metrics = "results/metrics/simclr.json"
     assert json.loads((scenario.workdir / metrics).read_text()) == json.loads(
-        (scenario.local / metrics).read_text()
+        (workflow_run / metrics).read_text()
     )
 
 

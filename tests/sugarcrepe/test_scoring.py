@@ -24,6 +24,9 @@ from repdiag.sugarcrepe.scoring import (
 )
 from tests.sugarcrepe.fixture import caption, make_labelled_folder, make_sugarcrepe
 
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = pytest.mark.xdist_group("sugarcrepe/test_scoring")
+
 CLIP = "ViT-S-32-alt"  # the smallest open_clip architecture with the bundled OpenAI BPE tokenizer
 ORACLE = "tests.sugarcrepe.oracle_encoders:ColourCode"
 N_IMAGES = 6

@@ -20,7 +20,8 @@ from repdiag.cifar.study import run_names
 from repdiag.core.config import fill_defaults
 from tests.conftest import copy_workflow, snakemake
 
-pytestmark = pytest.mark.workflow
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("workflow/test_cifar")]
 # --configfile replaces config.yaml; several files are merged in order (the smoke file is an overlay)
 SMOKE = ("--configfile", "config/test.yaml", "config/cifar_smoke.yaml")
 

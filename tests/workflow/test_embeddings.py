@@ -47,10 +47,10 @@ def test_every_model_has_a_labelled_embeddings_store(workflow_run):
         assert f"{key} embeddings: {ds.sizes['image']}/{ds.sizes['image']}" in log
 
 
-def test_rerun_with_nothing_changed_runs_nothing(workflow_run):
-    config = yaml.safe_load((workflow_run / "config/test.yaml").read_text())
+def test_rerun_with_nothing_changed_runs_nothing(completed):
+    config = yaml.safe_load((completed / "config/test.yaml").read_text())
     targets = [f"results/embeddings/{key}.zarr" for key in config["models"]]
-    proc = snakemake(workflow_run, "-n", *targets)
+    proc = snakemake(completed, "-n", *targets)
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 

@@ -88,9 +88,9 @@ def test_statistics_agree_with_the_models_table(workflow_run: Path) -> None:
     assert {"l_iso", "geometry_rank", "jer_rank"} <= set(robustness["group"])
 
 
-def test_report_builds(workflow_run: Path, tmp_path: Path) -> None:
+def test_report_builds(completed: Path, tmp_path: Path) -> None:
     target = tmp_path / "report.html"
-    snakemake(workflow_run, "--report", str(target))
+    snakemake(completed, "--report", str(target))
     html = target.read_text(errors="replace")
     assert target.stat().st_size > 10_000
     for name in (*FIGURES, "paper_comparison", "correlations", "summary"):

@@ -21,7 +21,8 @@ from repdiag.sugarcrepe.data import CATEGORIES
 from tests.conftest import REPO, copy_workflow, snakemake
 from tests.sugarcrepe.fixture import make_sugarcrepe
 
-pytestmark = pytest.mark.workflow
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("workflow/test_sugarcrepe")]
 
 # ViT-S-32-alt shrunk through the entry's kwargs (open_clip's model_kwargs): seconds per job
 TINY = {

@@ -21,6 +21,9 @@ from repdiag.encoders.zoo.objectives.vicreg import vicreg_loss
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec, tells_binding, zoo_runs
 from repdiag.encoders.zoo.train import build_objective, make_optimizer, to_batch, train
 
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = pytest.mark.xdist_group("encoders/zoo/test_learning")
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -17,6 +17,9 @@ from repdiag.encoders.zoo.checkpoint import load_zoo_model, save_zoo_run
 from repdiag.encoders.zoo.plot import read_curve
 from repdiag.encoders.zoo.train import learning_rate, parameter_groups, train
 
+# one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
+pytestmark = pytest.mark.xdist_group("encoders/zoo/test_train")
+
 
 def save(result, run_dir):
     save_zoo_run(

@@ -1,0 +1,59 @@
+"""Where the suite's time goes: per-test phases and per-fixture set-up, recorded when asked.
+
+Active only when ``REPDIAG_TEST_TIMES`` names a folder (``benchmarks/tests.py`` sets it). The
+controller records every test's setup/call/teardown durations (xdist forwards the workers'
+reports to it); each process records the set-up time of every fixture it builds, so a fixture
+shared through :func:`tests.conftest.shared_dir` shows where it was built and where it was waited
+for. One JSON file per process: ``<folder>/<worker>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+TIMES_ENV = "REPDIAG_TEST_TIMES"
+_records: dict[str, list] = {"tests": [], "fixtures": []}
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(TIMES_ENV))
+
+
+def worker() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "controller")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    start = time.perf_counter()
+    yield
+    if enabled():
+        _records["fixtures"].append(
+            {
+                "name": fixturedef.argname,
+                "scope": fixturedef.scope,
+                "where": fixturedef.baseid or "<plugin>",
+                "seconds": time.perf_counter() - start,
+                "worker": worker(),
+                "test": request.node.nodeid,
+            }
+        )
+
+
+def pytest_runtest_logreport(report) -> None:
+    if enabled() and worker() == "controller":
+        _records["tests"].append(
+            {"nodeid": report.nodeid, "when": report.when, "seconds": report.duration}
+        )
+
+
+def pytest_sessionfinish(session) -> None:
+    if enabled():
+        folder = Path(os.environ[TIMES_ENV])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{worker()}.json").write_text(json.dumps(_records))
