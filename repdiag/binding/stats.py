@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats as sps
 
 from repdiag.binding.stats_options import DEFAULT_MIN_MODELS
@@ -270,6 +269,8 @@ def fit_ols(
     if n < needed:
         fit.note = too_few_note(n, needed, f"the fit {fit.formula}")
         return fit
+    import statsmodels.api as sm  # here, not at the top: ~1 s that the figure jobs never use
+
     design = sm.add_constant(data[predictors], has_constant="add").rename(
         columns={"const": "Intercept"}
     )

@@ -1,12 +1,16 @@
 """Model entries of the config, without importing torch: checks, defaults, and the files a job reads.
 
-The Snakefile imports this module while it parses the workflow, so it stays light: timm is
-imported only to check the names of ``timm`` and ``checkpoint`` entries when the config has some.
+The Snakefile imports this module while it parses the workflow, so it stays light: the names of
+``timm`` and ``checkpoint`` entries are checked against timm's architecture list, read from a
+cache per timm version (:func:`timm_architectures`); timm itself is imported only to fill it.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
+import json
+import os
 import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
@@ -106,12 +110,54 @@ def zoo_files(entry: Mapping[str, Any], zoo_dir: str | Path = "results/zoo") -> 
     return [str(Path(zoo_dir) / str(entry["id"]) / name) for name in ZOO_FILES]
 
 
-def _check_timm_name(key: str, name: str) -> None:
+CACHE_ENV = "REPDIAG_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """``$REPDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/repdiag``, else ``~/.cache/repdiag``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "repdiag"
+
+
+def timm_architectures() -> frozenset[str]:
+    """timm's architecture names (``timm.list_models()``), cached on disk per timm version.
+
+    Importing timm takes seconds (it imports torch and torchvision) and the Snakefile checks the
+    names on every parse, so the list is kept in ``cache_dir() / "timm-<version>.json"``,
+    written atomically; a missing, unreadable or malformed file is rebuilt, and an unwritable
+    cache folder only costs the import. A name the cache wrongly admitted would still be
+    refused by timm when the job builds the model.
+    """
+    path = cache_dir() / f"timm-{importlib.metadata.version('timm')}.json"
+    try:
+        names = json.loads(path.read_text())
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+            return frozenset(names)
+    except (OSError, ValueError):
+        pass
     import timm
 
-    if not timm.is_model(name):
+    names = timm.list_models()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(names))
+        partial.replace(path)
+    except OSError:
+        pass
+    return frozenset(names)
+
+
+def is_timm_architecture(name: str) -> bool:
+    """``timm.is_model(name)``: the architecture part, before any ``.pretrained_tag``, is known."""
+    return name.split(".", 1)[0] in timm_architectures()
+
+
+def _check_timm_name(key: str, name: str) -> None:
+    if not is_timm_architecture(name):
         base = name.split(".")[0]
-        close = difflib.get_close_matches(base, timm.list_models(), n=5, cutoff=0.6)
+        close = difflib.get_close_matches(base, sorted(timm_architectures()), n=5, cutoff=0.6)
         raise ConfigError(
             f"models.{key}.id: {name!r} is not a timm model"
             + (f"; did you mean {', '.join(close)}?" if close else "; see timm.list_models()")

@@ -1,12 +1,16 @@
-"""Model entries: local weights files and the embeddings folder must exist (repdiag.encoders.entries)."""
+"""Model entries: local weights files and the embeddings folder must exist; timm names are
+checked against a cached architecture list (repdiag.encoders.entries)."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 from pathlib import Path
 
 import pytest
 
 from repdiag.core.errors import ConfigError
+from repdiag.encoders import entries
 from repdiag.encoders.entries import check_embeddings_config, check_model_files
 
 
@@ -48,3 +52,47 @@ def test_embeddings_folder_must_exist(tmp_path: Path) -> None:
     check_embeddings_config({"embeddings": {"folder": str(tmp_path)}})
     with pytest.raises(ConfigError, match=r"embeddings.folder: .*gone is not a folder"):
         check_embeddings_config({"embeddings": {"folder": str(tmp_path / "gone")}})
+
+
+def test_timm_architectures_equal_timm_and_agree_with_is_model(tmp_path, monkeypatch) -> None:
+    import timm
+
+    monkeypatch.setenv(entries.CACHE_ENV, str(tmp_path / "cache"))
+    assert entries.timm_architectures() == frozenset(timm.list_models())
+    assert len(list((tmp_path / "cache").glob("timm-*.json"))) == 1  # written for the next parse
+    for name in [
+        "resnet18",
+        "vit_base_patch16_224.augreg_in21k",
+        "vit_tiny_patch16_2244",
+        "resnet18.",
+        "not_a_model",
+    ]:
+        assert entries.is_timm_architecture(name) == timm.is_model(name), name
+
+
+def test_the_timm_cache_file_is_what_is_read(tmp_path, monkeypatch) -> None:
+    """A planted list is believed (so no import of timm happens on a warm cache)."""
+    monkeypatch.setenv(entries.CACHE_ENV, str(tmp_path))
+    version = importlib.metadata.version("timm")
+    (tmp_path / f"timm-{version}.json").write_text('["only_this_arch"]')
+    assert entries.is_timm_architecture("only_this_arch.some_tag")
+    assert not entries.is_timm_architecture("resnet18")
+
+
+@pytest.mark.parametrize("content", ["{", "[]", '{"resnet18": 1}', "[1, 2]"])
+def test_a_malformed_timm_cache_is_rebuilt(tmp_path, monkeypatch, content: str) -> None:
+    import timm
+
+    monkeypatch.setenv(entries.CACHE_ENV, str(tmp_path))
+    path = tmp_path / f"timm-{importlib.metadata.version('timm')}.json"
+    path.write_text(content)
+    assert entries.timm_architectures() == frozenset(timm.list_models())
+    assert json.loads(path.read_text()) == timm.list_models()
+
+
+def test_an_unwritable_timm_cache_only_costs_the_import(tmp_path, monkeypatch) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv(entries.CACHE_ENV, str(blocker / "cache"))  # mkdir under a file fails
+    assert entries.is_timm_architecture("resnet18")
+    assert not entries.is_timm_architecture("resnet18x")
