@@ -42,8 +42,11 @@ lint: setup
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/snakemake --lint --cores 1
 
+# Each run records its per-test and per-fixture times in logs/test-times (tests/timing.py);
+# `.venv/bin/python benchmarks/tests.py --from logs/test-times` prints where the time went.
 test: setup lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	rm -rf logs/test-times
+	REPDIAG_TEST_TIMES=$(CURDIR)/logs/test-times $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The SLURM profile against a real single-node SLURM (installs slurm-wlm with apt-get; root).
 test-slurm: setup

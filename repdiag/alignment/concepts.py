@@ -43,7 +43,6 @@ from pathlib import Path
 import numpy as np
 
 from repdiag.core.errors import ConfigError, StoreError
-from repdiag.core.store import open_store
 
 MAPS = ("linear", "nonlinear")
 MAGNITUDE_RANGE = (0.5, 1.5)
@@ -389,6 +388,9 @@ def read_layer(
     path: str | Path, layer: str, image_sets: Sequence[str] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Image ids and ``emb_<layer>`` rows of one embedding store, optionally only some image sets."""
+    # imported here: the Snakefile's config check imports this module, and zarr costs 0.6 s
+    from repdiag.core.store import open_store
+
     name = f"emb_{layer}"
     ds = open_store(path, required=[name])
     if "image" not in ds.coords:
