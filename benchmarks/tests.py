@@ -140,8 +140,8 @@ def main() -> None:
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
     if args.durations:
-        block = tables({}, read_durations(args.durations), [])
-        print(block)
+        note = "From a `--durations=0` log, which omits the tests whose phases all took < 5 ms.\n\n"
+        print(note + tables({}, read_durations(args.durations), []))
         return
     if args.source:
         folder = args.source
