@@ -1,9 +1,9 @@
 """Where the suite's time goes: per-test phases and per-fixture set-up, recorded when asked.
 
-Active only when ``REPDIAG_TEST_TIMES`` names a folder (``benchmarks/tests.py`` sets it). The
+Active only when ``REPDIAG_TEST_TIMES`` names a folder (``make test`` and ``benchmarks/tests.py`` set it). The
 controller records every test's setup/call/teardown durations (xdist forwards the workers'
 reports to it); each process records the set-up time of every fixture it builds, so a fixture
-shared through :func:`tests.conftest.shared_dir` shows where it was built and where it was waited
+shared through :func:`tests.shared_runs.shared_dir` shows where it was built and where it was waited
 for. One JSON file per process: ``<folder>/<worker>.json``.
 """
 
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_runs import worker_id
+
 TIMES_ENV = "REPDIAG_TEST_TIMES"
 _records: dict[str, list] = {"tests": [], "fixtures": []}
 
@@ -25,7 +27,7 @@ def enabled() -> bool:
 
 
 def worker() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER", "controller")
+    return worker_id() or "controller"
 
 
 @pytest.hookimpl(hookwrapper=True)
