@@ -71,10 +71,16 @@ def read_durations(log: Path) -> list[dict]:
     ]
 
 
+def without_group(nodeid: str) -> str:
+    """The test's id without the ``@group`` suffix that ``--dist loadgroup`` appends."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 def per_test(tests: list[dict]) -> dict[str, dict[str, float]]:
     phases: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for record in tests:
-        phases[record["nodeid"]][record["when"]] += record["seconds"]
+        phases[without_group(record["nodeid"])][record["when"]] += record["seconds"]
     return phases
 
 

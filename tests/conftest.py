@@ -135,13 +135,18 @@ def edit_config(workdir: Path, edit) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+_limits: list[object] = []  # the workers' BLAS thread limit, held for the session
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # a plugin, not conftest hooks: conftest hooks do not see session-scoped fixture set-ups
     config.pluginmanager.register(timing, "repdiag-test-times")
-    if worker_id():  # two workers on two cores: one torch thread each, not two oversubscribed
+    if worker_id():  # two workers on two cores: one torch and one BLAS thread each
         import torch
+        from threadpoolctl import threadpool_limits
 
         torch.set_num_threads(1)
+        _limits.append(threadpool_limits(limits=1, user_api="blas"))
 
 
 def _rank(module_items: list[pytest.Item]) -> int:
@@ -168,7 +173,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _background: dict[str, subprocess.Popen | None] = {}
 
 
+def check_grouping(session: pytest.Session) -> None:
+    """Refuse a --dist loadgroup run whose grouped tests lost their group (xdist#1386)."""
+    if not session.config.getoption("loadgroup", False):
+        return
+    lost = [
+        i.nodeid
+        for i in session.items
+        if i.get_closest_marker("xdist_group") and "@" not in i.nodeid
+    ]
+    if lost:
+        raise pytest.UsageError(
+            f"--dist loadgroup is not grouping ({lost[0]} has no @group suffix): this pytest and "
+            "pytest-xdist do not work together (pytest-dev/pytest-xdist#1386); install the "
+            "versions pyproject.toml asks for (make setup)"
+        )
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    check_grouping(session)
     if worker_id() == "gw0":
         needed = [
             name for name in SHARED_RUNS if any(name in i.fixturenames for i in session.items)

@@ -1,4 +1,4 @@
-"""Progress logging: interval from the environment, lines with done/total."""
+"""Run-time plumbing: progress logging, and the job set-up of script_logging (log file, threads)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from repdiag.core.errors import ConfigError
-from repdiag.core.runtime import PROGRESS_ENV, Progress, progress_interval
+from repdiag.core.runtime import PROGRESS_ENV, Progress, progress_interval, script_logging
 
 
 def test_progress_interval_defaults_to_ten_seconds(monkeypatch):
@@ -33,3 +33,28 @@ def test_bad_progress_interval_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(PROGRESS_ENV, value)
     with pytest.raises(ConfigError, match=PROGRESS_ENV):
         progress_interval()
+
+
+def blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+
+def test_script_logging_caps_blas_threads_for_the_job_and_restores_them(tmp_path):
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        assert before and max(before) == 2
+        with script_logging(tmp_path / "job.log", threads=1):
+            assert blas_threads() == [1] * len(before)
+        assert blas_threads() == before
+
+
+def test_script_logging_logs_the_failure_and_reraises(tmp_path):
+    log_path = tmp_path / "job.log"
+    with pytest.raises(ZeroDivisionError), script_logging(log_path, threads=1):
+        1 / 0
+    assert "job failed" in log_path.read_text()
+    assert "ZeroDivisionError" in log_path.read_text()
