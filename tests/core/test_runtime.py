@@ -55,6 +55,6 @@ def test_script_logging_caps_blas_threads_for_the_job_and_restores_them(tmp_path
 def test_script_logging_logs_the_failure_and_reraises(tmp_path):
     log_path = tmp_path / "job.log"
     with pytest.raises(ZeroDivisionError), script_logging(log_path, threads=1):
-        1 / 0
+        raise ZeroDivisionError("the job's own error")
     assert "job failed" in log_path.read_text()
     assert "ZeroDivisionError" in log_path.read_text()
