@@ -98,6 +98,12 @@ rule stats_tables:
             category="Tables",
             subcategory="Statistics",
         ),
+        dose_series=report(
+            "results/tables/dose_series.csv",
+            caption="../report/dose_series.rst",
+            category="Tables",
+            subcategory="Statistics",
+        ),
         paper_comparison=report(
             "results/tables/paper_comparison.csv",
             caption="../report/paper_comparison.rst",
@@ -140,6 +146,30 @@ rule plot_metric_scatter:
         covariates=config["stats"]["covariates"],
     script:
         "../workflow_scripts/plot_metric_scatter.py"
+
+
+rule plot_dose_series:
+    input:
+        models="results/tables/models.csv",
+    output:
+        png=report(
+            "results/figures/dose_series.png",
+            caption="../report/dose_series_figure.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/dose_series.pdf",
+    log:
+        log_file("plot_dose_series", "all"),
+    benchmark:
+        bench_file("plot_dose_series", "all")
+    priority: BINDING_PRIORITY
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        readout=config["stats"]["readout"],
+    script:
+        "../workflow_scripts/plot_dose_series.py"
 
 
 rule plot_jacobian_spectra:
@@ -217,6 +247,7 @@ rule summarise:
         correlations="results/tables/correlations.csv",
         ols="results/tables/ols.csv",
         paper_comparison="results/tables/paper_comparison.csv",
+        dose_series="results/tables/dose_series.csv",
         depth_profiles="results/tables/depth_profiles.csv",
         zoo_curves=sorted(
             {
@@ -250,6 +281,7 @@ add_rule_targets(
     rules.aggregate_models,
     rules.stats_tables,
     rules.plot_metric_scatter,
+    rules.plot_dose_series,
     rules.plot_jacobian_spectra,
     rules.plot_depth_profiles,
     rules.plot_readouts,

@@ -8,7 +8,7 @@ with script_logging(snakemake.log[0], snakemake.threads):
     settings = StatsSettings.from_config(snakemake.params.stats)
     tables = {
         name: read_table(snakemake.input[name])
-        for name in ("correlations", "ols", "paper_comparison", "depth_profiles")
+        for name in ("correlations", "ols", "paper_comparison", "dose_series", "depth_profiles")
     }
     models = read_table(snakemake.input.models)
     zoo = zoo_curves(snakemake.input.zoo_curves)

@@ -19,7 +19,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from repdiag.binding import APART_FAMILIES, BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
+from repdiag.binding import (
+    APART_FAMILIES,
+    BINDING_DOSE_FAMILY,
+    BINDING_SUPERVISED_FAMILY,
+    CONTROL_FAMILY,
+    JER_INTERVENTION_FAMILY,
+)
 from repdiag.binding.report import metric_label
 from repdiag.binding.stats import pearson
 from repdiag.common.figures import FAMILY_COLOURS, family_colour
@@ -51,10 +57,17 @@ def axis_label(column: str) -> str:
     return f"{metric_label(column)} ({unit})" if unit else metric_label(column)
 
 
-APART_MARKERS = {CONTROL_FAMILY: "x", BINDING_SUPERVISED_FAMILY: "*"}
+APART_MARKERS = {
+    CONTROL_FAMILY: "x",
+    BINDING_SUPERVISED_FAMILY: "*",
+    BINDING_DOSE_FAMILY: "D",
+    JER_INTERVENTION_FAMILY: "s",
+}
 APART_LABELS = {
     CONTROL_FAMILY: "control (not in fits)",
     BINDING_SUPERVISED_FAMILY: "told the binding (not in fits)",
+    BINDING_DOSE_FAMILY: "binding dose series (not in fits)",
+    JER_INTERVENTION_FAMILY: "JER regularised (not in fits)",
 }
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding import APART_FAMILIES, stats
+from repdiag.binding import APART_FAMILIES, CONTROL_FAMILY, stats
+from repdiag.binding.dose import dose_correlations, dose_markdown
 from repdiag.binding.jacobian_options import STORE_CONTRACT
 from repdiag.binding.stats_options import (
     GEOMETRY,
@@ -32,6 +33,8 @@ from repdiag.binding.stats_options import (
 )
 from repdiag.common.claims import study_claims
 from repdiag.common.intervals import mean_interval
+from repdiag.common.tables import format_number as _fmt
+from repdiag.common.tables import markdown_table
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import open_store, read_json
 
@@ -275,17 +278,35 @@ class Aggregate:
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+ZOO_COLUMNS = ("learned", "slot_probe_gain", "dose", "step", "seed")
+
+
+def dose_of(meta: Mapping[str, Any]) -> float:
+    """The binding dose lambda of a zoo run (its slot-label weight beside presence labels): 0 for
+    a presence-supervised run told no slots, NaN for every run outside the dose series."""
+    hparams = meta.get("hparams") or {}
+    if meta.get("objective") != "supervised" or hparams.get("label") != "shape_presence":
+        return math.nan
+    if meta.get("family") == CONTROL_FAMILY:
+        return math.nan  # the random-initialised network (steps: 0) is a control, not a dose
+    return float(hparams.get("slot_weight") or 0.0)
+
+
 def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
-    """``learned`` and the probe accuracies of a zoo run's ``meta.json`` (``learning``); NaN for
-    models the workflow did not train (they have no learning check)."""
+    """``learned`` and the probe gain of a zoo run's ``meta.json`` (``learning``), its binding
+    dose, the steps it trained and its seed; NaN for models the workflow did not train."""
     if meta_path is None:
-        return {"learned": math.nan, "slot_probe_gain": math.nan}
-    learning = read_json(meta_path).get("learning")
+        return dict.fromkeys(ZOO_COLUMNS, math.nan)
+    meta = read_json(meta_path)
+    learning = meta.get("learning")
     if not isinstance(learning, Mapping) or "left_plateau" not in learning:
         raise StoreError(f"{meta_path}: no 'learning' record; rerun train_zoo for this run")
     return {
         "learned": float(bool(learning["left_plateau"])),
         "slot_probe_gain": _number(learning.get("slot_probe_gain")),
+        "dose": dose_of(meta),
+        "step": _number(meta.get("steps_trained", meta.get("steps"))),
+        "seed": _number(meta.get("seed")),
     }
 
 
@@ -470,6 +491,7 @@ def statistics_tables(
         "partial": partial,
         "families": families,
         "robustness": robustness,
+        "dose_series": dose_correlations(everything, options),
     }
     tables["paper_comparison"] = paper_comparison(table, depth, tables, settings)
     if n < settings.min_models:
@@ -717,29 +739,6 @@ def zoo_curves(paths: Iterable[str | Path]) -> pd.DataFrame:
     )
 
 
-def _fmt(value: Any, spec: str = ".3f") -> str:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return "n/a" if not math.isfinite(number) else format(number, spec)
-
-
-def markdown_table(frame: pd.DataFrame, spec: str = ".3f") -> str:
-    """A GitHub markdown table (numbers formatted with ``spec``, NaN as n/a)."""
-    header = "| " + " | ".join(str(c).replace("|", "\\|") for c in frame.columns) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    body = [
-        "| "
-        + " | ".join(
-            (_fmt(v, spec) if isinstance(v, float) else str(v)).replace("|", "\\|") for v in row
-        )
-        + " |"
-        for row in frame.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *body])
-
-
 def _with_interval(row: pd.Series, column: str) -> str:
     value = row.get(column, math.nan)
     low, high = row.get(f"{column}_ci_low", math.nan), row.get(f"{column}_ci_high", math.nan)
@@ -802,8 +801,9 @@ def summary_markdown(
     lines = [
         "# repdiag binding study: summary",
         "",
-        f"{n} trained models in {table['family'].nunique()} families and {len(controls)} controls "
-        "or binding-supervised upper bounds (kept out of every correlation and fit); binding "
+        f"{n} trained models in {table['family'].nunique()} families and {len(controls)} controls, "
+        "binding-supervised upper bounds or dose-series runs (kept out of every correlation and "
+        "fit across families); binding "
         f"readout `{settings.readout}`, "
         f"JER formula `{settings.jer_formula}` at the `{settings.jer_at}` layer on the "
         f"`{settings.probe_set}` probe images; {settings.n_bootstrap} bootstrap resamples of models, "
@@ -854,6 +854,12 @@ def summary_markdown(
             for m, r in zip(geometry["metric"], geometry["pearson_r"], strict=True)
         ]
         lines.append("- Geometry vs binding: " + ", ".join(parts) + ".")
+    if "dose_series" in tables:
+        lines += [""]
+        lines += dose_markdown(
+            everything, tables["dose_series"], settings.binding_column, settings.confidence
+        )
+        lines.pop()
     lines += ["", "## Paper comparison", ""]
     comparison = tables["paper_comparison"][["claim", "paper_text", "run_text", "n_models"]]
     lines += [markdown_table(comparison), ""]
@@ -903,7 +909,7 @@ def summary_markdown(
         "## Files",
         "",
         "Tables in `results/tables/` (models, correlations, ols, ols_summary.txt, partial, families, "
-        "robustness, paper_comparison, depth_profiles, spectra); figures in `results/figures/` "
+        "robustness, dose_series, paper_comparison, depth_profiles, spectra); figures in `results/figures/` "
         "(metric_scatter, jacobian_spectra, depth_profiles, readouts); the HTML report is built with "
         "`snakemake --report results/report.html`.",
         "",

@@ -23,6 +23,8 @@ FAMILY_COLOURS = {
     "other": "#000000",  # black
     "control": "#999999",  # grey: controls, apart from the families
     "binding_supervised": "#F0E442",  # yellow: told the answer, apart from the families
+    "binding_dose": "#8C6D31",  # brown: told the slots at a dose, the dose series
+    "jer_intervention": "#7F7F7F",  # dark grey: JER regularised, compared with its own run
 }
 
 

@@ -4,6 +4,7 @@ from claims.yaml and the depth-collapse rule (repdiag.binding.report)."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -298,3 +299,21 @@ def test_collapse_rule_a_large_mean_drop_carried_by_few_images_is_no_collapse():
     )
     found = collapse_layer(_profile(mixed))
     assert found is not None and found.layer == "block02"
+
+
+def test_dose_of_a_zoo_run():
+    from repdiag.binding.report import dose_of
+
+    presence = {"objective": "supervised", "family": "supervised"}
+    assert dose_of({**presence, "hparams": {"label": "shape_presence", "slot_weight": 0.0}}) == 0.0
+    dosed = {"objective": "supervised", "family": "binding_dose", "steps_trained": 0}
+    assert dose_of({**dosed, "hparams": {"label": "shape_presence", "slot_weight": 0.3}}) == 0.3
+    control = {
+        "objective": "supervised",
+        "family": "control",
+        "hparams": {"label": "shape_presence"},
+    }
+    assert math.isnan(dose_of(control))
+    slots = {"objective": "supervised", "family": "binding_supervised"}
+    assert math.isnan(dose_of({**slots, "hparams": {"label": "slot_shape"}}))
+    assert math.isnan(dose_of({"objective": "simclr", "family": "contrastive", "hparams": {}}))

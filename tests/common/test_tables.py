@@ -46,3 +46,17 @@ def test_two_writes_of_the_same_frame_are_byte_identical(tmp_path):
     write_csv(frame, tmp_path / "1.csv")
     write_csv(frame, tmp_path / "2.csv")
     assert (tmp_path / "1.csv").read_bytes() == (tmp_path / "2.csv").read_bytes()
+
+
+def test_markdown_table_formats_numbers_and_escapes_pipes():
+    from repdiag.common.tables import format_number, markdown_table
+
+    frame = pd.DataFrame({"a|b": ["x|y", "z"], "v": [1.0 / 3.0, math.nan], "n": [3, 4]})
+    assert markdown_table(frame).splitlines() == [
+        "| a\\|b | v | n |",
+        "|---|---|---|",
+        "| x\\|y | 0.333 | 3 |",
+        "| z | n/a | 4 |",
+    ]
+    assert format_number(math.inf) == "n/a" and format_number("text") == "text"
+    assert format_number(2.5, ".0f") == "2"

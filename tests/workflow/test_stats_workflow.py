@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repdiag.binding import APART_FAMILIES
 from repdiag.core.config import load_config
 from repdiag.core.store import open_store
 from tests.conftest import snakemake
@@ -29,9 +30,10 @@ TABLES = (
     "partial",
     "families",
     "robustness",
+    "dose_series",
     "paper_comparison",
 )
-FIGURES = ("metric_scatter", "jacobian_spectra", "depth_profiles", "readouts")
+FIGURES = ("metric_scatter", "dose_series", "jacobian_spectra", "depth_profiles", "readouts")
 
 
 def test_every_table_and_figure_is_written(workflow_run: Path) -> None:
@@ -73,8 +75,10 @@ def test_models_table_matches_the_per_model_results(workflow_run: Path) -> None:
 def test_statistics_agree_with_the_models_table(workflow_run: Path) -> None:
     tables = workflow_run / "results/tables"
     models = pd.read_csv(tables / "models.csv")
-    correlations = pd.read_csv(tables / "correlations.csv").set_index("metric")
+    correlations = pd.read_csv(tables / "correlations.csv")
+    correlations = correlations[correlations["models"] == "trained"].set_index("metric")
     comparison = pd.read_csv(tables / "paper_comparison.csv").set_index("claim")
+    models = models[~models["family"].isin(APART_FAMILIES)]  # the dose run is kept apart
     n = len(models)
     assert comparison.loc["number of models", "run_value"] == n
     row = correlations.loc["jer"]
@@ -95,3 +99,20 @@ def test_report_builds(completed: Path, tmp_path: Path) -> None:
     assert target.stat().st_size > 10_000
     for name in (*FIGURES, "paper_comparison", "correlations", "summary"):
         assert name in html, name
+
+
+def test_dose_series_models_carry_dose_and_step(workflow_run: Path) -> None:
+    """The test config's dose run (slot labels at lambda 0.5, stopped at step 2 of 3) flows
+    through extraction, Jacobians and metrics like any zoo run and forms the series with the
+    presence run (lambda 0)."""
+    models = pd.read_csv(workflow_run / "results/tables/models.csv").set_index("model")
+    assert models.loc["dose", "family"] == "binding_dose"
+    assert models.loc["dose", "dose"] == 0.5 and models.loc["dose", "step"] == 2
+    assert models.loc["supervised", "dose"] == 0.0 and models.loc["supervised", "step"] == 3
+    assert models["dose"].notna().sum() == 2  # every other model is outside the series
+    assert np.isfinite(models.loc["dose", ["binding", "jer", "g_pr"]].astype(float)).all()
+    series = pd.read_csv(workflow_run / "results/tables/dose_series.csv")
+    assert set(series["n"]) == {2} and set(series["n_doses"]) == {2}
+    assert series["note"].str.contains("too few models").all()
+    summary = (workflow_run / "results/summary.md").read_text()
+    assert "## Binding dose series" in summary and "2 models at 2 doses" in summary

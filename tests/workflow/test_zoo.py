@@ -12,7 +12,7 @@ from repdiag.core.config import load_config
 from repdiag.core.store import open_store, read_json
 from repdiag.encoders.zoo.checkpoint import load_zoo_model
 from repdiag.encoders.zoo.plot import read_curve
-from repdiag.encoders.zoo.spec import FAMILIES, zoo_runs
+from repdiag.encoders.zoo.spec import FAMILIES, run_family, zoo_runs
 from tests.conftest import edit_config, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -28,16 +28,19 @@ def test_every_objective_is_trained_and_reloads(workflow_run: Path) -> None:
     for run in runs:
         run_dir = workflow_run / "results" / "zoo" / run
         meta = read_json(run_dir / "meta.json")
-        steps = config["zoo"]["objectives"][run]["steps"]
+        entry = config["zoo"]["objectives"][run]
+        stop_at = entry.get("stop_at")
+        steps = entry["steps"] if stop_at is None else stop_at  # a checkpoint of its schedule
+        assert meta["steps_trained"] == steps
         assert (
-            meta["steps"] == steps
+            meta["steps"] == entry["steps"]
             and meta["batch_size"] == config["zoo"]["objectives"][run]["batch_size"]
         )
         assert meta["preprocess"]["input_size"] == config["zoo"]["image_size"]
         losses = read_curve(run_dir / "curve.csv")
         assert len(losses) == steps and meta["final_loss"] == losses[-1]
         model = load_zoo_model(run_dir)
-        assert model.meta["family"] == FAMILIES[meta["objective"]]
+        assert model.meta["family"] == run_family(run, entry, config["zoo"]["hparams"])
         assert (model.head is None) == (meta["objective"] == "mae")
         log = (workflow_run / "logs" / "train_zoo" / f"{run}.log").read_text()
         assert f"train_zoo {run} ({meta['objective']}): {steps}/{steps}" in log  # Progress logged

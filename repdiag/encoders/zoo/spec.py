@@ -9,7 +9,12 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from repdiag.binding import BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
+from repdiag.binding import (
+    BINDING_DOSE_FAMILY,
+    BINDING_SUPERVISED_FAMILY,
+    CONTROL_FAMILY,
+    JER_INTERVENTION_FAMILY,
+)
 from repdiag.core.errors import ConfigError
 
 FAMILIES: dict[str, str] = {
@@ -41,23 +46,37 @@ def objective_of(name: str, entry: Mapping[str, Any]) -> str:
 
 
 def tells_binding(objective: str, hparams: Mapping[str, Any]) -> bool:
-    """Whether the run's training signal states which shape sits in which slot."""
+    """Whether the run's training signal states which shape sits in which slot (fully)."""
     return (objective == "supervised" and hparams.get("label") == "slot_shape") or (
         objective == "clip" and hparams.get("captions") == "relational"
     )
+
+
+def binding_dose(objective: str, hparams: Mapping[str, Any]) -> float:
+    """The run's binding dose lambda: the weight of the slot labels beside the presence labels
+    (``zoo.hparams.supervised.slot_weight``); 0 for every other run."""
+    if objective != "supervised" or hparams.get("label", "shape_presence") != "shape_presence":
+        return 0.0
+    return float(hparams.get("slot_weight") or 0.0)
 
 
 def run_family(
     name: str, entry: Mapping[str, Any], hparams: Mapping[str, Mapping[str, Any]]
 ) -> str:
     """The family of the models of run ``name``: ``control`` for 0 steps, ``binding_supervised``
-    when its labels or captions state the binding, else its objective's family."""
+    when its labels or captions state the binding, ``binding_dose`` when a presence run is told
+    the slots at a dose lambda > 0, ``jer_intervention`` when its JER is regularised, else its
+    objective's family."""
     objective = objective_of(name, entry)
     effective = {**(hparams.get(objective) or {}), **(entry.get("hparams") or {})}
     if entry.get("steps") == 0:
         return CONTROL_FAMILY
     if tells_binding(objective, effective):
         return BINDING_SUPERVISED_FAMILY
+    if binding_dose(objective, effective) > 0:
+        return BINDING_DOSE_FAMILY
+    if (entry.get("jer_regulariser") or {}).get("weight"):
+        return JER_INTERVENTION_FAMILY
     return FAMILIES[objective]
 
 
@@ -97,6 +116,19 @@ def _check_widths(where: str, objective: str, hparams: Mapping[str, Any]) -> Non
         )
 
 
+def _check_dose(name: str, entry: Mapping[str, Any], hparams: Mapping[str, Any]) -> None:
+    """A dose of slot labels (slot_weight > 0) is added to presence labels only."""
+    if objective_of(name, entry) != "supervised":
+        return
+    effective = {**(hparams.get("supervised") or {}), **(entry.get("hparams") or {})}
+    label = effective.get("label", "shape_presence")
+    if effective.get("slot_weight") and label != "shape_presence":
+        raise ConfigError(
+            f"zoo.objectives.{name}.hparams.slot_weight: a dose of slot labels is added to "
+            f"presence labels; set label: shape_presence (got {label!r}) or slot_weight: 0"
+        )
+
+
 def check_zoo_config(config: Mapping[str, Any]) -> None:
     """Cross-key checks of the zoo (registered in ``repdiag.encoders.CONFIG_CHECKS``).
 
@@ -107,6 +139,8 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
     objectives = zoo.get("objectives") or {}
     backbones = zoo.get("backbones") or {}
     hparams = zoo.get("hparams") or {}
+    for name, entry in objectives.items():
+        _check_dose(name, entry, hparams)
     for key, entry in (config.get("models") or {}).items():
         if entry.get("source") != "zoo":
             continue
@@ -122,6 +156,10 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
                 CONTROL_FAMILY: "has steps: 0 (the random-initialised network), so it is a control",
                 BINDING_SUPERVISED_FAMILY: "is told the benchmark's answer (slot_shape labels or "
                 "relational captions), so it is an upper bound outside the families",
+                BINDING_DOSE_FAMILY: "is told the slot labels at a dose (slot_weight > 0), so it "
+                "belongs to the binding dose series outside the families",
+                JER_INTERVENTION_FAMILY: "has its JER regularised (jer_regulariser.weight != 0), "
+                "so it is an intervention compared with its own unregularised run",
             }.get(expected, f"trains a {expected} objective")
             raise ConfigError(
                 f"models.{key}.family: zoo run {run!r} {why}, but the model says "
@@ -150,6 +188,12 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"{where}.backbone: {objective} masks patch tokens and needs a ViT backbone, "
                 f"got {backbones[backbone]['timm_model']!r}"
+            )
+        stop_at = entry.get("stop_at")
+        if stop_at is not None and stop_at > entry.get("steps", 300):
+            raise ConfigError(
+                f"{where}.stop_at: {stop_at} is past the run's steps ({entry.get('steps', 300)}); "
+                "a checkpoint stops at or before the last step"
             )
         _check_hparams(f"{where}.hparams", entry.get("hparams") or {}, hparams.get(objective, {}))
         _check_widths(
@@ -188,11 +232,13 @@ def run_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
         "image_size": zoo["image_size"],
         "scenes": copy.deepcopy(zoo["scenes"]),
         "steps": entry["steps"],
+        "stop_at": entry.get("stop_at"),
         "batch_size": entry["batch_size"],
         "lr": entry["lr"],
         "warmup_fraction": entry["warmup_fraction"],
         "weight_decay": entry["weight_decay"],
         "grad_clip": entry["grad_clip"],
+        "jer_regulariser": dict(entry.get("jer_regulariser") or {}),
         "seed": entry["seed"],
         "hparams": hparams,
     }

@@ -24,6 +24,7 @@ from torch import nn
 import repdiag
 from repdiag.binding.scenes import SceneBatch, SceneConfig, channel_statistics, scene_batch
 from repdiag.core.runtime import Progress
+from repdiag.encoders.jer_estimator import estimate_pr2
 from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, feature_dim, pooling
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.learning import learning_record, plateau_check, probe_check
@@ -98,14 +99,47 @@ def make_optimizer(objective: Objective, spec: Mapping[str, Any]) -> torch.optim
     return torch.optim.AdamW(parameter_groups(objective, spec["weight_decay"]), lr=spec["lr"])
 
 
+JER_PROBE_SEED_OFFSET = 7919  # the probes' own stream: the augmentations stay as without them
+
+
+def probe_generator(spec: Mapping[str, Any], step: int) -> torch.Generator:
+    """The JER probes of step ``step``: a pure function of (seed, step), apart from ``gen``."""
+    return torch.Generator().manual_seed(spec["seed"] * 1_000_003 + JER_PROBE_SEED_OFFSET + step)
+
+
+def jer_penalty(
+    objective: Objective,
+    batch: Batch,
+    regulariser: Mapping[str, Any],
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """Mean estimated PR_2 = ||J||_F^4 / ||J^T J||_F^2 of the backbone's final tap (pooled
+    features) over the first ``images`` scenes of the batch, differentiable in the weights
+    (repdiag.encoders.jer_estimator). The backbone runs in eval mode for it, so each image's
+    Jacobian is its own (BatchNorm in train mode would mix the images of the batch)."""
+    backbone = objective.backbone
+    x = objective.normalize(batch.images[: regulariser.get("images", 4)])
+    training = backbone.training
+    backbone.eval()
+    try:
+        estimate = estimate_pr2(
+            backbone, x, regulariser.get("probes", 2), generator, create_graph=True
+        )
+    finally:
+        backbone.train(training)
+    return estimate.mean()
+
+
 def train_step(
     objective: Objective,
     optimizer: torch.optim.Optimizer,
     spec: Mapping[str, Any],
     step: int,
     gen: torch.Generator,
+    jer_record: list[float] | None = None,
 ) -> float:
-    """One optimiser step on batch ``step`` of the scene stream; returns the loss."""
+    """One optimiser step on batch ``step`` of the scene stream; returns the objective's loss
+    (without the JER regulariser, whose estimate is appended to ``jer_record``)."""
     steps = spec["steps"]
     device = objective.pixel_mean.device
     batch = to_batch(
@@ -114,13 +148,20 @@ def train_step(
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, steps, spec["lr"], spec["warmup_fraction"])
     loss = objective.loss(batch, gen)
-    if not torch.isfinite(loss):
+    total = loss
+    regulariser = spec.get("jer_regulariser") or {}
+    if regulariser.get("weight"):
+        estimate = jer_penalty(objective, batch, regulariser, probe_generator(spec, step))
+        total = loss - regulariser["weight"] * estimate
+        if jer_record is not None:
+            jer_record.append(float(estimate.detach()))
+    if not torch.isfinite(total):
         raise FloatingPointError(
-            f"zoo run {spec['run']!r}: the {spec['objective']} loss is {loss.item()} at step {step}; "
+            f"zoo run {spec['run']!r}: the {spec['objective']} loss is {total.item()} at step {step}; "
             f"lower zoo.objectives.{spec['run']}.lr (now {spec['lr']}) or raise grad_clip"
         )
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    total.backward()
     objective.before_update(step, steps)
     if spec["grad_clip"] > 0:
         nn.utils.clip_grad_norm_(
@@ -166,6 +207,12 @@ def check_learning(
     return learning_record(plateau, probe)
 
 
+def steps_trained(spec: Mapping[str, Any]) -> int:
+    """The steps this run takes: ``stop_at`` of the ``steps``-step schedule, else all of them."""
+    stop_at = spec.get("stop_at")
+    return spec["steps"] if stop_at is None else min(int(stop_at), spec["steps"])
+
+
 def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainResult:
     """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress."""
     start = time.monotonic()
@@ -173,10 +220,11 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
     objective.train()
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(spec["seed"])
-    progress = Progress(spec["steps"], f"train_zoo {spec['run']} ({spec['objective']})")
+    progress = Progress(steps_trained(spec), f"train_zoo {spec['run']} ({spec['objective']})")
     losses: list[float] = []
-    for step in range(spec["steps"]):
-        losses.append(train_step(objective, optimizer, spec, step, gen))
+    jer_estimates: list[float] = []
+    for step in range(steps_trained(spec)):
+        losses.append(train_step(objective, optimizer, spec, step, gen, jer_estimates))
         progress.update()
     if not losses:  # zero steps: the random-initialised network, a control
         losses.append(initial_loss(objective, spec, gen))
@@ -195,6 +243,14 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
         spec, kwargs, preprocess, backbone, head, losses, time.monotonic() - start, device
     )
     meta["learning"] = learning
+    if jer_estimates:
+        meta["jer_regulariser"] = {
+            **dict(spec["jer_regulariser"]),
+            "estimate_first": jer_estimates[0],
+            "estimate_last_mean": float(
+                np.mean(jer_estimates[-max(1, len(jer_estimates) // 10) :])
+            ),
+        }
     log.info(
         "zoo run %s: %s (loss %.4g -> %.4g, trivial %.4g; slot probe %.3f vs %.3f at random init)",
         spec["run"],
@@ -238,6 +294,7 @@ def run_meta(
         "preprocess": dict(preprocess),
         "head": None if head is None else {**head.description, "input": "final"},
         "steps": spec["steps"],
+        "steps_trained": steps_trained(spec),
         "batch_size": spec["batch_size"],
         "seed": spec["seed"],
         "final_loss": losses[-1],

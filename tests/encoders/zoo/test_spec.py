@@ -69,6 +69,9 @@ def edit(change):
         (lambda c: c["zoo"]["hparams"]["clip"].update(text_heads=5), r"zoo\.objectives\.clip: text_width \(32\) must be a multiple of text_heads \(5\)"),
         (lambda c: c["zoo"]["scenes"].update(max_objects=5), r"zoo\.scenes: need min_objects <= max_objects <= rows \* cols = 4"),
         (lambda c: c["zoo"]["scenes"].update(object_size=0.95), r"zoo\.scenes\.object_size \* \(1 \+ zoo\.scenes\.jitter\.scale\)"),
+        (lambda c: c["zoo"]["objectives"]["supervised"].update(hparams={"label": "slot_shape", "slot_weight": 0.1}), r"zoo\.objectives\.supervised\.hparams\.slot_weight: .*set label: shape_presence"),
+        (lambda c: c["zoo"]["objectives"]["supervised"].update(hparams={"slot_weight": 0.1}), r"models\.supervised\.family: .*slot labels at a dose.*set family: binding_dose"),
+        (lambda c: c["zoo"]["objectives"]["simclr"].update(stop_at=5), r"zoo\.objectives\.simclr\.stop_at: 5 is past the run's steps \(4\)"),
     ],
 )  # fmt: skip
 def test_semantic_errors_name_the_key(change, message):
@@ -81,3 +84,21 @@ def test_valid_config_passes_and_is_not_mutated():
     before = copy.deepcopy(config)
     check_zoo_config(config)
     assert config == before
+
+
+def test_dose_series_families_and_doses():
+    from repdiag.encoders.zoo.spec import binding_dose
+
+    config = tiny_config()
+    config["zoo"]["objectives"]["dose"] = {
+        **config["zoo"]["objectives"]["supervised"],
+        "objective": "supervised",
+        "hparams": {"slot_weight": 0.3},
+    }
+    config["models"]["dose"] = {"source": "zoo", "id": "dose", "family": "binding_dose"}
+    check_zoo_config(config)
+    assert run_spec(config, "dose")["family"] == "binding_dose"
+    assert run_spec(config, "supervised")["family"] == "supervised"
+    assert binding_dose("supervised", {"label": "shape_presence", "slot_weight": 0.3}) == 0.3
+    assert binding_dose("supervised", {"label": "shape_presence"}) == 0.0
+    assert binding_dose("simclr", {"slot_weight": 0.3}) == 0.0
