@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -249,8 +250,39 @@ def fill_defaults(
     return config
 
 
+SEED_LIMIT = 2**63  # numpy and torch seeds are int64 (torch.manual_seed overflows above)
+
+
+def _key_paths(value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(dotted path, the key the value sits under, value) for every leaf of a config."""
+    if isinstance(value, Mapping):
+        for key, child in value.items():
+            yield from _key_paths(child, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _key_paths(child, f"{path}[{index}]")
+    else:
+        yield path, path.rsplit(".", 1)[-1].split("[", 1)[0], value
+
+
+def check_numbers(config: Mapping[str, Any]) -> None:
+    """Every number finite (NaN and inf pass every range check of a schema, then fail deep in a
+    job) and every seed (a key ``seed``, or an item of a list ``seeds``) in [0, 2^63)."""
+    for path, key, value in _key_paths(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{path}: {value} is not a finite number; give a finite value")
+        is_seed = key == "seed" or (key == "seeds" and path.endswith("]"))
+        if is_seed and isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < SEED_LIMIT:
+                raise ConfigError(
+                    f"{path}: seed {value} is outside [0, 2^63); torch and numpy take 64-bit "
+                    "seeds, so give a smaller one"
+                )
+
+
 def check_config(config: Mapping[str, Any]) -> None:
     """Run the semantic checks; call after JSON-schema validation (the Snakefile does both)."""
+    check_numbers(config)
     for target in semantic_checks():
         module_name, func_name = target.split(":")
         getattr(importlib.import_module(module_name), func_name)(config)

@@ -143,3 +143,26 @@ def test_uncached_library_weights_fail_before_the_first_job(tmp_path: Path, monk
     hub.mkdir(parents=True)
     (hub / Path(weights.url).name).write_bytes(b"")
     check_weights_available({"models": CACHED})
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"stats": {"confidence": float("nan")}}, r"stats\.confidence: nan is not a finite number"),
+        ({"zoo": {"objectives": {"a": {"lr": float("-inf")}}}}, r"zoo\.objectives\.a\.lr: -inf"),
+        ({"a": [1.0, {"b": float("inf")}]}, r"a\[1\]\.b: inf is not a finite number"),
+        ({"seed": 2**63}, r"seed: seed 9223372036854775808 is outside \[0, 2\^63\)"),
+        ({"x": {"seeds": [0, -1]}}, r"x\.seeds\[1\]: seed -1 is outside"),
+    ],
+)
+def test_numbers_are_finite_and_seeds_fit_64_bits(edit, message):
+    from repdiag.core.config import check_numbers
+
+    with pytest.raises(ConfigError, match=message):
+        check_numbers(edit)
+
+
+def test_finite_numbers_and_64_bit_seeds_pass():
+    from repdiag.core.config import check_numbers
+
+    check_numbers({"seed": 2**63 - 1, "seeds": [0, 1], "lr": 1e-3, "n": None, "flag": True})

@@ -68,6 +68,23 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         duplicated_line("seed: 0", "seed: 1"),
         "duplicate key 'seed' at the top level",
     ),
+    "seed of 2^64": (
+        mutate(("identifiability.grid.seeds", [2**64])),
+        "identifiability.grid.seeds[0]: seed 18446744073709551616 is outside [0, 2^63)",
+    ),
+    # --- NaN and inf pass every range check of a schema: refused by name (issue 36, case 8) --
+    "NaN generator parameter": (
+        mutate(("identifiability.generators.spiral", {"angle_scale": float("nan")})),
+        "identifiability.generators.spiral.angle_scale: nan is not a finite number",
+    ),
+    "inf weight decay": (
+        mutate(("zoo.objectives.simclr.weight_decay", float("inf"))),
+        "zoo.objectives.simclr.weight_decay: inf is not a finite number",
+    ),
+    "NaN object size": (
+        mutate(("datasets.binding.object_size", float("nan"))),
+        "datasets.binding.object_size: nan is not a finite number",
+    ),
     # --- datasets ----------------------------------------------------------------------------
     "string n_candidates": (
         mutate(("datasets.binding.n_candidates", "eight")),
