@@ -30,6 +30,7 @@ include: "rules/embeddings.smk"
 include: "rules/jacobians.smk"
 include: "rules/metrics.smk"
 include: "rules/stats.smk"
+include: "rules/causal.smk"
 include: "rules/identifiability.smk"
 include: "rules/cifar.smk"
 include: "rules/alignment.smk"
@@ -42,16 +43,27 @@ rule all:
         ALL_TARGETS,
 
 
-# One study each: `snakemake binding` (the main study alone), `identifiability`, `alignment`,
-# `cifar` and `sugarcrepe` (when enabled).
+# One study each: `snakemake binding` (the main study alone), `binding_causal` (the JER
+# intervention), `identifiability`, `identifiability_check` (against the authors' runs),
+# `alignment`, `cifar` and `sugarcrepe` (when enabled).
 rule binding:
     input:
         STUDY_TARGETS["binding"],
 
 
+rule binding_causal:
+    input:
+        STUDY_TARGETS["binding_causal"],
+
+
 rule identifiability:
     input:
         STUDY_TARGETS["identifiability"],
+
+
+rule identifiability_check:
+    input:
+        STUDY_TARGETS["identifiability_check"],
 
 
 rule alignment:

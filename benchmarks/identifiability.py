@@ -29,6 +29,10 @@ Times are CPU times of this process with one torch thread: what the wall time wo
 core. On a shared machine the wall clock is inflated by the other load (printed).
 
     .venv/bin/python benchmarks/identifiability.py [--config config.yaml] [--steps 40] [--jobs 2]
+
+``--overlay FILE`` layers a config over ``--config`` as ``snakemake --configfile A B`` does (e.g.
+config/identifiability_paper.yaml); ``--check`` projects the like-for-like check's cells
+(``identifiability.check``) instead of the grid.
 """
 
 from __future__ import annotations
@@ -44,13 +48,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 import repdiag.identifiability.train as train_module
 from repdiag.core.config import load_config
 from repdiag.identifiability.losses import info_nce_broadcast
 from repdiag.identifiability.metrics import identifiability_metrics
 from repdiag.identifiability.sphere import sample_uniform
-from repdiag.identifiability.study import build_cell, cell_params, grid_cells
+from repdiag.identifiability.study import build_cell, cell_params, check_section, grid_cells
 from repdiag.identifiability.train import contrastive_step_loss, encode_latents, encode_views
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,6 +179,18 @@ def schedule(durations: list[float], jobs: int) -> float:
     return max(workers)
 
 
+def merged(base: dict, overlay: dict) -> dict:
+    """``overlay`` over ``base``, recursively (Snakemake's update of layered config files)."""
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = (
+            merged(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "config.yaml"))
@@ -188,9 +205,16 @@ def main() -> None:
     )
     parser.add_argument("--compare-steps", type=int, default=20, help="timed steps per loop")
     parser.add_argument("--no-grid", action="store_true", help="only the loop comparison")
+    parser.add_argument("--overlay", help="a config layered over --config (snakemake --configfile)")
+    parser.add_argument("--check", action="store_true", help="project identifiability.check")
     args = parser.parse_args()
     torch.set_num_threads(1)
     section = load_config(args.config)["identifiability"]
+    if args.overlay:
+        overlay = yaml.safe_load(Path(args.overlay).read_text()).get("identifiability", {})
+        section = merged(section, overlay)  # the base is complete: the schema filled it
+    if args.check:
+        section = check_section(section)
     mlp = section["encoders"]["mlp"]
     print(f"loop comparison: MLP {mlp['variant']} {mlp['hidden']}, identity, restricted, "
           f"InfoNCE, negatives = batch; steps/s in CPU time, 1 torch thread")  # fmt: skip

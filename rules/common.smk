@@ -1,6 +1,7 @@
 # Helpers shared by the stage files. Functions only: rules live in the stage files.
 import re
 
+from repdiag.binding.causal_options import causal_models
 from repdiag.core.config import check_config, fill_defaults, section, seeded
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.runtime import expose_package
@@ -36,7 +37,15 @@ onstart:
 
 # Each stage file adds the final outputs it contributes to its study (`snakemake binding`, ...)
 # and so to `rule all`.
-STUDIES = ("binding", "identifiability", "alignment", "cifar", "sugarcrepe")
+STUDIES = (
+    "binding",
+    "binding_causal",
+    "identifiability",
+    "identifiability_check",
+    "alignment",
+    "cifar",
+    "sugarcrepe",
+)
 STUDY_TARGETS = {study: [] for study in STUDIES}
 ALL_TARGETS = []
 # Jobs of the main study run first when jobs compete for cores, so its figures and
@@ -44,6 +53,11 @@ ALL_TARGETS = []
 BINDING_PRIORITY = 10
 
 MODELS = config.get("models", {})
+# The JER intervention's regularised models are built by `snakemake binding_causal` only
+# (rules/causal.smk); every other model belongs to the main study.
+BINDING_MODELS = {
+    key: entry for key, entry in MODELS.items() if key not in causal_models(config)
+}
 
 
 def one_of(names, none):

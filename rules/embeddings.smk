@@ -30,4 +30,4 @@ rule extract_embeddings:
         "../workflow_scripts/extract_embeddings.py"
 
 
-add_targets("binding", expand("results/embeddings/{model}.zarr", model=MODELS))
+add_targets("binding", expand("results/embeddings/{model}.zarr", model=BINDING_MODELS))

@@ -87,3 +87,63 @@ if IDENTIFIABILITY_CELLS:
     add_rule_targets(
         "identifiability", rules.identifiability_tables, rules.identifiability_figures
     )
+
+
+# The like-for-like check (repdiag.identifiability.check): the violated-diversity MLP cells at the
+# authors' batch, in their own folder, against the authors' stored runs.
+CHECK_SECTION = repdiag.identifiability.study.check_section(IDENTIFIABILITY)
+CHECK_CELLS = repdiag.identifiability.study.cell_names(CHECK_SECTION)
+
+
+rule identifiability_check_cell:
+    output:
+        result="results/identifiability_check/{cell}.json",
+        curve="results/identifiability_check/{cell}.curve.csv",
+    log:
+        log_file("identifiability_check_cell", "{cell}"),
+    benchmark:
+        bench_file("identifiability_check_cell", "{cell}")
+    wildcard_constraints:
+        cell=one_of(CHECK_CELLS, "NO_CELLS"),
+    conda:
+        "../envs/torch.yaml"
+    threads: 1
+    resources:
+        gpu=1,
+    params:
+        cell=lambda wildcards: repdiag.identifiability.study.cell_params(
+            CHECK_SECTION, wildcards.cell
+        ),
+        device=config["device"],
+    script:
+        "../workflow_scripts/identifiability_cell.py"
+
+
+rule identifiability_check_tables:
+    input:
+        cells=expand("results/identifiability_check/{cell}.json", cell=CHECK_CELLS),
+    output:
+        seeds=report(
+            "results/tables/identifiability_check.csv",
+            caption="../report/identifiability_check.rst",
+            category="Identifiability",
+        ),
+        claims=report(
+            "results/tables/identifiability_check_claims.csv",
+            caption="../report/identifiability_check.rst",
+            category="Identifiability",
+        ),
+        summary="results/identifiability_check/summary.md",
+    log:
+        log_file("identifiability_check_tables", "identifiability"),
+    benchmark:
+        bench_file("identifiability_check_tables", "identifiability")
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    script:
+        "../workflow_scripts/identifiability_check_tables.py"
+
+
+if CHECK_CELLS:
+    add_rule_targets("identifiability_check", rules.identifiability_check_tables)

@@ -40,5 +40,7 @@ rule jacobian_spectra:
 
 add_targets(
     "binding",
-    expand("results/jacobians/{model}.{ext}", model=MODELS, ext=["zarr", "json"]),
+    expand(
+        "results/jacobians/{model}.{ext}", model=BINDING_MODELS, ext=["zarr", "json"]
+    ),
 )

@@ -25,4 +25,4 @@ rule compute_metrics:
         "../workflow_scripts/compute_metrics.py"
 
 
-add_targets("binding", expand("results/metrics/{model}.json", model=MODELS))
+add_targets("binding", expand("results/metrics/{model}.json", model=BINDING_MODELS))

@@ -5,11 +5,12 @@
 
 rule aggregate_models:
     input:
-        metrics=expand("results/metrics/{model}.json", model=MODELS),
-        jacobians=expand("results/jacobians/{model}.zarr", model=MODELS),
+        metrics=expand("results/metrics/{model}.json", model=BINDING_MODELS),
+        jacobians=expand("results/jacobians/{model}.zarr", model=BINDING_MODELS),
         zoo_meta=[
             f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json"
             for key in sorted(ZOO_MODEL_RUNS)
+            if key in BINDING_MODELS
         ],
     output:
         models=report(
@@ -45,9 +46,10 @@ rule aggregate_models:
                 "source": entry["source"],
                 "covariates": entry.get("covariates", {}),
             }
-            for key, entry in MODELS.items()
+            for key, entry in BINDING_MODELS.items()
         },
-        zoo_models=sorted(ZOO_MODEL_RUNS),  # sorted: the order of models in the file is no change
+        # sorted: the order of models in the file is no change
+        zoo_models=sorted(key for key in ZOO_MODEL_RUNS if key in BINDING_MODELS),
         readout=config["stats"]["readout"],
         jer_formula=config["stats"]["jer_formula"],
         jer_at=config["stats"]["jer_at"],
@@ -252,7 +254,7 @@ rule summarise:
         zoo_curves=sorted(
             {
                 f"results/zoo/{entry['id']}/curve.csv"
-                for entry in MODELS.values()
+                for entry in BINDING_MODELS.values()
                 if entry["source"] == "zoo"
             }
         ),

@@ -7,6 +7,10 @@ ZOO_RUNS = zoo_runs(config)
 ZOO_MODEL_RUNS = {
     key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
 }
+# the runs of the main study's models (the JER intervention's are binding_causal's)
+BINDING_ZOO_RUNS = sorted(
+    {ZOO_MODEL_RUNS[key] for key in BINDING_MODELS if key in ZOO_MODEL_RUNS}
+)
 
 
 rule train_zoo:
@@ -35,8 +39,8 @@ rule train_zoo:
 
 rule plot_zoo_curves:
     input:
-        curves=expand("results/zoo/{objective}/curve.csv", objective=ZOO_RUNS),
-        meta=expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS),
+        curves=expand("results/zoo/{objective}/curve.csv", objective=BINDING_ZOO_RUNS),
+        meta=expand("results/zoo/{objective}/meta.json", objective=BINDING_ZOO_RUNS),
     output:
         png=report(
             "results/figures/zoo_curves.png",
@@ -52,13 +56,14 @@ rule plot_zoo_curves:
     conda:
         "../envs/analysis.yaml"
     params:
-        runs=ZOO_RUNS,
+        runs=BINDING_ZOO_RUNS,
     script:
         "../workflow_scripts/plot_zoo_curves.py"
 
 
-if ZOO_RUNS:
+if BINDING_ZOO_RUNS:
     add_targets(
-        "binding", expand("results/zoo/{objective}/meta.json", objective=ZOO_RUNS)
+        "binding",
+        expand("results/zoo/{objective}/meta.json", objective=BINDING_ZOO_RUNS),
     )
     add_rule_targets("binding", rules.plot_zoo_curves)

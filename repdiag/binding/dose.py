@@ -10,7 +10,6 @@ with binding is bootstrapped over the series' models (repdiag.binding.stats.corr
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,7 @@ def series_metrics(table: pd.DataFrame) -> list[str]:
     """The metrics set against binding within the series: JER (the headline formula), the
     geometry metrics the paper says do not track binding (G.PR, G.Iso, every L.Iso k), and
     Same/Different."""
-    l_iso = sorted(
-        (c for c in table.columns if re.fullmatch(r"l_iso_k\d+", c)), key=lambda c: int(c[7:])
-    )
-    columns = ["jer", "g_pr", "g_iso", *l_iso, "same_different"]
+    columns = ["jer", "g_pr", "g_iso", *stats.l_iso_columns(table), "same_different"]
     return [c for c in columns if c in table.columns]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding import APART_FAMILIES, CONTROL_FAMILY, stats
+from repdiag.binding import APART_FAMILIES, CONTROL_FAMILY, JER_INTERVENTION_FAMILY, stats
 from repdiag.binding.dose import dose_correlations, dose_markdown
 from repdiag.binding.jacobian_options import STORE_CONTRACT
 from repdiag.binding.stats_options import (
@@ -37,6 +37,7 @@ from repdiag.common.tables import format_number as _fmt
 from repdiag.common.tables import markdown_table
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import open_store, read_json
+from repdiag.encoders.zoo.spec import binding_dose
 
 __all__ = [
     "READOUTS",
@@ -163,7 +164,7 @@ def probe_sets(ds: Any) -> np.ndarray:
     return np.asarray(ds["probe_set"].values).astype(str)
 
 
-def _select_images(ds: Any, probe_set: str, path: str | Path) -> np.ndarray:
+def select_images(ds: Any, probe_set: str, path: str | Path) -> np.ndarray:
     labels = probe_sets(ds)
     mask = np.ones(len(labels), bool) if probe_set == "all" else labels == probe_set
     if not mask.any():
@@ -191,7 +192,7 @@ def depth_table(
             continue
         values = np.asarray(ds[f"jer_{formula}"].transpose("layer", "image").values, dtype=float)
         for probe_set in [*sorted(set(labels)), "all"]:
-            mask = _select_images(ds, probe_set, path)
+            mask = select_images(ds, probe_set, path)
             for index, layer in enumerate(layers):
                 mean, _, low, high = mean_interval(values[index, mask], confidence)
                 drop = (math.nan,) * 4
@@ -223,7 +224,7 @@ def normalised_spectra(
     ds: Any, model: str, family: str, probe_set: str, *, path: str | Path = ""
 ) -> pd.DataFrame:
     """Per layer and rank: mean over images of s_i / s_1 (and of s_i), probe set ``probe_set``."""
-    mask = _select_images(ds, probe_set, path)
+    mask = select_images(ds, probe_set, path)
     values = np.asarray(
         ds["singular_values"].transpose("layer", "image", "rank").values, dtype=float
     )[:, mask]
@@ -283,13 +284,14 @@ ZOO_COLUMNS = ("learned", "slot_probe_gain", "dose", "step", "seed")
 
 def dose_of(meta: Mapping[str, Any]) -> float:
     """The binding dose lambda of a zoo run (its slot-label weight beside presence labels): 0 for
-    a presence-supervised run told no slots, NaN for every run outside the dose series."""
+    a presence-supervised run told no slots, NaN for every run outside the dose series (other
+    labels or objectives, the random-initialised control, JER-regularised runs)."""
     hparams = meta.get("hparams") or {}
     if meta.get("objective") != "supervised" or hparams.get("label") != "shape_presence":
         return math.nan
-    if meta.get("family") == CONTROL_FAMILY:
-        return math.nan  # the random-initialised network (steps: 0) is a control, not a dose
-    return float(hparams.get("slot_weight") or 0.0)
+    if meta.get("family") in (CONTROL_FAMILY, JER_INTERVENTION_FAMILY):
+        return math.nan  # steps: 0 is a control; a regularised run is binding_causal's, not a dose
+    return binding_dose(str(meta["objective"]), hparams)
 
 
 def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
@@ -355,15 +357,15 @@ def aggregate(
 # --------------------------------------------------------------------------- statistics
 
 
-def l_iso_columns(table: pd.DataFrame) -> list[str]:
-    return sorted(
-        (c for c in table.columns if re.fullmatch(r"l_iso_k\d+", c)), key=lambda c: int(c[7:])
-    )
-
-
 def headline_metrics(table: pd.DataFrame, settings: StatsSettings) -> list[str]:
     """Columns correlated with binding in correlations.csv, in reading order."""
-    columns = ["g_pr", "g_iso", *l_iso_columns(table), "effective_rank", "participation_ratio"]
+    columns = [
+        "g_pr",
+        "g_iso",
+        *stats.l_iso_columns(table),
+        "effective_rank",
+        "participation_ratio",
+    ]
     columns += ["jer", "same_different", *settings.covariates]
     return [c for c in columns if c in table.columns]
 
@@ -371,7 +373,7 @@ def headline_metrics(table: pd.DataFrame, settings: StatsSettings) -> list[str]:
 def robustness_variants(table: pd.DataFrame) -> list[dict[str, str]]:
     """Every L.Iso k, geometry rank formulation and JER formulation/summary in the table."""
     variants = [
-        {"group": "l_iso", "variant": f"k={c[7:]}", "metric": c} for c in l_iso_columns(table)
+        {"group": "l_iso", "variant": f"k={c[7:]}", "metric": c} for c in stats.l_iso_columns(table)
     ]
     variants += [
         {"group": "geometry_rank", "variant": "G.PR (participation ratio / D)", "metric": "g_pr"},
@@ -759,7 +761,7 @@ def model_results(
     profile = depth[
         (depth["formula"] == settings.jer_formula) & (depth["probe_set"] == settings.probe_set)
     ]
-    l_iso = l_iso_columns(table)
+    l_iso = stats.l_iso_columns(table)
     rows = []
     for _, row in table.iterrows():
         layers = profile[profile["model"] == row["model"]].sort_values("layer_index")
@@ -847,7 +849,7 @@ def summary_markdown(
             f"- OLS binding ~ JER + Same/Different: R^2 = {_fmt(fit['r2'].iloc[0])}, adjusted "
             f"R^2 = {_fmt(fit['adj_r2'].iloc[0])} (n = {int(fit['n'].iloc[0])}). {fit['note'].iloc[0] or ''}".rstrip()
         )
-    geometry = corr[corr["metric"].isin(["g_pr", "g_iso", *l_iso_columns(table)])]
+    geometry = corr[corr["metric"].isin(["g_pr", "g_iso", *stats.l_iso_columns(table)])]
     if len(geometry):
         parts = [
             f"{metric_label(m)} r = {_fmt(r)}"

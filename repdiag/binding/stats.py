@@ -65,6 +65,13 @@ def _round_off(values: np.ndarray) -> np.ndarray:
     return values.shape[-1] * (1e-10 * np.maximum(scale, 1e-300)) ** 2
 
 
+def l_iso_columns(table: pd.DataFrame) -> list[str]:
+    """The table's L.Iso columns (``l_iso_k<k>``) in increasing k."""
+    return sorted(
+        (c for c in table.columns if re.fullmatch(r"l_iso_k\d+", c)), key=lambda c: int(c[7:])
+    )
+
+
 def bootstrap_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
     """``(n_boot, n)`` row indices drawn with replacement from ``default_rng(seed)``."""
     return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))

@@ -1,4 +1,4 @@
-"""Confidence intervals used by every study: a binomial proportion and a mean."""
+"""Confidence intervals used by every study: a binomial proportion, a difference of two, a mean."""
 
 from __future__ import annotations
 
@@ -24,6 +24,26 @@ def wilson_interval(hits: float, n: int, confidence: float = 0.95) -> tuple[floa
     centre = (hits + z * z / 2.0) / (n + z * z)
     half = z / (n + z * z) * np.sqrt(hits * (n - hits) / n + z * z / 4.0)
     return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def newcombe_interval(
+    hits: float, n: int, hits_base: float, n_base: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, method 10) of p - p_base for two independent
+    binomial proportions, from their Wilson intervals (l, u) and (l_b, u_b):
+
+        [d - sqrt((p - l)^2 + (u_b - p_b)^2),  d + sqrt((u - p)^2 + (p_b - l_b)^2)],  d = p - p_b.
+
+    For two accuracies on the same items it ignores their positive correlation, so it is wider
+    than a paired interval."""
+    p, p_base = hits / n if n > 0 else NAN, hits_base / n_base if n_base > 0 else NAN
+    low, high = wilson_interval(hits, n, confidence)
+    low_base, high_base = wilson_interval(hits_base, n_base, confidence)
+    delta = p - p_base
+    return (
+        float(delta - math.hypot(p - low, high_base - p_base)),
+        float(delta + math.hypot(high - p, p_base - low_base)),
+    )
 
 
 def mean_interval(

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def probe_norms(
@@ -44,7 +45,9 @@ def probe_norms(
     if n_probes < 1:
         raise ValueError(f"n_probes must be >= 1 (got {n_probes})")
     n = x.shape[0]
-    with torch.enable_grad():  # also under no_grad (evaluation): the products need a graph
+    # also under no_grad (evaluation): the products need a graph. Fused attention kernels (flash,
+    # memory-efficient) have no double backward; the math kernel computes the same attention.
+    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
         rows = x.detach().repeat(n_probes, *[1] * (x.ndim - 1)).requires_grad_(True)
         y = fn(rows).flatten(1)
         # J^T w as a function of a dummy w: its derivative in w along v is J v (double backward)

@@ -97,6 +97,29 @@ def grid_cells(section: Mapping[str, Any]) -> list[Cell]:
     return sorted(cells)
 
 
+CHECK_CONDITION = {"samplings": ["restricted"], "encoders": ["mlp"], "losses": ["infonce"]}
+"""The cells of the like-for-like check: the MLP with diversity violated, plain InfoNCE."""
+
+
+def check_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """``section`` as the like-for-like check runs it (``identifiability.check``): its generators
+    and seeds in :data:`CHECK_CONDITION`, at its steps and batch, with as many uniform negatives
+    as anchors (the authors' batch), no ratio sweep; every other setting unchanged."""
+    check = section.get("check") or {}
+    batch = int(check.get("batch_size", 2000))
+    return {
+        **section,
+        "train": {**section["train"], "steps": int(check.get("steps", 1000)), "batch_size": batch},
+        "loss": {**section["loss"], "n_negatives": batch},
+        "grid": {
+            **CHECK_CONDITION,
+            "generators": list(check.get("generators") or []),
+            "seeds": list(check.get("seeds", [0, 1, 2, 3, 4])),
+        },
+        "ratio_sweep": {**section["ratio_sweep"], "generators": []},
+    }
+
+
 def cell_names(section: Mapping[str, Any]) -> list[str]:
     return [cell.name for cell in grid_cells(section)]
 

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import binomtest
 from scipy.stats import t as student_t
 
-from repdiag.common.intervals import mean_interval, wilson_interval
+from repdiag.common.intervals import mean_interval, newcombe_interval, wilson_interval
 
 
 @pytest.mark.parametrize(("hits", "n"), [(0, 10), (10, 10), (3, 17), (500, 1000)])
@@ -56,3 +56,28 @@ def test_mean_interval_is_undefined_below_two_values() -> None:
     mean, sd, low, high = mean_interval(np.array([2.0]))
     assert mean == 2.0 and all(math.isnan(v) for v in (sd, low, high))
     assert all(math.isnan(v) for v in mean_interval(np.array([])))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        # Newcombe (1998), Stat. Med. 17:873, table II, method 10 (hybrid score)
+        ((56, 70), (48, 80), (0.0524, 0.3339)),
+        ((9, 10), (3, 10), (0.1705, 0.8090)),
+        ((5, 56), (0, 29), (-0.0381, 0.1926)),
+        ((10, 10), (0, 20), (0.6791, 1.0)),
+    ],
+)
+def test_newcombe_interval_matches_the_published_values(a, b, expected) -> None:
+    low, high = newcombe_interval(*a, *b)
+    assert (low, high) == pytest.approx(expected, abs=5e-5)
+
+
+def test_newcombe_interval_is_antisymmetric_and_contains_the_difference() -> None:
+    low, high = newcombe_interval(30, 50, 20, 60)
+    flipped = newcombe_interval(20, 60, 30, 50)
+    assert flipped == pytest.approx((-high, -low))
+    assert low < 30 / 50 - 20 / 60 < high
+    # equal proportions: the interval is symmetric about 0
+    same = newcombe_interval(10, 40, 10, 40)
+    assert same[0] == pytest.approx(-same[1])

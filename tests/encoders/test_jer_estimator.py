@@ -102,3 +102,27 @@ def test_the_gradient_matches_finite_differences() -> None:
     minus = regulariser().item()
     assert float((grad * direction).sum()) == pytest.approx((plus - minus) / (2 * eps), rel=1e-5)
     assert float(grad.abs().sum()) > 0
+
+
+def test_a_vit_with_fused_attention_is_differentiable_twice() -> None:
+    """timm's ViT attention runs a fused SDPA kernel, which has no double backward; the estimator
+    takes the math kernel, so the regulariser trains a ViT zoo run (config/test.yaml's jer_up)."""
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    vit = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        img_size=16,
+        patch_size=8,
+        embed_dim=16,
+        depth=1,
+        num_heads=2,
+        num_classes=0,
+    ).eval()
+    assert vit.blocks[0].attn.fused_attn  # the path that failed before
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    estimate = estimate_pr2(vit, x, 2, torch.Generator().manual_seed(2), create_graph=True)
+    estimate.mean().backward()
+    grads = [p.grad for p in vit.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert vit.blocks[0].attn.qkv.weight.grad.abs().sum() > 0  # through the attention

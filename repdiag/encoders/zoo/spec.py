@@ -9,7 +9,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from repdiag.binding import (
+from repdiag.common.families import (
     BINDING_DOSE_FAMILY,
     BINDING_SUPERVISED_FAMILY,
     CONTROL_FAMILY,
@@ -64,19 +64,19 @@ def run_family(
     name: str, entry: Mapping[str, Any], hparams: Mapping[str, Mapping[str, Any]]
 ) -> str:
     """The family of the models of run ``name``: ``control`` for 0 steps, ``binding_supervised``
-    when its labels or captions state the binding, ``binding_dose`` when a presence run is told
-    the slots at a dose lambda > 0, ``jer_intervention`` when its JER is regularised, else its
-    objective's family."""
+    when its labels or captions state the binding, ``jer_intervention`` when its JER is
+    regularised (at any dose), ``binding_dose`` when a presence run is told the slots at a dose
+    lambda > 0, else its objective's family."""
     objective = objective_of(name, entry)
     effective = {**(hparams.get(objective) or {}), **(entry.get("hparams") or {})}
     if entry.get("steps") == 0:
         return CONTROL_FAMILY
     if tells_binding(objective, effective):
         return BINDING_SUPERVISED_FAMILY
-    if binding_dose(objective, effective) > 0:
-        return BINDING_DOSE_FAMILY
     if (entry.get("jer_regulariser") or {}).get("weight"):
         return JER_INTERVENTION_FAMILY
+    if binding_dose(objective, effective) > 0:
+        return BINDING_DOSE_FAMILY
     return FAMILIES[objective]
 
 
