@@ -446,6 +446,7 @@ def embedding_pairs(
     attribute_fit_fraction: float = 0.5,
     reuse_truth: ProbeTruth | None = None,
     rotate_b: bool = False,
+    shuffle_b: bool = False,
 ) -> PairedData:
     """Two encoders' embeddings of the same images, paired by image id (see module docstring).
 
@@ -458,6 +459,9 @@ def embedding_pairs(
     paired fractions can pass the first call's truth as ``reuse_truth`` instead of refitting.
     ``rotate_b`` expresses domain b in a Haar-random orthonormal basis (drawn from ``seed``):
     with ``path_b = path_a`` the pair has an exact linear alignment, the positive control.
+    ``shuffle_b`` permutes domain b's training rows (seeded), so that its anchor pairs are wrong
+    while the held-out pairs and their attributes stay right: with ``rotate_b`` and
+    ``path_b = path_a``, the negative control (an alignment exists but nothing can learn it).
     """
     ids_a, x_a = read_layer(path_a, layer, image_sets)
     ids_b, x_b = read_layer(path_b, layer, image_sets)
@@ -485,6 +489,8 @@ def embedding_pairs(
     half = len(unpaired) // 2
     rows_train_a = np.concatenate([train_rows[:n_paired], unpaired[:half]])
     rows_train_b = np.concatenate([train_rows[:n_paired], unpaired[half:]])
+    if shuffle_b:
+        rows_train_b = np.random.default_rng([seed, 5]).permutation(rows_train_b)
     test = (x_a[rows_a[test_rows]], x_b[rows_b[test_rows]])
     labels = kmeans_labels(
         np.concatenate([_standardise(t) for t in test], axis=1), n_clusters, seed

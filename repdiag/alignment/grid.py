@@ -252,7 +252,8 @@ def check_alignment_config(config: Mapping[str, Any]) -> None:
         if pair["a"] == pair["b"] and pair.get("control", "none") == "none":
             raise ConfigError(
                 f"alignment.real.pairs[{index}] pairs model {pair['a']!r} with itself; "
-                "set control: rotation for the positive control (b in a random basis)"
+                "set control: rotation for the positive control (b in a random basis) or "
+                "control: shuffle for the negative one (b's training rows permuted)"
             )
         name = real_pair_name(pair)
         if name in seen:

@@ -47,15 +47,34 @@ Intervention metrics on real embeddings (known attributes stand in for concepts)
     (:class:`repdiag.alignment.concepts.ProbeTruth`). On the fit half, each domain's effect of
     attribute ``a`` is the difference of class means ``t_i = mean(x_i | a) - mean(x_i | not a)``
     and its probe ``w_i`` a logistic regression; latents are matched to attributes there. On
-    the evaluation rows that have ``a``, the same three metrics as above use ``x_i - t_i`` as the
-    counterfactual input, and translated changes are scored through the target's probe:
-    ``p = w_j . delta_j`` against ``t = w_j . t_j`` (the probe-score change the attribute makes
-    on average). ``cont_intervention`` compares the code changes ``E_i x_i - E_i (x_i - t_i)``
-    of the two domains as above. ``attribute_probe_accuracy`` is the probes' mean balanced
+    the evaluation rows that have ``a``, ``x_i - t_i`` is the counterfactual input.
+
+    - ``tr_intervention`` (M_tr on real embeddings, the decoded input intervention): the
+      translated change ``p = D_j E_i x_i - D_j E_i (x_i - t_i)`` against the target's own
+      decoded change ``t = D_j E_j x_j - D_j E_j (x_j - t_j)``, row by row, both read out on
+      ``u_j = t_j / ||t_j||^2`` (``p . u_j``: how much of the attribute's mean effect the change
+      carries; a rotation of either domain rotates ``u_j`` along, so the score does not depend
+      on the basis). 1: translating a's intervention changes b exactly as b's own dictionary
+      does; 0: the translated change carries nothing of it (a translator fitted to broken pairs
+      outputs b's mean, ``p = 0``). ``tr_intervention_probe`` reads both out on the probe
+      ``w_j`` instead. Comparing decoded changes of both domains, the score is not capped by how
+      faithfully one SAE reproduces the small change ``x - t``.
+    - ``tr_latent_ablation`` (an extraction diagnostic, not M_tr): ablate the latent matched to
+      ``a`` (on signed correlation) and translate, ``p = w_j . (D_j c_i - D_j c_i^{-l})``,
+      against ``w_j . t_j``: high only if a single latent carries the whole attribute at a
+      constant size, a property of one domain's dictionary rather than of translation.
+    - ``tr_intervention_input``: ``p = w_j . (D_j E_i x_i - D_j E_i (x_i - t_i))`` against
+      ``w_j . t_j`` (capped by the SAE's reproduction of ``x - t``).
+    - ``cont_intervention`` compares the code changes ``E_i x_i - E_i (x_i - t_i)`` of the two
+      domains as above.
+
+    ``attribute_probe_accuracy`` is the probes' mean balanced
     accuracy on the evaluation rows over all attributes (0.5: not linearly decodable); only
     attributes decodable in both domains (balanced accuracy >= 0.6) are intervened on, and
     with none the intervention metrics are empty. MCC is not defined (the attributes are not
-    the embeddings' generative factors).
+    the embeddings' generative factors). ``control: rotation`` (b = a in a random basis: an
+    exact alignment exists) is each metric's ceiling on the embeddings, ``control: shuffle``
+    (the same with b's training rows permuted: the anchor pairs are wrong) its floor.
 Cycle consistency
     ``R^2`` of ``x_i -> j -> i = D_i E_j D_j E_i x_i`` against ``x_i``; needs no pairs, which is why
     it is used as a proxy, and why the study checks whether it tracks M_tr.
@@ -179,22 +198,37 @@ def pooled_agreement(parts: Sequence[tuple[float, float]]) -> float | None:
     return float(1.0 - error / total) if total > 0 else None
 
 
-def concept_latents(codes: np.ndarray, concepts: np.ndarray, present: np.ndarray) -> dict[int, int]:
-    """Concept -> latent of the Hungarian matching on ``|corr|`` (concepts the domain sees)."""
+def concept_latents(
+    codes: np.ndarray, concepts: np.ndarray, present: np.ndarray, *, signed: bool = False
+) -> dict[int, int]:
+    """Concept -> latent of the Hungarian matching on ``|corr|`` (concepts the domain sees), or
+    on ``corr`` itself when ``signed``: a latent that fires when the concept is absent is then
+    never its partner (ablating it would remove the opposite of the concept)."""
     seen = np.flatnonzero(present)
-    corr = np.abs(correlation_matrix(codes, concepts[:, seen]))
-    rows, cols = linear_sum_assignment(corr, maximize=True)
+    corr = correlation_matrix(codes, concepts[:, seen])
+    rows, cols = linear_sum_assignment(corr if signed else np.abs(corr), maximize=True)
     return {int(seen[c]): int(r) for r, c in zip(rows, cols, strict=True)}
 
 
-def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: int = 256) -> dict:
-    """``tr_intervention``, ``tr_intervention_input``, ``cont_intervention`` and ``concept_match``.
+def effect_readout(effect: np.ndarray) -> np.ndarray:
+    """``u = t / ||t||^2`` for a mean effect ``t``: ``u . t = 1``, and rotating a domain rotates
+    ``t`` and ``u`` together, so ``u . delta`` does not depend on the domain's basis."""
+    effect = np.asarray(effect, dtype=np.float64)
+    norm = float(effect @ effect)
+    return effect / norm if norm > 0 else effect
 
-    ``truth`` is a :class:`repdiag.alignment.concepts.ConceptTruth` (synthetic) or
+
+def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: int = 256) -> dict:
+    """The intervention metrics (module docstring): ``tr_intervention``, its parts
+    ``tr_latent_ablation``, ``tr_intervention_decoded`` and ``tr_intervention_probe``,
+    ``tr_intervention_input``, ``cont_intervention`` and ``concept_match``.
+
+    ``truth`` is a :class:`repdiag.alignment.concepts.ConceptTruth` (synthetic, ``exact``) or
     :class:`~repdiag.alignment.concepts.ProbeTruth` (real embeddings) whose scales are those of
     ``test``; at most ``max_rows`` held-out rows per concept (``truth.rows``). Latents are
-    matched to concepts on ``truth.fit_rows``; where ``truth.readout`` gives a probe, translated
-    changes and the true change are compared through it. See the module docstring.
+    matched to concepts on ``truth.fit_rows`` (on signed correlation for real embeddings).
+    M_tr (``tr_intervention``) is the latent ablation on synthetic data and the decoded input
+    intervention on real embeddings.
     """
     import torch
 
@@ -203,10 +237,13 @@ def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: 
         codes = [model.encode(i, torch.as_tensor(x)).numpy() for i, x in enumerate(xs)]
     fit = truth.fit_rows
     latents = [
-        concept_latents(codes[i][fit], truth.concepts[fit], truth.present[i]) for i in range(2)
+        concept_latents(
+            codes[i][fit], truth.concepts[fit], truth.present[i], signed=not truth.exact
+        )
+        for i in range(2)
     ]
     shared = truth.shared
-    parts: dict[str, list] = {"latent": [], "input": [], "cont": []}
+    parts: dict[str, list] = {key: [] for key in ("latent", "input", "decoded", "probe", "cont")}
     per_concept = []
     for c in shared:
         rows = truth.rows(int(c), max_rows)
@@ -224,12 +261,22 @@ def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: 
                     ablated[:, latents[i][int(c)]] = 0.0
                 latent_change = (model.decode(j, code[i]) - model.decode(j, ablated)).numpy()
                 input_change = (model.decode(j, code[i]) - model.decode(j, code_cf[i])).numpy()
+                # the target's own decoded change: what j's dictionary makes of the intervention
+                own_change = (model.decode(j, code[j]) - model.decode(j, code_cf[j])).numpy()
                 readout = truth.readout(j, int(c))
-                target = true[j] if readout is None else true[j] @ readout
-                if readout is not None:
-                    latent_change, input_change = latent_change @ readout, input_change @ readout
-                parts["latent"].append(change_agreement(latent_change, target))
-                parts["input"].append(change_agreement(input_change, target))
+                if readout is None:  # synthetic: whole vectors
+                    parts["latent"].append(change_agreement(latent_change, true[j]))
+                    parts["input"].append(change_agreement(input_change, true[j]))
+                    parts["decoded"].append(change_agreement(input_change, own_change))
+                    continue
+                target = true[j] @ readout
+                parts["latent"].append(change_agreement(latent_change @ readout, target))
+                parts["input"].append(change_agreement(input_change @ readout, target))
+                along = effect_readout(true[j][0])
+                parts["decoded"].append(change_agreement(input_change @ along, own_change @ along))
+                parts["probe"].append(
+                    change_agreement(input_change @ readout, own_change @ readout)
+                )
             delta = [(code[i] - code_cf[i]).numpy() for i in range(2)]
         cont = change_agreement(delta[0], delta[1])
         parts["cont"].append(cont)
@@ -243,8 +290,13 @@ def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: 
             }
         )
     matched = [latents[0].get(int(c)) == latents[1].get(int(c)) for c in shared]
+    latent = pooled_agreement(parts["latent"])
+    decoded = pooled_agreement(parts["decoded"])
     return {
-        "tr_intervention": pooled_agreement(parts["latent"]),
+        "tr_intervention": latent if truth.exact else decoded,
+        "tr_latent_ablation": latent,
+        "tr_intervention_decoded": decoded,
+        "tr_intervention_probe": pooled_agreement(parts["probe"]),
         "tr_intervention_input": pooled_agreement(parts["input"]),
         "cont_intervention": pooled_agreement(parts["cont"]),
         "concept_match": float(np.mean(matched)) if matched else None,
@@ -420,7 +472,15 @@ def evaluate_alignment(
         "jaccard": consistency["jaccard"],
         "code_correlation": consistency["code_correlation"],
         "code_correlation_unweighted": consistency["code_correlation_unweighted"],
-        "tr_intervention_input": (intervention or {}).get("tr_intervention_input"),
+        **{
+            key: (intervention or {}).get(key)
+            for key in (
+                "tr_intervention_input",
+                "tr_latent_ablation",
+                "tr_intervention_decoded",
+                "tr_intervention_probe",
+            )
+        },
         "attribute_probe_accuracy": _attribute_accuracy(truth),
         "probe_source": _mean([v["source"] for v in probes.values()]),
         "probe_transfer": _mean([v["transfer"] for v in probes.values()]),

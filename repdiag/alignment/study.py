@@ -177,7 +177,8 @@ def run_real(
                 attributes=attributes,
                 attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
                 reuse_truth=truth,
-                rotate_b=pair.get("control", "none") == "rotation",
+                rotate_b=pair.get("control", "none") in ("rotation", "shuffle"),
+                shuffle_b=pair.get("control", "none") == "shuffle",
             )
             if info is None:  # the split is the same for every fraction: record it once
                 info = {k: v for k, v in data.info.items() if k != "paired_fraction"}

@@ -179,6 +179,29 @@ def test_rotation_control_is_store_a_in_a_random_basis(tmp_path):
     np.testing.assert_allclose(pairs_b, pairs_a @ q, rtol=1e-5, atol=1e-5)
 
 
+def test_shuffle_control_breaks_the_training_pairs_only(tmp_path):
+    n = 120
+    ids = np.array([f"query/q{i:05d}" for i in range(n)])
+    values = np.random.default_rng(1).standard_normal((n, 5))
+    path = _store(tmp_path / "a.zarr", ids, values, ["query"] * n)
+    kwargs = {"layer": "final", "paired_fraction": 1.0, "test_fraction": 0.25, "seed": 3}
+    rotated = embedding_pairs(path, path, n_clusters=2, rotate_b=True, **kwargs)
+    shuffled = embedding_pairs(path, path, n_clusters=2, rotate_b=True, shuffle_b=True, **kwargs)
+    q = random_rotation(5, seed=3)
+    # held-out pairs and training rows of a are those of the rotation control
+    np.testing.assert_allclose(shuffled.test[0], rotated.test[0])
+    np.testing.assert_allclose(shuffled.test[1], rotated.test[1])
+    np.testing.assert_allclose(shuffled.train[0], rotated.train[0])
+    # b's training rows are the same rows, permuted: the anchor pairs are wrong
+    pairs_a, pairs_b = (x[: shuffled.n_paired] for x in shuffled.train)
+    unrotated_b = pairs_b @ q.T
+    matches = np.isclose(unrotated_b, pairs_a, atol=1e-4).all(axis=1)
+    assert matches.mean() < 0.1
+    np.testing.assert_allclose(
+        np.sort(shuffled.train[1], axis=0), np.sort(rotated.train[1], axis=0), atol=1e-6
+    )
+
+
 def test_embedding_pairs_errors_name_the_store(tmp_path):
     ids = np.array([f"query/q{i:05d}" for i in range(20)])
     path_a = _store(tmp_path / "a.zarr", ids, np.zeros((20, 2)), ["query"] * 20)

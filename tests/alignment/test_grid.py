@@ -94,6 +94,32 @@ def test_a_rotation_control_pairs_a_model_with_itself_under_its_own_name():
     assert params["pair"]["control"] == "rotation"
 
 
+def test_a_shuffle_control_is_accepted_beside_the_rotation_and_kept_out_of_the_claims():
+    from repdiag.alignment.report import claims_table, results_table
+
+    pairs = [
+        {"a": "mae", "b": "mae", "control": "rotation"},
+        {"a": "mae", "b": "mae", "control": "shuffle"},
+    ]
+    config = _config({"real": {"pairs": pairs}})
+    check_alignment_config(config)
+    assert list(real_pairs(config["alignment"])) == [
+        "mae__mae__final__rotation",
+        "mae__mae__final__shuffle",
+    ]
+    summary = dict.fromkeys(("tr_intervention", "cont_intervention"), 0.5)
+    run = {"variant": "cosae-all", "method": "cosae", "ablation": "all", "paired_fraction": 1.0}
+    run |= {"n_paired": 10, "seed": 0, "summary": summary}
+    jobs = [
+        {"pair": name, "control": pair["control"], "runs": [run]}
+        for name, pair in zip(real_pairs(config["alignment"]), pairs, strict=True)
+    ]
+    table = results_table([], jobs)
+    assert set(table["control"]) == {"rotation", "shuffle"}
+    claims = claims_table(table)
+    assert not claims["scope"].str.startswith("real:").any()
+
+
 @pytest.mark.parametrize(
     ("alignment", "message"),
     [

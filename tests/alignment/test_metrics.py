@@ -350,3 +350,85 @@ def test_weighted_code_correlation_discounts_rare_latents():
     assert code_correlation(a, b, weighted=False) == pytest.approx((1 + rare) / 2)
     # weights: latent 0 fires on 100% of rows, latent 1 on 1%
     assert code_correlation(a, b) == pytest.approx((1.0 * 1 + 0.01 * rare) / 1.01)
+
+
+def _attribute_pair(rotation=None, seed: int = 5):
+    """Domain a: one-hot concepts through a random map; domain b: a in a rotated basis."""
+    from repdiag.alignment.concepts import random_rotation
+
+    rng = np.random.default_rng(seed)
+    z = np.zeros((400, 3))
+    z[np.arange(400), rng.integers(0, 3, 400)] = rng.uniform(0.5, 1.5, 400)
+    a = rng.standard_normal((4, 3))
+    q = random_rotation(4, seed) if rotation is None else rotation
+    maps = [a, q.T @ a]  # x_b = x_a q
+    return z, maps, [(z @ m.T).astype(np.float32) for m in maps]
+
+
+class _DisjointModel(_KnownModel):
+    """Each domain's codes in latents of its own: a translation decodes nothing (the mean), as a
+    translator fitted to broken pairs does."""
+
+    def encode(self, i, x):
+        z = super().encode(i, x)
+        zeros = torch.zeros_like(z)
+        return torch.cat([z, zeros] if i == 0 else [zeros, z], dim=1)
+
+    def decode(self, j, z):
+        width = z.shape[1] // 2
+        return super().decode(j, z[:, :width] if j == 0 else z[:, width:])
+
+
+def _attribute_truth(z, test):
+    from repdiag.alignment.concepts import probe_truth
+
+    return probe_truth(test, z > 0, [f"c{c}" for c in range(z.shape[1])], seed=0)
+
+
+def test_decoded_m_tr_is_one_for_the_exact_translator_of_the_rotation_control():
+    from repdiag.alignment.metrics import intervention_metrics
+
+    z, maps, test = _attribute_pair()
+    truth = _attribute_truth(z, test)
+    assert len(truth.shared) == 3
+    result = intervention_metrics(_KnownModel(maps), test, truth)
+    assert result["tr_intervention"] == result["tr_intervention_decoded"]
+    assert result["tr_intervention"] == pytest.approx(1.0, abs=1e-5)
+    assert result["tr_intervention_probe"] == pytest.approx(1.0, abs=1e-5)
+    assert result["cont_intervention"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_decoded_m_tr_is_zero_when_translation_carries_nothing():
+    from repdiag.alignment.metrics import intervention_metrics
+
+    z, maps, test = _attribute_pair()
+    result = intervention_metrics(_DisjointModel(maps), test, _attribute_truth(z, test))
+    assert result["tr_intervention"] == pytest.approx(0.0, abs=1e-6)
+    assert result["tr_intervention_probe"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_decoded_m_tr_does_not_depend_on_either_domains_basis():
+    from repdiag.alignment.concepts import random_rotation
+    from repdiag.alignment.metrics import intervention_metrics
+
+    z, maps, test = _attribute_pair()
+    half = _KnownModel([maps[0], 0.7 * maps[1]])  # b decodes at 0.7x: an imperfect translator
+    reference = intervention_metrics(half, test, _attribute_truth(z, test))["tr_intervention"]
+    assert 0.5 < reference < 0.99
+    q = random_rotation(4, 11)
+    rotated = [test[0], (test[1] @ q).astype(np.float32)]
+    model = _KnownModel([maps[0], 0.7 * (q.T @ maps[1])])
+    value = intervention_metrics(model, rotated, _attribute_truth(z, rotated))["tr_intervention"]
+    assert value == pytest.approx(reference, abs=1e-4)
+
+
+def test_latent_ablation_matches_on_signed_correlation_for_real_attributes():
+    from repdiag.alignment.metrics import concept_latents
+
+    concept = np.array([1, 0, 1, 0, 1, 0, 1, 0], dtype=float)[:, None]
+    anti = 1.0 - concept[:, 0]  # fires when the attribute is absent: corr -1
+    pro = concept[:, 0] + np.array([0.3, 0, 0, 0.2, 0, 0.1, 0.4, 0])  # corr about +0.9
+    codes = np.stack([anti, pro], axis=1)
+    present = np.array([True])
+    assert concept_latents(codes, concept, present) == {0: 0}  # |corr|: the anti latent
+    assert concept_latents(codes, concept, present, signed=True) == {0: 1}
