@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from repdiag.alignment.concepts import PairedData, embedding_pairs, synthetic_pairs
+from repdiag.alignment.concepts import (
+    PairedData,
+    embedding_pairs,
+    random_rotation,
+    synthetic_pairs,
+)
 from repdiag.alignment.grid import real_pair_name, split_variant, uses_pairs
-from repdiag.alignment.methods import SAESettings, make_method
+from repdiag.alignment.methods import PairModel, SAESettings, make_method
 from repdiag.alignment.metrics import evaluate_alignment
 from repdiag.alignment.train import TrainSettings, normalise, train_method
 from repdiag.core.errors import ConfigError
@@ -22,6 +29,23 @@ log = logging.getLogger(__name__)
 
 def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+EXACT_VARIANT = "exact-translator"
+
+
+def exact_translator(model: PairModel, rotation: np.ndarray) -> PairModel:
+    """Domain a's SAE for both domains, b's in b's basis (x_b = x_a Q): W_enc,b = W_enc,a Q,
+    D_b = Q^T D_a, b_dec,b = b_dec,a Q, so that D_b E_a x_a = (D_a E_a x_a) Q exactly. On a
+    control pair (b = a rotated) it is each metric's ceiling with a's dictionary."""
+    q = torch.as_tensor(np.asarray(rotation), dtype=torch.float32)
+    sae_a = copy.deepcopy(model.saes[0])
+    sae_b = copy.deepcopy(model.saes[0])
+    with torch.no_grad():
+        sae_b.encoder.copy_(sae_a.encoder @ q)
+        sae_b.decoder.copy_(q.T @ sae_a.decoder)
+        sae_b.b_dec.copy_(sae_a.b_dec @ q)
+    return PairModel([sae_a, sae_b])
 
 
 def fit_and_evaluate(
@@ -34,8 +58,13 @@ def fit_and_evaluate(
     evaluation: Mapping[str, Any],
     seed: int,
     device: torch.device | str = "cpu",
+    exact_rotation: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Train one variant on normalised ``data`` and compute every metric on its held-out pairs."""
+    """Train one variant on normalised ``data`` and compute every metric on its held-out pairs.
+
+    With ``exact_rotation`` Q (a control pair, x_b = x_a Q), the trained model's b side is
+    replaced by its a side in b's basis (:func:`exact_translator`) before the evaluation: the
+    record is the exact translator's, variant ``exact-translator``."""
     method_name, ablation = split_variant(variant)
     train_settings = TrainSettings(**{k: v for k, v in train.items() if k != "sw_projections"})
     method = make_method(
@@ -50,6 +79,8 @@ def fit_and_evaluate(
     log.info("training %s (%d anchor pairs, seed %d)", variant, data.n_paired, seed)
     result = train_method(method, data, train_settings, seed=seed, device=device)
     model = result.model.cpu()
+    if exact_rotation is not None:
+        model = exact_translator(model, exact_rotation)
     start = time.monotonic()
     metrics = evaluate_alignment(
         model,
@@ -74,6 +105,8 @@ def fit_and_evaluate(
         summary["cycle_r2"],
     )
     method, ablation = split_variant(variant)
+    if exact_rotation is not None:
+        variant, method, ablation = EXACT_VARIANT, "exact", None
     return {
         "variant": variant,
         "method": method,
@@ -144,6 +177,48 @@ def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
     return slot_attributes(ds)
 
 
+def exact_ceiling(
+    params: Mapping[str, Any],
+    store_a: str | Path,
+    store_b: str | Path,
+    attributes: Any,
+    truth: Any,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """The exact translator's record on a control pair (b = a in the basis Q of the seed): an
+    independent SAE of domain a trained on every training row, copied into b's basis."""
+    pair, seed = params["pair"], int(params["seed"])
+    data = embedding_pairs(
+        store_a,
+        store_b,
+        layer=pair.get("layer", "final"),
+        paired_fraction=1.0,
+        test_fraction=params["test_fraction"],
+        seed=seed,
+        image_sets=params["image_sets"] or None,
+        max_images=params["max_images"],
+        n_clusters=params["n_clusters"],
+        attributes=attributes,
+        attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
+        reuse_truth=truth,
+        rotate_b=True,
+    )
+    data, _ = normalise(data)
+    rotation = random_rotation(data.test[1].shape[1], seed)
+    record = fit_and_evaluate(
+        "independent",
+        data,
+        sae=params["sae"],
+        train=params["train"],
+        weights=None,
+        evaluation=params["evaluation"],
+        seed=seed,
+        device=device,
+        exact_rotation=rotation,
+    )
+    return {"paired_fraction": 1.0, "seed": seed, **record}
+
+
 def run_real(
     params: Mapping[str, Any],
     store_a: str | Path,
@@ -195,6 +270,8 @@ def run_real(
                 device=device,
             )
             runs.append({"paired_fraction": float(fraction), "seed": seed, **record})
+    if pair.get("control", "none") != "none":
+        runs.append(exact_ceiling(params, store_a, store_b, attributes, truth, device))
     return {
         "pair": real_pair_name(pair),
         "data": "real",

@@ -3,6 +3,7 @@ training matches laws not instances, runs are seeded (repdiag.alignment.study)."
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from repdiag.alignment.concepts import synthetic_pairs
@@ -81,3 +82,44 @@ def test_real_attributes_are_read_from_a_binding_store_without_its_images(tmp_pa
     np.testing.assert_array_equal(ids, expected[0])
     assert names == expected[1] and names[0] == "r0c0=circle"
     np.testing.assert_array_equal(indicators, expected[2])
+
+
+def test_the_exact_translator_is_a_in_bs_basis_and_scores_the_ceiling():
+    import numpy as np
+    import torch
+
+    from repdiag.alignment.concepts import probe_truth, random_rotation
+    from repdiag.alignment.methods import PairModel
+    from repdiag.alignment.metrics import evaluate_alignment
+    from repdiag.alignment.study import exact_translator
+    from repdiag.alignment.topk import TopKSAE
+
+    generator = torch.Generator().manual_seed(0)
+    sae = TopKSAE(6, 12, 3, generator=generator)
+    with torch.no_grad():
+        sae.b_dec.copy_(torch.randn(6, generator=generator) * 0.1)
+    model = PairModel([sae, TopKSAE(6, 12, 3, generator=generator)])
+    q = random_rotation(6, 4)
+    rng = np.random.default_rng(0)
+    labels = (rng.random((300, 2)) < 0.5).astype(np.float32)
+    x_a = (labels @ rng.standard_normal((2, 6)) + 0.3 * rng.standard_normal((300, 6))).astype(
+        np.float32
+    )
+    x_b = (x_a @ q).astype(np.float32)
+    exact = exact_translator(model, q)
+    with torch.no_grad():
+        translated = exact.translate(0, 1, torch.as_tensor(x_a)).numpy()
+        own = exact.decode(0, exact.encode(0, torch.as_tensor(x_a))).numpy()
+        np.testing.assert_allclose(translated, own @ q, atol=1e-5)
+        np.testing.assert_array_equal(
+            exact.encode(1, torch.as_tensor(x_b)).numpy() > 0,
+            exact.encode(0, torch.as_tensor(x_a)).numpy() > 0,
+        )
+    assert model.saes[1] is not exact.saes[1]  # the trained model is left as it was
+    truth = probe_truth((x_a, x_b), labels, ["u", "v"], seed=0)
+    summary = evaluate_alignment(exact, (x_a, x_b), labels=np.zeros(300, int), truth=truth)[
+        "summary"
+    ]
+    assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
+    assert summary["jaccard"] == pytest.approx(1.0)
