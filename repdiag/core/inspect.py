@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +50,7 @@ def _array_summary(path: Path, name: str, var: xr.DataArray) -> str:
     if not var.size or var.dtype.kind not in "fiub":
         return line
     chunk = var.encoding.get("chunks") or var.shape
-    chunk_bytes = int(np.prod(chunk, dtype=np.int64)) * var.dtype.itemsize
+    chunk_bytes = math.prod(int(n) for n in chunk) * var.dtype.itemsize  # no int64 overflow
     if chunk_bytes > CHUNK_BYTES_LIMIT:
         return line + f"  (values not read: chunks of {chunk_bytes} bytes decoded)"
     low, high, total, count = np.inf, -np.inf, 0.0, 0

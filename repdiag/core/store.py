@@ -20,6 +20,7 @@ import glob
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -260,6 +261,58 @@ def _read_metadata(path: Path, file: Path, what: str) -> dict[str, Any]:
     return metadata
 
 
+MAX_CHUNKS = 1 << 20
+"""Chunks per array a store may declare: counting its chunk files must stay a matter of seconds."""
+MAX_ARRAY_BYTES = 1 << 40
+"""Bytes per array a store may declare (1 TiB): more is a crafted or corrupt shape."""
+MAX_CHUNK_BYTES = 1 << 31
+"""Decoded bytes per chunk a store may declare (2 GiB): zarr decodes whole chunks."""
+
+
+def _declared_sizes(entry: dict) -> tuple[int, int, int] | None:
+    """(bytes of the array, chunks, bytes of one decoded chunk) from an array's metadata, in
+    Python integers (no overflow); None when the metadata does not state them plainly."""
+    shape = entry.get("shape")
+    grid = (entry.get("chunk_grid") or {}).get("configuration") or {}
+    chunk = grid.get("chunk_shape")
+    dtype = entry.get("data_type")
+    if not (isinstance(shape, list) and isinstance(chunk, list) and len(shape) == len(chunk)):
+        return None
+    if not all(isinstance(n, int) and n >= 0 for n in shape) or not all(
+        isinstance(n, int) and n > 0 for n in chunk
+    ):
+        return None
+    try:
+        itemsize = np.dtype(dtype).itemsize if isinstance(dtype, str) else 0
+    except TypeError:
+        itemsize = 0
+    itemsize = max(itemsize, 1)
+    elements = math.prod(shape)
+    chunks = math.prod(-(-n // c) for n, c in zip(shape, chunk, strict=True))
+    return elements * itemsize, chunks, math.prod(chunk) * itemsize
+
+
+def check_declared_sizes(path: Path, name: str, entry: dict) -> None:
+    """Refuse an array whose metadata declares more chunks or bytes than any store of this
+    workflow holds (:data:`MAX_CHUNKS`, :data:`MAX_ARRAY_BYTES`, :data:`MAX_CHUNK_BYTES`), before
+    zarr counts its chunks or decodes one."""
+    sizes = _declared_sizes(entry)
+    if sizes is None:
+        return  # zarr's own parse reports malformed metadata
+    total, chunks, chunk_bytes = sizes
+    for value, limit, what in (
+        (chunks, MAX_CHUNKS, "chunks"),
+        (total, MAX_ARRAY_BYTES, "bytes"),
+        (chunk_bytes, MAX_CHUNK_BYTES, "bytes per decoded chunk"),
+    ):
+        if value > limit:
+            raise _damaged(
+                path,
+                f"array {name!r} declares {value} {what} (shape {entry.get('shape')}, chunks "
+                f"{entry['chunk_grid']['configuration']['chunk_shape']}); the limit is {limit}",
+            )
+
+
 def store_arrays(path: str | os.PathLike[str]) -> list[str]:
     """Names of the arrays of the store at ``path``, after checking its metadata and chunks.
 
@@ -305,6 +358,7 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
                 f"{what}: {path / name / 'zarr.json'} disagrees with the consolidated metadata "
                 f"in {path / 'zarr.json'}",
             )
+        check_declared_sizes(path, name, entry)
         try:
             array = zarr.open_array(path / name, mode="r", zarr_format=3)
             written, expected = array.nchunks_initialized, array.nchunks

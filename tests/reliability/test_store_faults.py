@@ -222,6 +222,55 @@ def _no_consolidated(meta: dict) -> None:
     del meta["consolidated_metadata"]
 
 
+def _declare(shape: list[int], chunks: list[int]):
+    """Edit emb_final's shape and chunks in its zarr.json and the consolidated entry alike, so
+    that the store passes the consistency checks and only the declared sizes are wrong."""
+
+    def edit(path: Path) -> None:
+        def array(meta: dict) -> None:
+            meta["shape"] = shape
+            meta["chunk_grid"]["configuration"]["chunk_shape"] = chunks
+
+        _edit_json(path / "emb_final" / "zarr.json", array)
+        _edit_json(
+            path / "zarr.json",
+            lambda meta: array(meta["consolidated_metadata"]["metadata"]["emb_final"]),
+        )
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "pattern"),
+    [
+        ([10**8, 4], [1, 4], r"declares 100000000 chunks"),  # 63 s and 4 GB before
+        ([10**10, 4], [1, 4], r"declares 10000000000 chunks"),  # MemoryError before
+        ([2**32, 2**32], [2**32, 2**32], r"declares \d+ bytes"),  # int64 overflow before
+        ([2**31, 4], [2**31, 4], r"declares 34359738368 bytes per decoded chunk"),
+    ],
+    ids=["1e8-chunks", "1e10-chunks", "2^64-elements", "32-GiB-chunk"],
+)
+def test_a_store_declaring_huge_sizes_is_refused_fast_naming_the_array(
+    tmp_path, shape, chunks, pattern
+):
+    import resource
+    import time
+
+    from repdiag.core.inspect import describe_store
+
+    path = store(tmp_path / "in.zarr")
+    _declare(shape, chunks)(path)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    with pytest.raises(StoreError, match=damaged(path, "emb_final") + ".*" + pattern):
+        open_store(path)
+    with pytest.raises(StoreError, match=pattern):
+        describe_store(path)
+    assert time.monotonic() - start < 5.0
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 500
+
+
 @pytest.mark.parametrize(
     ("fault", "pattern"),
     [
