@@ -30,10 +30,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# The config is validated before Snakemake reads it: Snakemake evaluates template (YTE) configs
+# while reading them, repdiag validate refuses them without running anything (README, Security).
 run: setup
+	$(BIN)/repdiag validate config.yaml
 	$(BIN)/snakemake --cores $(CORES) $(STUDY) $(SNAKEMAKE_ARGS)
 
 run-all: setup
+	$(BIN)/repdiag validate config.yaml
 	$(BIN)/snakemake --cores $(CORES) all $(SNAKEMAKE_ARGS)
 
 lint: setup

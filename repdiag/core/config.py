@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -184,25 +185,59 @@ def short_schema_errors() -> Iterator[None]:
         _Error.__str__ = original
 
 
+YTE_MARKER = "__use_yte__"
+"""The key that makes Snakemake read a config file through its YAML template engine (YTE), whose
+``?expression`` values are Python evaluated while the file is read."""
+
+
+def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ConfigError(f"key {key!r} is given twice in one JSON object; keep one of them")
+        seen[key] = value
+    return seen
+
+
 def load_yaml(path: str | Path) -> Any:
-    """Parse a YAML (or JSON) file like ``yaml.safe_load``, refusing duplicate mapping keys."""
+    """Parse a YAML (or JSON) file like ``yaml.safe_load``, refusing duplicate mapping keys.
+
+    A file PyYAML cannot parse (JSON with tabs, say) is parsed as JSON, duplicate keys refused
+    there too; a file neither can parse is a :class:`ConfigError` naming it. A config that asks
+    for Snakemake's template engine (``__use_yte__``) is refused: its templates are code.
+    """
     with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        text = handle.read()
+    try:
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except yaml.YAMLError as yaml_error:
+        try:
+            data = json.loads(text, object_pairs_hook=_unique_json_object)
+        except ConfigError as err:
+            raise ConfigError(f"config file {path}: {err}") from None
+        except ValueError as json_error:
+            raise ConfigError(
+                f"config file {path} is neither YAML ({yaml_error}) nor JSON ({json_error})"
+            ) from None
+    if isinstance(data, dict) and YTE_MARKER in data:
+        raise ConfigError(
+            f"config file {path} sets {YTE_MARKER}: Snakemake would evaluate its ?-expressions "
+            "as Python while reading it. repdiag refuses template configs; write the values out "
+            "(and check a config from elsewhere with `repdiag validate` before running it)"
+        )
+    return data
 
 
 def check_config_files(paths: Iterable[str | Path]) -> None:
     """Re-read the config files Snakemake loaded (``workflow.configfiles``) with :func:`load_yaml`.
 
     Snakemake parses them with a loader that keeps the last of two equal keys; this turns such a
-    silent loss into an error before validation. A file YAML cannot parse was read by Snakemake as
-    JSON and is left to it.
+    silent loss into an error before validation, in YAML and in JSON files alike, and refuses a
+    template config (``__use_yte__``), exactly as ``repdiag validate`` does.
     """
     for path in paths:
         if Path(path).is_file():
-            try:
-                load_yaml(path)
-            except yaml.YAMLError:
-                continue
+            load_yaml(path)
 
 
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:

@@ -9,6 +9,7 @@ workflow (not a dry run) on one copy of it and must leave no results directory a
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,13 @@ def duplicated_line(after: str, line: str) -> str:
     lines = TEST_YAML.splitlines()
     index = next(i for i, text in enumerate(lines) if text.startswith(after))
     return "\n".join([*lines[: index + 1], line, *lines[index + 1 :]]) + "\n"
+
+
+def json_with_duplicate_model() -> str:
+    """``config/test.yaml`` as tab-indented JSON whose ``models`` names ``simclr`` twice."""
+    text = json.dumps(TEST_CONFIG, indent="\t")
+    entry = json.dumps(TEST_CONFIG["models"]["simclr"])
+    return text.replace('"models": {', '"models": {\n\t\t"simclr": ' + entry + ",", 1)
 
 
 # id -> (config dict or raw YAML text, text the error must contain)
@@ -263,6 +271,11 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         mutate(("sugarcrepe.models", ["clip_vit"])),
         "sugarcrepe.models: 'clip_vit'",
     ),
+    # --- issue 36, case 4: a JSON config (tab-indented, so PyYAML cannot read it) -----------
+    "json config with a model given twice": (
+        json_with_duplicate_model(),
+        "key 'simclr' is given twice in one JSON object",
+    ),
 }
 
 # A job announcement of Snakemake's log ("rule render_binding:", "localrule all:", "jobid: 3").
@@ -295,3 +308,28 @@ def test_bad_config_fails_before_any_job_naming_the_key(workdir: Path, case: str
     assert not JOB_LINE.search(output), output[-3000:]
     for produced in ("results", "logs", "pwned"):
         assert not (workdir / produced).exists(), f"{produced} exists after: {output[-2000:]}"
+
+
+def test_a_template_config_is_refused_by_both_entry_points(workdir: Path, tmp_path: Path) -> None:
+    """Issue 36, case 1. Snakemake evaluates a YTE config's ?-expressions while reading it, before
+    the Snakefile runs, so the workflow cannot stop that code; it refuses the file right after
+    (no job), and `repdiag validate` (which `make run` calls first) refuses it without running
+    anything. The README's Security section says so."""
+    from repdiag.core.cli import main
+
+    marker = workdir / "yte_ran"
+    text = TEST_YAML.replace(
+        "seed: 0",
+        f'__use_yte__: true\nseed: ?__import__("pathlib").Path("{marker}").touch() or 0',
+        1,
+    )
+    path = workdir / "config" / "yte.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) != 0
+    assert not marker.exists()  # repdiag validate parses it as plain YAML: nothing runs
+    proc = snakemake(workdir, "--configfile", str(path), check=False, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "sets __use_yte__" in output, output[-3000:]
+    assert not JOB_LINE.search(output), output[-3000:]
+    assert not (workdir / "results").exists()
+    marker.unlink(missing_ok=True)  # Snakemake's reader ran the expression (the documented gap)
