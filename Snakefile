@@ -16,7 +16,7 @@ configfile: "config.yaml"
 # Snakemake keeps the last of two equal YAML keys; a model listed twice must be an error instead.
 check_config_files(workflow.configfiles)
 # A schema error names the key path and the rule broken, not the whole instance (issue 22).
-with short_schema_errors():
+with short_schema_errors(workflow.configfiles):
     validate(config, "schemas/config.schema.yaml")
 
 

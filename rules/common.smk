@@ -4,7 +4,7 @@ import re
 from repdiag.binding.causal_options import causal_models
 from repdiag.core.config import check_config, fill_defaults, section, seeded
 from repdiag.core.gpu import count_visible_gpus
-from repdiag.core.runtime import expose_package
+from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
@@ -19,6 +19,9 @@ if "gpu" not in workflow.global_resources and count_visible_gpus():
 
 fill_defaults(config)
 check_config(config)
+# results/ and logs/ must not lead outside the working directory (a symlink would make jobs write
+# elsewhere without a word).
+check_output_folders(".")
 
 
 onstart:

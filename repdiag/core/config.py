@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import importlib
 import json
 import math
@@ -154,7 +155,25 @@ def schema_error(err: BaseException) -> ConfigError:
     message = inner.message if len(inner.message) <= 300 else inner.message[:300] + " ..."
     return ConfigError(
         f"config key {dotted} ({where}) breaks the schema rule {inner.validator!r}: {message}"
+        + did_you_mean(inner)
     )
+
+
+def did_you_mean(error: Any) -> str:
+    """For an unknown key (``additionalProperties``), the allowed keys closest to it (difflib)."""
+    if getattr(error, "validator", None) != "additionalProperties":
+        return ""
+    schema = getattr(error, "schema", None) or {}
+    allowed = sorted((schema.get("properties") or {}).keys())
+    instance = error.instance if isinstance(error.instance, dict) else {}
+    unknown = [key for key in instance if key not in allowed and isinstance(key, str)]
+    hints = []
+    for key in unknown[:5]:
+        close = difflib.get_close_matches(key, allowed, n=3, cutoff=0.6)
+        hints.append(f"{key!r}: did you mean {' or '.join(map(repr, close))}?" if close else "")
+    hints = [hint for hint in hints if hint]
+    listed = ", ".join(allowed) if len(allowed) <= 30 else ", ".join(allowed[:30]) + ", ..."
+    return (" " + " ".join(hints) if hints else "") + (f" (allowed: {listed})" if allowed else "")
 
 
 def _short_schema_str(error: Any) -> str:
@@ -164,12 +183,13 @@ def _short_schema_str(error: Any) -> str:
 
 
 @contextlib.contextmanager
-def short_schema_errors() -> Iterator[None]:
+def short_schema_errors(files: Iterable[str | Path] = ()) -> Iterator[None]:
     """Around ``snakemake.utils.validate``: a schema error becomes a :func:`schema_error`.
 
     Snakemake formats the jsonschema error eagerly, and its ``str`` pretty-prints the whole
     instance and schema (minutes for a big value); inside this block it is one short line.
     Call ``validate`` directly in the block: it finds the workflow from its caller's frame.
+    ``files`` (Snakemake's ``workflow.configfiles``) are named in the message.
     """
     from jsonschema.exceptions import _Error
 
@@ -179,7 +199,9 @@ def short_schema_errors() -> Iterator[None]:
         yield
     except Exception as err:
         if any(hasattr(e, "absolute_path") for e in (err, err.__context__)):
-            raise schema_error(err) from None
+            named = ", ".join(str(f) for f in files)
+            error = schema_error(err)
+            raise (ConfigError(f"config file {named}: {error}") if named else error) from None
         raise
     finally:
         _Error.__str__ = original
@@ -206,12 +228,12 @@ def load_yaml(path: str | Path) -> Any:
     there too; a file neither can parse is a :class:`ConfigError` naming it. A config that asks
     for Snakemake's template engine (``__use_yte__``) is refused: its templates are code.
     """
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
     try:
-        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
-    except yaml.YAMLError as yaml_error:
+        with open(path, encoding="utf-8") as handle:  # the handle names the file in errors
+            data = yaml.load(handle, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except (yaml.scanner.ScannerError, yaml.parser.ParserError) as yaml_error:
         try:
+            text = Path(path).read_text(encoding="utf-8")
             data = json.loads(text, object_pairs_hook=_unique_json_object)
         except ConfigError as err:
             raise ConfigError(f"config file {path}: {err}") from None

@@ -144,3 +144,32 @@ def expose_package(workflow_dir: str | os.PathLike[str]) -> None:
     current = os.environ.get("PYTHONPATH", "")
     if root not in current.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, current) if p)
+
+
+OUTPUT_FOLDERS = ("results", "logs")
+
+
+def check_output_folders(root: str | os.PathLike[str], depth: int = 2) -> None:
+    """Refuse output folders that lead outside ``root`` (the workflow's working directory).
+
+    ``results/`` and ``logs/`` and the folders up to ``depth`` levels below them must resolve
+    inside ``root``: a symlink there would make every job write outside the tree (issue 36).
+    Store internals (deeper levels) are not walked, so the check stays cheap on a full tree.
+    """
+    from repdiag.core.errors import ConfigError
+
+    root = Path(root).resolve()
+    pending = [(Path(root / name), 0) for name in OUTPUT_FOLDERS]
+    while pending:
+        path, level = pending.pop()
+        if not (path.is_symlink() or path.is_dir()):
+            continue
+        real = path.resolve()
+        if not real.is_relative_to(root):
+            raise ConfigError(
+                f"{path.relative_to(root)} resolves to {real}, outside the workflow directory "
+                f"{root}; jobs write only inside it: replace the link by a folder (or run from "
+                "a working directory on the disk you want, snakemake --directory)"
+            )
+        if level < depth and path.is_dir() and not path.is_symlink():
+            pending += [(child, level + 1) for child in path.iterdir() if child.is_dir()]

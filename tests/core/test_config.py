@@ -166,3 +166,15 @@ def test_finite_numbers_and_64_bit_seeds_pass():
     from repdiag.core.config import check_numbers
 
     check_numbers({"seed": 2**63 - 1, "seeds": [0, 1], "lr": 1e-3, "n": None, "flag": True})
+
+
+def test_an_unknown_key_gets_did_you_mean(tmp_path) -> None:
+    from repdiag.core.config import load_config
+
+    path = tmp_path / "typo.yaml"
+    path.write_text("datasets: {binding: {}}\nmodels: {}\nstast: {n_bootstrap: 200}\n")
+    with pytest.raises(ConfigError, match=r"'stast': did you mean 'stats'") as error:
+        load_config(path)
+    assert "allowed: alignment, binding_causal" in str(error.value) and str(path) in str(
+        error.value
+    )

@@ -58,3 +58,24 @@ def test_script_logging_logs_the_failure_and_reraises(tmp_path):
         raise ZeroDivisionError("the job's own error")
     assert "job failed" in log_path.read_text()
     assert "ZeroDivisionError" in log_path.read_text()
+
+
+def test_output_folders_leading_outside_the_tree_are_refused(tmp_path) -> None:
+    from repdiag.core.errors import ConfigError
+    from repdiag.core.runtime import check_output_folders
+
+    root, outside = tmp_path / "wf", tmp_path / "elsewhere"
+    (root / "results" / "tables").mkdir(parents=True)
+    outside.mkdir()
+    check_output_folders(root)  # plain folders, and none at all for logs/
+    (root / "results" / "datasets").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ConfigError, match=r"results/datasets resolves to .*elsewhere, outside"):
+        check_output_folders(root)
+    (root / "results" / "datasets").unlink()
+    inside = root / "store"
+    inside.mkdir()
+    (root / "results" / "datasets").symlink_to(inside, target_is_directory=True)
+    check_output_folders(root)  # a link that stays inside the tree is fine
+    (root / "logs").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ConfigError, match="logs resolves to"):
+        check_output_folders(root)

@@ -333,3 +333,17 @@ def test_a_template_config_is_refused_by_both_entry_points(workdir: Path, tmp_pa
     assert not JOB_LINE.search(output), output[-3000:]
     assert not (workdir / "results").exists()
     marker.unlink(missing_ok=True)  # Snakemake's reader ran the expression (the documented gap)
+
+
+def test_a_results_folder_linked_outside_the_tree_stops_the_workflow(tmp_path: Path) -> None:
+    """Issue 36, case 13: `results/datasets` linked to a folder outside the working directory."""
+    workdir = copy_workflow(tmp_path / "wf")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workdir / "results").mkdir()
+    (workdir / "results" / "datasets").symlink_to(outside, target_is_directory=True)
+    proc = snakemake(workdir, check=False, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "results/datasets resolves to" in output, output[-3000:]
+    assert not JOB_LINE.search(output), output[-3000:]
+    assert list(outside.iterdir()) == []
