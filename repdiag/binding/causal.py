@@ -285,16 +285,19 @@ def causal_figure(
         (check_ax, "jer", "change in JER (engine, final layer)"),
         (effect_ax, binding_column, "change in binding accuracy"),
     )
-    for i, (objective, rows) in enumerate(effects.groupby("objective", sort=True)):
+    groups = list(effects.groupby("objective", sort=True))
+    span = float(effects["weight"].abs().max()) or 1.0
+    for i, (objective, rows) in enumerate(groups):
         colour = cycle_colour(i)
+        label = f"{objective} ({', '.join(sorted(set(rows['baseline'])))})"
+        # a small offset per objective so that the two groups' bars do not overlap
+        x = rows["weight"].to_numpy(float) + (i - (len(groups) - 1) / 2) * 0.04 * span
         for ax, column, _ in panels:
             delta = rows[f"{column}_delta"].to_numpy(float)
             yerr = np.vstack(
                 [delta - rows[f"{column}_delta_ci_low"], rows[f"{column}_delta_ci_high"] - delta]
             ).clip(min=0)
-            ax.errorbar(
-                rows["weight"], delta, yerr=yerr, fmt="o", capsize=2, color=colour, label=objective
-            )
+            ax.errorbar(x, delta, yerr=yerr, fmt="o", capsize=2, color=colour, label=label)
         part = models[models["model"].isin({*rows["model"], *rows["baseline"]})]
         low = part.get(f"{binding_column}_ci_low", part["binding"])
         high = part.get(f"{binding_column}_ci_high", part["binding"])
@@ -305,13 +308,13 @@ def causal_figure(
             fmt="o",
             capsize=2,
             color=colour,
-            label=objective,
+            label=label,
         )
     for ax, _, ylabel in panels:
         ax.axhline(0, color="black", linewidth=0.8)
         ax.axvline(0, color="grey", linewidth=0.6, linestyle=":")
         ax.set(xlabel="regulariser weight w (> 0 raises JER)", ylabel=ylabel)
-        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_xlim(-1.25 * span, 1.25 * span)
         ax.legend(fontsize=7)
     check_ax.set_title("manipulation check")
     effect_ax.set_title("effect on binding")
@@ -320,7 +323,7 @@ def causal_figure(
     scatter_ax.set(
         xlabel="JER (effective rank, directions)",
         ylabel="binding accuracy",
-        title="baselines and regularised runs",
+        title="baselines and regularised runs (final layer)",
     )
     scatter_ax.legend(fontsize=7)
     fig.suptitle("JER intervention: L = L_objective - w x JER estimate")
