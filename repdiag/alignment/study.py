@@ -177,6 +177,37 @@ def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
     return slot_attributes(ds)
 
 
+def pair_data(
+    params: Mapping[str, Any],
+    store_a: str | Path,
+    store_b: str | Path,
+    fraction: float,
+    attributes: Any,
+    truth: Any,
+    *,
+    rotate_b: bool,
+    shuffle_b: bool,
+) -> PairedData:
+    """:func:`embedding_pairs` of a real pair's params at paired fraction ``fraction``."""
+    pair = params["pair"]
+    return embedding_pairs(
+        store_a,
+        store_b,
+        layer=pair.get("layer", "final"),
+        paired_fraction=fraction,
+        test_fraction=params["test_fraction"],
+        seed=int(params["seed"]),
+        image_sets=params["image_sets"] or None,
+        max_images=params["max_images"],
+        n_clusters=params["n_clusters"],
+        attributes=attributes,
+        attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
+        reuse_truth=truth,
+        rotate_b=rotate_b,
+        shuffle_b=shuffle_b,
+    )
+
+
 def exact_ceiling(
     params: Mapping[str, Any],
     store_a: str | Path,
@@ -187,23 +218,10 @@ def exact_ceiling(
 ) -> dict[str, Any]:
     """The exact translator's record on a control pair (b = a in the basis Q of the seed): an
     independent SAE of domain a trained on every training row, copied into b's basis."""
-    pair, seed = params["pair"], int(params["seed"])
-    data = embedding_pairs(
-        store_a,
-        store_b,
-        layer=pair.get("layer", "final"),
-        paired_fraction=1.0,
-        test_fraction=params["test_fraction"],
-        seed=seed,
-        image_sets=params["image_sets"] or None,
-        max_images=params["max_images"],
-        n_clusters=params["n_clusters"],
-        attributes=attributes,
-        attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
-        reuse_truth=truth,
-        rotate_b=True,
+    seed = int(params["seed"])
+    data, _ = normalise(
+        pair_data(params, store_a, store_b, 1.0, attributes, truth, rotate_b=True, shuffle_b=False)
     )
-    data, _ = normalise(data)
     rotation = random_rotation(data.test[1].shape[1], seed)
     record = fit_and_evaluate(
         "independent",
@@ -239,19 +257,13 @@ def run_real(
     fractions = sorted(set(params["paired_fractions"]))
     for variant in params["variants"]:
         for fraction in fractions if uses_pairs(variant) else [0.0]:
-            data = embedding_pairs(
+            data = pair_data(
+                params,
                 store_a,
                 store_b,
-                layer=pair.get("layer", "final"),
-                paired_fraction=fraction,
-                test_fraction=params["test_fraction"],
-                seed=seed,
-                image_sets=params["image_sets"] or None,
-                max_images=params["max_images"],
-                n_clusters=params["n_clusters"],
-                attributes=attributes,
-                attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
-                reuse_truth=truth,
+                fraction,
+                attributes,
+                truth,
                 rotate_b=pair.get("control", "none") in ("rotation", "shuffle"),
                 shuffle_b=pair.get("control", "none") == "shuffle",
             )

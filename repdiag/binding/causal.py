@@ -273,7 +273,7 @@ def causal_figure(
     objective's baselines and regularised runs."""
     import matplotlib.pyplot as plt
 
-    from repdiag.common.figures import cycle_colour
+    from repdiag.common.figures import cycle_colour, interval_yerr
 
     fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.0), layout="constrained")
     check_ax, effect_ax, scatter_ax = axes
@@ -293,10 +293,10 @@ def causal_figure(
         # a small offset per objective so that the two groups' bars do not overlap
         x = rows["weight"].to_numpy(float) + (i - (len(groups) - 1) / 2) * 0.04 * span
         for ax, column, _ in panels:
-            delta = rows[f"{column}_delta"].to_numpy(float)
-            yerr = np.vstack(
-                [delta - rows[f"{column}_delta_ci_low"], rows[f"{column}_delta_ci_high"] - delta]
-            ).clip(min=0)
+            delta = rows[f"{column}_delta"]
+            yerr = interval_yerr(
+                delta, rows[f"{column}_delta_ci_low"], rows[f"{column}_delta_ci_high"]
+            )
             ax.errorbar(x, delta, yerr=yerr, fmt="o", capsize=2, color=colour, label=label)
         part = models[models["model"].isin({*rows["model"], *rows["baseline"]})]
         low = part.get(f"{binding_column}_ci_low", part["binding"])
@@ -304,7 +304,7 @@ def causal_figure(
         scatter_ax.errorbar(
             part["jer"],
             part["binding"],
-            yerr=np.vstack([part["binding"] - low, high - part["binding"]]).clip(min=0),
+            yerr=interval_yerr(part["binding"], low, high),
             fmt="o",
             capsize=2,
             color=colour,

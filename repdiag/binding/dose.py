@@ -127,7 +127,7 @@ def dose_figure(
     step for each run with checkpoints."""
     import matplotlib.pyplot as plt
 
-    from repdiag.common.figures import cycle_colour
+    from repdiag.common.figures import cycle_colour, interval_yerr
 
     series = dose_series(models)
     fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.0), layout="constrained")
@@ -144,7 +144,7 @@ def dose_figure(
         dose_ax.errorbar(
             rows["dose"],
             rows["binding"],
-            yerr=np.vstack([rows["binding"] - low, high - rows["binding"]]).clip(min=0),
+            yerr=interval_yerr(rows["binding"], low, high),
             marker="o",
             capsize=2,
             color=cycle_colour(i),

@@ -59,3 +59,12 @@ def save_figure(fig: Any, *paths: str | Path, dpi: int = DPI) -> list[Path]:
     finally:
         plt.close(fig)
     return written
+
+
+def interval_yerr(value: Any, low: Any, high: Any) -> Any:
+    """``errorbar``'s ``yerr`` for an interval [low, high] around ``value``: the (2, n) distances
+    below and above, clipped at 0 (an interval that does not contain its value draws no bar)."""
+    import numpy as np
+
+    value = np.asarray(value, dtype=float)
+    return np.vstack([value - np.asarray(low, float), np.asarray(high, float) - value]).clip(min=0)
