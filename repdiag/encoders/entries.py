@@ -59,18 +59,33 @@ WEIGHTS_WORDS = frozenset(
 )  # fmt: skip
 
 
-def _weights_kwargs(value: Any, where: str) -> list[str]:
+def weights_kwargs(value: Any, where: str) -> list[str]:
+    """The dotted paths of every keyword (at any depth) that names a weights or file switch."""
     found = []
     if isinstance(value, Mapping):
         for name, inner in value.items():
             words = set(re.split(r"[^a-z0-9]+", str(name).lower()))
             if words & WEIGHTS_WORDS:
                 found.append(f"{where}.{name}")
-            found += _weights_kwargs(inner, f"{where}.{name}")
+            found += weights_kwargs(inner, f"{where}.{name}")
     elif isinstance(value, list):
         for i, inner in enumerate(value):
-            found += _weights_kwargs(inner, f"{where}[{i}]")
+            found += weights_kwargs(inner, f"{where}[{i}]")
     return found
+
+
+REMOTE_PREFIXES = ("hf-hub:", "local-dir:", "http:", "https:")
+
+
+def remote_names(value: Any, where: str) -> list[str]:
+    """The dotted paths of every string (at any depth) that names a hub, a folder or a URL."""
+    if isinstance(value, str):
+        return [where] if value.strip().lower().startswith(REMOTE_PREFIXES) else []
+    if isinstance(value, Mapping):
+        return [f for name, inner in value.items() for f in remote_names(inner, f"{where}.{name}")]
+    if isinstance(value, list):
+        return [f for i, inner in enumerate(value) for f in remote_names(inner, f"{where}[{i}]")]
+    return []
 
 
 def check_kwargs(key: str, entry: Mapping[str, Any]) -> None:
@@ -81,7 +96,14 @@ def check_kwargs(key: str, entry: Mapping[str, Any]) -> None:
         raise ConfigError(f"{where}: must be a mapping of keyword arguments")
     if source == "open_clip":
         bad = [f"{where}.{name}" for name in kwargs if name not in OPEN_CLIP_KWARGS]
-        nested = [f for n, v in kwargs.items() for f in _weights_kwargs(v, f"{where}.{n}")]
+        nested = [f for n, v in kwargs.items() for f in weights_kwargs(v, f"{where}.{n}")]
+        remote = remote_names(kwargs, where)
+        if not bad and remote:
+            raise ConfigError(
+                f"{remote[0]}: a model name with a hf-hub: or local-dir: prefix makes open_clip "
+                "fetch a tower or read a config.json repdiag never checked; name a built-in "
+                "architecture (timm_model_name: vit_base_patch16_224, ...)"
+            )
         if not bad and nested:
             raise ConfigError(
                 f"{nested[0]}: keyword arguments that load, cache, download or unpickle weights "
@@ -94,7 +116,7 @@ def check_kwargs(key: str, entry: Mapping[str, Any]) -> None:
                 "local file read by repdiag's own loader)"
             )
     elif source in ("timm", "torchvision", "checkpoint", "hub"):
-        bad = _weights_kwargs(kwargs, where)
+        bad = weights_kwargs(kwargs, where)
         if bad:
             raise ConfigError(
                 f"{bad[0]}: keyword arguments that load, cache, download or unpickle weights are "

@@ -271,6 +271,45 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         mutate(("sugarcrepe.models", ["clip_vit"])),
         "sugarcrepe.models: 'clip_vit'",
     ),
+    # --- issue 36, cases 2 and 3: weights and remote names reaching a library -------------
+    "zoo backbone checkpoint_path": (
+        mutate(
+            (
+                "zoo.backbones.vit.timm_kwargs",
+                {
+                    **TEST_CONFIG["zoo"]["backbones"]["vit"]["timm_kwargs"],
+                    "checkpoint_path": "e.pth",
+                },
+            )
+        ),
+        "zoo.backbones.vit.timm_kwargs.checkpoint_path",
+    ),
+    "zoo backbone pretrained_cfg_overlay": (
+        mutate(
+            (
+                "zoo.backbones.vit.timm_kwargs",
+                {
+                    **TEST_CONFIG["zoo"]["backbones"]["vit"]["timm_kwargs"],
+                    "pretrained_cfg_overlay": {"file": "e.pth"},
+                },
+            )
+        ),
+        "zoo.backbones.vit.timm_kwargs.pretrained_cfg_overlay",
+    ),
+    "open_clip tower from the hub": (
+        with_model(
+            "oc",
+            {**OPEN_CLIP, "kwargs": {"vision_cfg": {"timm_model_name": "hf-hub:attacker/evil"}}},
+        ),
+        "models.oc.kwargs.vision_cfg.timm_model_name: a model name with a hf-hub:",
+    ),
+    "open_clip tower from a local dir": (
+        with_model(
+            "oc",
+            {**OPEN_CLIP, "kwargs": {"vision_cfg": {"timm_model_name": "local-dir:/tmp/x"}}},
+        ),
+        "models.oc.kwargs.vision_cfg.timm_model_name",
+    ),
     # --- issue 36, case 4: a JSON config (tab-indented, so PyYAML cannot read it) -----------
     "json config with a model given twice": (
         json_with_duplicate_model(),

@@ -16,6 +16,7 @@ from repdiag.common.families import (
     JER_INTERVENTION_FAMILY,
 )
 from repdiag.core.errors import ConfigError
+from repdiag.encoders.entries import remote_names, weights_kwargs
 
 FAMILIES: dict[str, str] = {
     "barlow_twins": "variance_decorrelation",
@@ -139,6 +140,16 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
     objectives = zoo.get("objectives") or {}
     backbones = zoo.get("backbones") or {}
     hparams = zoo.get("hparams") or {}
+    for name, backbone in backbones.items():
+        where = f"zoo.backbones.{name}.timm_kwargs"
+        bad = weights_kwargs(backbone.get("timm_kwargs") or {}, where)
+        bad += remote_names(backbone.get("timm_kwargs") or {}, where)
+        if bad:
+            raise ConfigError(
+                f"{bad[0]}: a zoo backbone is built from random weights and trained here; "
+                "keyword arguments that load, cache, download or name weights or remote files "
+                "are refused (timm would open them itself)"
+            )
     for name, entry in objectives.items():
         _check_dose(name, entry, hparams)
     for key, entry in (config.get("models") or {}).items():
