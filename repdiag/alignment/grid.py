@@ -209,6 +209,20 @@ def real_params(alignment: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 # config checks ---------------------------------------------------------------------------------
+def check_distinct_fractions(where: str, section: Mapping[str, Any]) -> None:
+    """Paired fractions that stay distinct in cell names (``p<fraction:g>``): two that print the
+    same would share one cell and one of them would silently not run."""
+    seen: dict[str, float] = {}
+    for fraction in section.get("paired_fractions") or []:
+        name = format_fraction(fraction)
+        if name in seen:
+            raise ConfigError(
+                f"{where}: {seen[name]!r} and {fraction!r} both name the cells p{name}; "
+                "give fractions that differ in their first six significant digits"
+            )
+        seen[name] = fraction
+
+
 def check_alignment_config(config: Mapping[str, Any]) -> None:
     """Cross-key checks of the ``alignment`` section (registered in repdiag.core.config)."""
     alignment = config.get("alignment") or {}
@@ -218,6 +232,8 @@ def check_alignment_config(config: Mapping[str, Any]) -> None:
         synthetic, preset_sae = preset_sections(alignment)
     else:
         synthetic, preset_sae = alignment.get("synthetic", {}), alignment.get("sae", {})
+    for where, section in (("grid", alignment.get("grid")), ("real", alignment.get("real"))):
+        check_distinct_fractions(f"alignment.{where}.paired_fractions", section or {})
     n_total = synthetic.get("n_concepts", 1) + 2 * synthetic.get("n_specific", 0)
     if synthetic.get("k_active", 1) > n_total:
         raise ConfigError(

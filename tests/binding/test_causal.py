@@ -163,7 +163,11 @@ def test_figure_has_its_three_labelled_panels(effects) -> None:
         effects.reset_index(), table, pairs, binding_column="binding_cosine", chance=0.125
     )
     titles = [ax.get_title() for ax in figure.axes]
-    assert titles == ["manipulation check", "effect on binding", "baselines and regularised runs (final layer)"]
+    assert titles == [
+        "manipulation check",
+        "effect on binding",
+        "baselines and regularised runs (final layer)",
+    ]
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in figure.axes)
 
 

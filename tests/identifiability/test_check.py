@@ -69,7 +69,9 @@ def test_the_authors_runs_reproduce_their_stored_means() -> None:
     assert runs.groupby("generator").size().to_dict() == dict.fromkeys(EXPECTED_VIOLATED, 5)
     means = runs.groupby("generator")["r2"].mean()
     for generator, (expected, _) in EXPECTED_VIOLATED.items():
-        assert means[generator] == pytest.approx(expected, abs=5e-3), generator  # claims.yaml rounds
+        assert means[generator] == pytest.approx(expected, abs=5e-3), (
+            generator
+        )  # claims.yaml rounds
     assert (runs["final_loss"].between(5.70, 6.07)).all()
 
 

@@ -310,6 +310,11 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         ),
         "models.oc.kwargs.vision_cfg.timm_model_name",
     ),
+    # --- issue 36, case 11: grid values that collide in cell names -------------------------
+    "colliding paired fractions": (
+        mutate(("alignment.grid.paired_fractions", [0.001, 0.0010000001])),
+        "alignment.grid.paired_fractions: 0.001 and 0.0010000001 both name the cells p0.001",
+    ),
     # --- issue 36, case 4: a JSON config (tab-indented, so PyYAML cannot read it) -----------
     "json config with a model given twice": (
         json_with_duplicate_model(),
