@@ -234,6 +234,12 @@ def check_alignment_config(config: Mapping[str, Any]) -> None:
         synthetic, preset_sae = alignment.get("synthetic", {}), alignment.get("sae", {})
     for where, section in (("grid", alignment.get("grid")), ("real", alignment.get("real"))):
         check_distinct_fractions(f"alignment.{where}.paired_fractions", section or {})
+    real_sets = (alignment.get("real") or {}).get("image_sets") or []
+    if "folder" in real_sets and not (config.get("embeddings") or {}).get("folder"):
+        raise ConfigError(
+            "alignment.real.image_sets: 'folder' needs embeddings.folder set (the embeddings "
+            "have no folder image set without it)"
+        )
     n_total = synthetic.get("n_concepts", 1) + 2 * synthetic.get("n_specific", 0)
     if synthetic.get("k_active", 1) > n_total:
         raise ConfigError(

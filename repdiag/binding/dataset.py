@@ -251,6 +251,25 @@ def check_binding_config(config: Mapping[str, Any]) -> None:
     datasets = config.get("datasets") or {}
     if "binding" in datasets:
         BindingParams.from_config(datasets["binding"] or {}).validate()
+    check_scene_names(config)
+
+
+def check_scene_names(config: Mapping[str, Any]) -> None:
+    """``zoo.scenes.shapes`` and ``colours`` name registered shapes and palette colours (else the
+    zoo's jobs would fail after their set-up, without the key)."""
+    import difflib
+
+    from repdiag.binding.scenes import PALETTE
+
+    scenes = (config.get("zoo") or {}).get("scenes") or {}
+    for key, known in (("shapes", SHAPES.names()), ("colours", list(PALETTE))):
+        for name in scenes.get(key) or []:
+            if name not in known:
+                close = difflib.get_close_matches(str(name), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"zoo.scenes.{key}: {name!r} is not one of {', '.join(sorted(known))}{hint}"
+                )
 
 
 def _arrangement(rng: np.random.Generator, params: BindingParams) -> np.ndarray:

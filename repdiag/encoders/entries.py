@@ -176,12 +176,13 @@ def is_timm_architecture(name: str) -> bool:
     return name.split(".", 1)[0] in timm_architectures()
 
 
-def _check_timm_name(key: str, name: str) -> None:
+def check_timm_name(where: str, name: str) -> None:
+    """Refuse a timm architecture name timm does not know, naming the key ``where``."""
     if not is_timm_architecture(name):
         base = name.split(".")[0]
         close = difflib.get_close_matches(base, sorted(timm_architectures()), n=5, cutoff=0.6)
         raise ConfigError(
-            f"models.{key}.id: {name!r} is not a timm model"
+            f"{where}: {name!r} is not a timm model"
             + (f"; did you mean {', '.join(close)}?" if close else "; see timm.list_models()")
         )
 
@@ -231,7 +232,7 @@ def check_entry(key: str, entry: Mapping[str, Any], *, check_names: bool = True)
             "or a local weights file, not true"
         )
     if check_names and source in ("timm", "checkpoint"):
-        _check_timm_name(key, str(entry["id"]))
+        check_timm_name(f"models.{key}.id", str(entry["id"]))
 
 
 def is_local_path(value: str) -> bool:

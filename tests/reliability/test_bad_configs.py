@@ -310,6 +310,24 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         ),
         "models.oc.kwargs.vision_cfg.timm_model_name",
     ),
+    # --- issue 36, case 10: values that only a job would have found -----------------------
+    "zoo shape unknown": (mutate(("zoo.scenes.shapes", ["blob"])), "zoo.scenes.shapes: 'blob'"),
+    "zoo colour unknown": (
+        mutate(("zoo.scenes.colours", ["ultraviolet"])),
+        "zoo.scenes.colours: 'ultraviolet'",
+    ),
+    "zoo timm model misspelt": (
+        mutate(("zoo.backbones.vit.timm_model", "vit_tiny_patch16_2244")),
+        "zoo.backbones.vit.timm_model: 'vit_tiny_patch16_2244' is not a timm model; did you mean",
+    ),
+    "folder reference without a folder": (
+        mutate(("metrics.reference.image_sets", ["folder"])),
+        "metrics.reference.image_sets: 'folder' needs embeddings.folder",
+    ),
+    "alignment folder without a folder": (
+        mutate(("alignment.real.image_sets", ["folder"])),
+        "alignment.real.image_sets: 'folder' needs embeddings.folder",
+    ),
     # --- issue 36, case 11: grid values that collide in cell names -------------------------
     "colliding paired fractions": (
         mutate(("alignment.grid.paired_fractions", [0.001, 0.0010000001])),

@@ -48,6 +48,12 @@ def check_metrics_config(config: Mapping[str, Any]) -> None:
     max_size = options["reference"]["max_size"]
     known = _binding_sizes(config)
     sets = options["reference"]["image_sets"]
+    folder = (config.get("embeddings") or {}).get("folder")
+    if "folder" in sets and not folder:
+        raise ConfigError(
+            "metrics.reference.image_sets: 'folder' needs embeddings.folder (a folder of natural "
+            "images) set; without it the embeddings have no such image set"
+        )
     if all(name in known for name in sets):
         max_size = min(max_size, sum(known[name] for name in sets))
     where = f"the reference set (at most {max_size} embeddings)"

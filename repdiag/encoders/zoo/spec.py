@@ -16,7 +16,7 @@ from repdiag.common.families import (
     JER_INTERVENTION_FAMILY,
 )
 from repdiag.core.errors import ConfigError
-from repdiag.encoders.entries import remote_names, weights_kwargs
+from repdiag.encoders.entries import check_timm_name, remote_names, weights_kwargs
 
 FAMILIES: dict[str, str] = {
     "barlow_twins": "variance_decorrelation",
@@ -140,7 +140,10 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
     objectives = zoo.get("objectives") or {}
     backbones = zoo.get("backbones") or {}
     hparams = zoo.get("hparams") or {}
+    used = {entry.get("backbone", "resnet") for entry in objectives.values()}
     for name, backbone in backbones.items():
+        if name in used:  # a backbone no run names is never built
+            check_timm_name(f"zoo.backbones.{name}.timm_model", str(backbone["timm_model"]))
         where = f"zoo.backbones.{name}.timm_kwargs"
         bad = weights_kwargs(backbone.get("timm_kwargs") or {}, where)
         bad += remote_names(backbone.get("timm_kwargs") or {}, where)
