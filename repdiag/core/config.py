@@ -8,6 +8,7 @@ import difflib
 import importlib
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -322,12 +323,51 @@ def _key_paths(value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
         yield path, path.rsplit(".", 1)[-1].split("[", 1)[0], value
 
 
+# Stated caps on sizes, by the key a number sits under (anywhere, kwargs included): far above any
+# setting this workflow runs (config/paper.yaml included), far below what would allocate past a
+# machine's memory (a job asked for n_queries 1e12 or img_size 1e6 died allocating 3.6 TiB).
+SIZE_CAPS: tuple[tuple[re.Pattern[str], int, str], ...] = (
+    (re.compile(r"^(image_size|img_size|input_size|force_image_size)$"), 4096, "an image side"),
+    (re.compile(r"batch_size$"), 1 << 20, "a batch size"),
+    (
+        re.compile(r"^(steps|stop_at|epochs|max_steps|max_iter|warmup_epochs)$"),
+        10**8,
+        "a step count",
+    ),
+    (
+        re.compile(
+            r"^(\w+_dim|\w+_dims|dims|hidden|width|text_width|n_latents|latent_dim|depth|"
+            r"\w+_depth|num_heads|\w+_heads|patch_size|mask_patch)$"
+        ),
+        1 << 16,
+        "a width or depth",
+    ),
+    (re.compile(r"^(n|n_\w+|max_images|max_size|max_per_\w+|k|aux_k)$"), 10**7, "a count"),
+)
+
+
+def _size_cap(key: str) -> tuple[int, str] | None:
+    for pattern, cap, kind in SIZE_CAPS:
+        if pattern.search(key):
+            return cap, kind
+    return None
+
+
 def check_numbers(config: Mapping[str, Any]) -> None:
     """Every number finite (NaN and inf pass every range check of a schema, then fail deep in a
-    job) and every seed (a key ``seed``, or an item of a list ``seeds``) in [0, 2^63)."""
+    job), every seed (a key ``seed``, or an item of a list ``seeds``) in [0, 2^63), and every
+    size under its stated cap (:data:`SIZE_CAPS`, by key name, kwargs included)."""
     for path, key, value in _key_paths(config):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{path}: {value} is not a finite number; give a finite value")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        cap = _size_cap(key) if number and key not in ("seed", "seeds") else None
+        if cap is not None and value > cap[0]:
+            raise ConfigError(
+                f"{path}: {value} is above the cap for {cap[1]} ({cap[0]}); the jobs would "
+                "allocate past any machine's memory. Give a smaller value (repdiag.core.config."
+                "SIZE_CAPS states the caps)"
+            )
         is_seed = key == "seed" or (key == "seeds" and path.endswith("]"))
         if is_seed and isinstance(value, int) and not isinstance(value, bool):
             if not 0 <= value < SEED_LIMIT:

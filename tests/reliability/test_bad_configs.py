@@ -310,6 +310,27 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         ),
         "models.oc.kwargs.vision_cfg.timm_model_name",
     ),
+    # --- issue 36, case 7: sizes that would allocate past any machine ---------------------
+    "n_queries 1e12": (
+        mutate(("datasets.binding.n_queries", 10**12)),
+        "datasets.binding.n_queries: 1000000000000 is above the cap for a count",
+    ),
+    "projector dims 1e9": (
+        mutate(("zoo.hparams.simclr.projector_dims", [10**9, 32])),
+        "zoo.hparams.simclr.projector_dims[0]: 1000000000 is above the cap for a width",
+    ),
+    "timm img_size 1e6": (
+        with_model(
+            "big",
+            {
+                "source": "timm",
+                "id": "resnet18",
+                "family": "supervised",
+                "kwargs": {"img_size": 10**6},
+            },
+        ),
+        "models.big.kwargs.img_size: 1000000 is above the cap for an image side",
+    ),
     # --- issue 36, case 10: values that only a job would have found -----------------------
     "zoo shape unknown": (mutate(("zoo.scenes.shapes", ["blob"])), "zoo.scenes.shapes: 'blob'"),
     "zoo colour unknown": (
