@@ -72,10 +72,17 @@ wildcard_constraints:
     model=one_of(MODELS, "NO_MODELS"),
 
 
+# Studies built only when named (`snakemake binding_causal`): interventions and checks on top of
+# a study, not part of `rule all` (the three papers' studies).
+ON_REQUEST = ("binding_causal", "identifiability_check")
+
+
 def add_targets(study, paths):
-    """Final outputs of ``study``: built by `rule <study>` and by `rule all`."""
+    """Final outputs of ``study``: built by `rule <study>`, and by `rule all` unless the study is
+    built on request only (ON_REQUEST)."""
     STUDY_TARGETS[study].extend(paths)
-    ALL_TARGETS.extend(paths)
+    if study not in ON_REQUEST:
+        ALL_TARGETS.extend(paths)
 
 
 def add_rule_targets(study, *rule_proxies):

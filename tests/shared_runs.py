@@ -33,6 +33,7 @@ SHARED_RUNS: dict[str, tuple[str, str]] = {
     "workflow_run": ("workflow", "tests.conftest:run_test_config"),
     "reference": ("uninterrupted", "tests.reliability.test_workflow_faults:run_reference"),
     "second_run": ("second", "tests.conftest:run_test_config"),
+    "on_request": ("on_request", "tests.workflow.test_on_request_targets:build_on_request"),
 }
 
 

@@ -51,7 +51,14 @@ def test_real_pair_reads_both_embedding_stores(workflow_run: Path) -> None:
         record = json.loads((workflow_run / "results/alignment/real" / f"{name}.json").read_text())
         assert (record["a"], record["b"]) == (pair["a"], pair["b"])
         variants = {run["variant"] for run in record["runs"]}
-        assert variants == set(alignment["real"]["variants"])
+        # a control pair adds the exact translator, each metric's ceiling on the embeddings
+        exact = {"exact-translator"} if pair.get("control", "none") != "none" else set()
+        assert variants == set(alignment["real"]["variants"]) | exact
+        if exact:
+            ceiling = next(r for r in record["runs"] if r["variant"] == "exact-translator")
+            assert ceiling["summary"]["jaccard"] == pytest.approx(1.0)
+            if ceiling["summary"]["tr_intervention"] is not None:
+                assert ceiling["summary"]["tr_intervention"] == pytest.approx(1.0, abs=1e-3)
         info = record["data_info"]
         assert info["n_common_images"] >= 16 and info["n_test"] >= 8
         # the known attributes of the binding images: shape x slot (2x2 grid, 4 shapes)
@@ -83,7 +90,9 @@ def test_tables_and_claims(workflow_run: Path) -> None:
         else 1
         for v in alignment["real"]["variants"]
     )
-    assert (table["data"] == "real").sum() == n_real * len(alignment["real"]["pairs"])
+    n_controls = sum(p.get("control", "none") != "none" for p in alignment["real"]["pairs"])
+    n_pairs = len(alignment["real"]["pairs"])
+    assert (table["data"] == "real").sum() == n_real * n_pairs + n_controls  # + exact translators
     summary = pd.read_csv(tables / "alignment_summary.csv")
     assert {"tr_r2", "tr_r2_std", "n_seeds"} <= set(summary.columns)
     claims = pd.read_csv(tables / "alignment_claims.csv")

@@ -111,24 +111,3 @@ def test_changing_the_inverse_learning_rate_reruns_only_inverse_cells(
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     section = load_config(path)["identifiability"]
     assert planned_cells(workdir) == sorted(n for n in cell_names(section) if "-inverse-" in n)
-
-
-def test_the_like_for_like_check_runs_its_own_cells(workflow_run: Path) -> None:
-    """config/test.yaml's check: identity, two seeds, batch 32, in results/identifiability_check."""
-    seeds = pd.read_csv(workflow_run / RESULTS / "tables" / "identifiability_check.csv")
-    assert seeds[["generator", "seed", "batch_size", "steps"]].values.tolist() == [
-        ["identity", 0, 32, 20],
-        ["identity", 1, 32, 20],
-    ]
-    assert seeds["authors_r2"].tolist() == pytest.approx([0.0498103, 0.1164936], abs=1e-6)
-    assert ((seeds["r2"] >= 0) & (seeds["r2"] <= 1)).all()
-    assert (seeds["z1_lost"] == (seeds["r2_z1"] < 0.5)).all()
-    claims = pd.read_csv(workflow_run / RESULTS / "tables" / "identifiability_check_claims.csv")
-    assert claims["generator"].tolist() == ["identity"] and claims["n_authors"].tolist() == [5]
-    cells = sorted(
-        p.name for p in (workflow_run / RESULTS / "identifiability_check").glob("*.json")
-    )
-    assert cells == [
-        "identity-restricted-mlp-infonce-s0.json",
-        "identity-restricted-mlp-infonce-s1.json",
-    ]
