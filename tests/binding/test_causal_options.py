@@ -16,7 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def test_config() -> dict:
-    return load_config(REPO / "config" / "test.yaml")
+    """config/test.yaml plus the workflow tests' regularised model (add_jer_up)."""
+    from tests.workflow.test_on_request_targets import add_jer_up
+
+    config = load_config(REPO / "config" / "test.yaml")
+    add_jer_up(config)
+    return config
 
 
 def edited(config: dict, change) -> dict:
@@ -28,6 +33,7 @@ def edited(config: dict, change) -> dict:
 def test_shipped_configs_pass_and_name_their_comparisons(test_config) -> None:
     check_causal_config(test_config)
     assert comparisons(test_config) == {"jer_up": "simclr"}
+    assert comparisons(load_config(REPO / "config" / "test.yaml")) == {}
     default = load_config(REPO / "config.yaml")
     check_causal_config(default)
     pairs = comparisons(default)

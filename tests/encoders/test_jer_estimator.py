@@ -106,7 +106,7 @@ def test_the_gradient_matches_finite_differences() -> None:
 
 def test_a_vit_with_fused_attention_is_differentiable_twice() -> None:
     """timm's ViT attention runs a fused SDPA kernel, which has no double backward; the estimator
-    takes the math kernel, so the regulariser trains a ViT zoo run (config/test.yaml's jer_up)."""
+    takes the math kernel, so the regulariser trains a ViT zoo run (the workflow tests' jer_up)."""
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)
     vit = timm.create_model(

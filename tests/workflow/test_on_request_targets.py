@@ -14,18 +14,32 @@ import pandas as pd
 import pytest
 
 from repdiag.core.store import read_json
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import copy_workflow, edit_config, snakemake
 from tests.shared_runs import build_shared, shared_root
 
 pytestmark = pytest.mark.workflow
 RESULTS = Path("results")
 
 
+def add_jer_up(config: dict) -> None:
+    """config/test.yaml plus binding_causal's path: `jer_up`, simclr with a JER regulariser,
+    compared with `simclr` (kept out of config/test.yaml, so `rule all` there is unchanged)."""
+    config["models"]["jer_up"] = {"source": "zoo", "id": "jer_up", "family": "jer_intervention"}
+    config["zoo"]["objectives"]["jer_up"] = {
+        **config["zoo"]["objectives"]["simclr"],
+        "objective": "simclr",
+        "jer_regulariser": {"weight": 0.5, "images": 2, "probes": 1},
+    }
+    config["binding_causal"] = {"comparisons": {"jer_up": "simclr"}}
+
+
 def build_on_request(folder: Path) -> None:
-    """The shared workflow run plus `snakemake binding_causal identifiability_check`: only the
-    jobs those targets add (tests.shared_runs builds it once per pytest run)."""
+    """The shared workflow run plus `jer_up` and `snakemake binding_causal
+    identifiability_check`: only the jobs those targets add (tests.shared_runs builds it once
+    per pytest run)."""
     source = build_shared(folder.parent, "workflow_run")
     shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True)
+    edit_config(folder, add_jer_up)
     snakemake(folder, "binding_causal", "identifiability_check")
 
 
@@ -68,6 +82,7 @@ def test_the_main_study_leaves_the_regularised_models_out(workflow_run: Path, ex
 
 def test_binding_alone_plans_no_job_of_the_regularised_model(tmp_path: Path) -> None:
     workdir = copy_workflow(tmp_path / "wf")
+    edit_config(workdir, add_jer_up)
     out = snakemake(workdir, "-n", "binding")
     planned = out.stdout + out.stderr
     assert re.search(r"wildcards: .*(model|objective)=simclr\b", planned)
