@@ -7,7 +7,13 @@ import logging
 import pytest
 
 from repdiag.core.errors import ConfigError
-from repdiag.core.runtime import PROGRESS_ENV, Progress, progress_interval, script_logging
+from repdiag.core.runtime import (
+    PROGRESS_ENV,
+    Progress,
+    check_output_folders,
+    progress_interval,
+    script_logging,
+)
 
 
 def test_progress_interval_defaults_to_ten_seconds(monkeypatch):
@@ -61,9 +67,6 @@ def test_script_logging_logs_the_failure_and_reraises(tmp_path):
 
 
 def test_output_folders_leading_outside_the_tree_are_refused(tmp_path) -> None:
-    from repdiag.core.errors import ConfigError
-    from repdiag.core.runtime import check_output_folders
-
     root, outside = tmp_path / "wf", tmp_path / "elsewhere"
     (root / "results" / "tables").mkdir(parents=True)
     outside.mkdir()
