@@ -12,7 +12,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     claims = claims_table(table)
     outputs = {
         snakemake.output.table: table,
-        snakemake.output.summary: summary_table(table),
+        snakemake.output.summary: summary_table(table, real),
         snakemake.output.claims: claims,
     }
     for path, frame in outputs.items():

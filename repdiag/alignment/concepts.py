@@ -1,4 +1,7 @@
-"""Paired data for the alignment study: a synthetic concept space, or two encoders' embeddings.
+"""Paired data for the alignment study: the synthetic concept space and the paired-data type.
+
+Real-embedding pairs (two encoders' embeddings of the same images) are built by
+:mod:`repdiag.alignment.real_pairs` into the same :class:`PairedData`.
 
 Synthetic data follow the generative picture of concept alignment (Sec. "problem" of the CoSAE
 paper, ``../shared/seeds/004``): a sparse concept vector ``z`` in R^n (k active concepts with
@@ -28,21 +31,19 @@ correlation, all shared). ``hard`` adds what makes methods differ:
 
 Pairing: the first ``n_paired = max(1, round(f n_train))`` training rows of the two domains are
 pairs (same ``z``). The other rows are unpaired: in synthetic data domain B draws fresh concepts
-(so the two unpaired sets are independent samples of the same distribution); in real data the
-remaining images are split into two disjoint halves, one per domain, so that no hidden
-correspondence exists. Every held-out test row is a pair and carries the ground truth used by
-the metrics.
+(so the two unpaired sets are independent samples of the same distribution). Every held-out
+test row is a pair and carries the ground truth used by the metrics.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from repdiag.core.errors import ConfigError, StoreError
+from repdiag.core.errors import ConfigError
 
 MAPS = ("linear", "nonlinear")
 MAGNITUDE_RANGE = (0.5, 1.5)
@@ -80,10 +81,10 @@ class ConceptTruth:
 
     exact = True  # the true change of every concept is known (MCC is defined)
 
-    @property
-    def fit_rows(self) -> slice:
-        """Held-out rows the latent of each concept is identified on: all of them."""
-        return slice(None)
+    def matching_set(self, domain: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Inputs and concepts the latents of ``domain`` are matched on: the held-out rows ``x``
+        themselves (the concepts are known exactly, nothing is fitted)."""
+        return x, self.concepts
 
     def rows(self, concept: int, max_rows: int) -> np.ndarray:
         """Held-out rows where ``concept`` is active (the first ``max_rows``)."""
@@ -92,111 +93,6 @@ class ConceptTruth:
     def readout(self, domain: int, concept: int) -> np.ndarray | None:
         """Changes are scored as whole vectors: no readout."""
         return None
-
-
-@dataclass(frozen=True)
-class ProbeTruth:
-    """Known attributes of real images standing in for concepts (the real-embedding path).
-
-    ``concepts`` are 0/1 indicators of the held-out rows (e.g. "a square sits in slot r0c1",
-    :func:`repdiag.binding.dataset.slot_attributes`). On the ``fit_rows`` half of the held-out
-    rows each domain gets, per attribute ``a``, its *effect* ``t_i(a) = mean(x_i | a) -
-    mean(x_i | not a)`` (difference of class means) and a linear *probe* ``w_i(a)`` (logistic
-    regression on standardised inputs, folded back to input units); the other half
-    (``eval_rows``) is where interventions are scored, projected on the target domain's probe:
-    the change of its score ``w_j . delta`` against ``w_j . t_j(a)``, the score change the
-    attribute makes on average. Attributes with fewer than ``MIN_CLASS_ROWS`` fit rows in either
-    class are left out (``present`` False), and so is, in a domain, an attribute whose probe's
-    balanced accuracy on the evaluation rows (``probe_accuracy``) is below ``MIN_PROBE_ACCURACY``:
-    a domain that does not encode an attribute linearly has no effect of it to transfer. The
-    selection reads each embedding alone, never a trained alignment model.
-    """
-
-    names: tuple[str, ...]
-    concepts: np.ndarray  # (n_test, n_attributes) 0/1
-    present: tuple[np.ndarray, np.ndarray]
-    effects: tuple[np.ndarray, np.ndarray]  # (n_attributes, d_i), input units
-    probes: tuple[np.ndarray, np.ndarray]  # (n_attributes, d_i), input units
-    probe_accuracy: tuple[np.ndarray, np.ndarray]  # (n_attributes,)
-    fit_rows: np.ndarray
-    eval_rows: np.ndarray
-    scales: tuple[float, float] = (1.0, 1.0)
-
-    exact = False
-
-    @property
-    def shared(self) -> np.ndarray:
-        return np.flatnonzero(self.present[0] & self.present[1])
-
-    def rows(self, concept: int, max_rows: int) -> np.ndarray:
-        """Evaluation rows that have attribute ``concept`` (the first ``max_rows``)."""
-        return self.eval_rows[self.concepts[self.eval_rows, concept] > 0][:max_rows]
-
-    def change(self, domain: int, rows: np.ndarray, concept: int) -> np.ndarray:
-        """``t_i(a) / s_i`` on every row: the attribute's mean effect in the model's units."""
-        effect = self.effects[domain][concept] / self.scales[domain]
-        return np.broadcast_to(effect, (len(rows), effect.shape[0])).astype(np.float32)
-
-    def readout(self, domain: int, concept: int) -> np.ndarray:
-        """The probe ``w_i(a) s_i`` in the model's units (so ``w . x`` is unchanged)."""
-        return (self.probes[domain][concept] * self.scales[domain]).astype(np.float64)
-
-
-MIN_CLASS_ROWS = 5
-MIN_PROBE_ACCURACY = 0.6
-
-
-def probe_truth(
-    test: Sequence[np.ndarray],
-    indicators: np.ndarray,
-    names: Sequence[str],
-    *,
-    fit_fraction: float = 0.5,
-    seed: int = 0,
-) -> ProbeTruth:
-    """Effects and probes of every attribute on a random ``fit_fraction`` of the held-out rows."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import balanced_accuracy_score
-
-    indicators = np.asarray(indicators, dtype=np.float32)
-    order = np.random.default_rng([seed, 4]).permutation(len(indicators))
-    n_fit = round(fit_fraction * len(order))
-    fit_rows, eval_rows = np.sort(order[:n_fit]), np.sort(order[n_fit:])
-    labels = indicators[fit_rows] > 0
-    counts = np.minimum(labels.sum(0), (~labels).sum(0))
-    usable = counts >= MIN_CLASS_ROWS
-    effects, probes, accuracy = [], [], []
-    for x in test:
-        x = np.asarray(x, dtype=np.float64)
-        mean, std = x[fit_rows].mean(0), x[fit_rows].std(0) + 1e-8
-        d = x.shape[1]
-        effect = np.zeros((len(names), d))
-        probe = np.zeros((len(names), d))
-        acc = np.full(len(names), np.nan)
-        fit_x = x[fit_rows]
-        fit_z, eval_z = (fit_x - mean) / std, (x[eval_rows] - mean) / std
-        for a in np.flatnonzero(usable):
-            fit_y = labels[:, a]
-            effect[a] = fit_x[fit_y].mean(0) - fit_x[~fit_y].mean(0)
-            model = LogisticRegression(C=1.0, max_iter=2000).fit(fit_z, fit_y)
-            probe[a] = model.coef_[0] / std
-            eval_y = indicators[eval_rows, a] > 0
-            if eval_y.any() and not eval_y.all():
-                acc[a] = balanced_accuracy_score(eval_y, model.predict(eval_z))
-        effects.append(effect.astype(np.float32))
-        probes.append(probe)
-        accuracy.append(acc)
-    decodable = [usable & (np.nan_to_num(acc) >= MIN_PROBE_ACCURACY) for acc in accuracy]
-    return ProbeTruth(
-        names=tuple(names),
-        concepts=indicators,
-        present=(decodable[0], decodable[1]),
-        effects=(effects[0], effects[1]),
-        probes=(probes[0], probes[1]),
-        probe_accuracy=(accuracy[0], accuracy[1]),
-        fit_rows=fit_rows,
-        eval_rows=eval_rows,
-    )
 
 
 @dataclass
@@ -210,7 +106,7 @@ class PairedData:
     test_concepts: np.ndarray | None = None
     train_concepts: tuple[np.ndarray, np.ndarray] | None = None
     domains: tuple[str, str] = ("a", "b")
-    truth: ConceptTruth | ProbeTruth | None = None
+    truth: Any = None  # ConceptTruth, or repdiag.alignment.real_pairs.ProbeTruth
     info: dict = field(default_factory=dict)
 
 
@@ -382,162 +278,3 @@ def synthetic_pairs(
 def dominant_concept(z: np.ndarray) -> np.ndarray:
     """Probe task of the synthetic data: the index of each sample's largest concept."""
     return np.argmax(z, axis=1).astype(np.int64)
-
-
-def read_layer(
-    path: str | Path, layer: str, image_sets: Sequence[str] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Image ids and ``emb_<layer>`` rows of one embedding store, optionally only some image sets."""
-    # imported here: the Snakefile's config check imports this module, and zarr costs 0.6 s
-    from repdiag.core.store import open_store
-
-    name = f"emb_{layer}"
-    ds = open_store(path, required=[name])
-    if "image" not in ds.coords:
-        raise StoreError(f"store {path}: variable {name!r} has no 'image' coordinate of image ids")
-    ids = np.asarray(ds["image"].values).astype(str)
-    values = np.asarray(ds[name].values, dtype=np.float32)
-    if values.ndim != 2 or values.shape[0] != ids.shape[0]:
-        raise StoreError(f"store {path}: {name!r} must be (image, dim), got shape {values.shape}")
-    if image_sets:
-        if "image_set" not in ds.coords:
-            raise StoreError(
-                f"store {path}: no 'image_set' coordinate to select {list(image_sets)}"
-            )
-        keep = np.isin(np.asarray(ds["image_set"].values).astype(str), list(image_sets))
-        ids, values = ids[keep], values[keep]
-    return ids, values
-
-
-def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
-    """Pseudo-labels for the probe on real data: k-means clusters (scikit-learn, k-means++)."""
-    from sklearn.cluster import KMeans
-
-    n_clusters = max(2, min(n_clusters, len(x) // 2))
-    return (
-        KMeans(n_clusters=n_clusters, n_init=4, random_state=seed).fit_predict(x).astype(np.int64)
-    )
-
-
-def random_rotation(dim: int, seed: int) -> np.ndarray:
-    """A Haar-distributed orthogonal (dim, dim) matrix: Q of the QR of a Gaussian draw, with
-    the signs of R's diagonal moved into Q (Mezzadri 2007), float64."""
-    gaussian = np.random.default_rng([seed, 3]).standard_normal((dim, dim))
-    q, r = np.linalg.qr(gaussian)
-    return q * np.sign(np.diag(r))
-
-
-def _standardise(x: np.ndarray) -> np.ndarray:
-    return (x - x.mean(0)) / (x.std(0) + 1e-8)
-
-
-def embedding_pairs(
-    path_a: str | Path,
-    path_b: str | Path,
-    *,
-    layer: str,
-    paired_fraction: float,
-    test_fraction: float,
-    seed: int,
-    image_sets: Sequence[str] | None = None,
-    max_images: int | None = None,
-    n_clusters: int = 8,
-    attributes: tuple[np.ndarray, Sequence[str], np.ndarray] | None = None,
-    attribute_fit_fraction: float = 0.5,
-    reuse_truth: ProbeTruth | None = None,
-    rotate_b: bool = False,
-    shuffle_b: bool = False,
-) -> PairedData:
-    """Two encoders' embeddings of the same images, paired by image id (see module docstring).
-
-    Probe labels of the held-out pairs are k-means clusters of both domains' standardised
-    embeddings concatenated, so neither domain defines the task alone. ``attributes``
-    ``(ids, names, indicators)`` (:func:`repdiag.binding.dataset.slot_attributes`) restricts
-    the images to those with known attributes and gives the held-out pairs a
-    :class:`ProbeTruth` (``truth``), which the intervention metrics read. The held-out split
-    depends only on ``seed``, ``test_fraction`` and ``max_images``, so a caller looping over
-    paired fractions can pass the first call's truth as ``reuse_truth`` instead of refitting.
-    ``rotate_b`` expresses domain b in a Haar-random orthonormal basis (drawn from ``seed``):
-    with ``path_b = path_a`` the pair has an exact linear alignment, the positive control.
-    ``shuffle_b`` permutes domain b's training rows (seeded), so that its anchor pairs are wrong
-    while the held-out pairs and their attributes stay right: with ``rotate_b`` and
-    ``path_b = path_a``, the negative control (an alignment exists but nothing can learn it).
-    """
-    ids_a, x_a = read_layer(path_a, layer, image_sets)
-    ids_b, x_b = read_layer(path_b, layer, image_sets)
-    if rotate_b:
-        x_b = x_b @ random_rotation(x_b.shape[1], seed).astype(x_b.dtype)
-    n_without_attributes = 0
-    if attributes is not None:
-        known = np.isin(ids_a, np.asarray(attributes[0]).astype(str))
-        n_without_attributes = int((~known).sum())
-        ids_a, x_a = ids_a[known], x_a[known]
-    common, rows_a, rows_b = np.intersect1d(ids_a, ids_b, assume_unique=False, return_indices=True)
-    if len(common) < 16:
-        raise StoreError(
-            f"{path_a} and {path_b} share only {len(common)} image ids (need >= 16); "
-            "they must embed the same image sets"
-        )
-    rng = np.random.default_rng([seed, 2])
-    order = rng.permutation(len(common))
-    if max_images:
-        order = order[:max_images]
-    n_test = max(8, round(test_fraction * len(order)))
-    test_rows, train_rows = order[:n_test], order[n_test:]
-    n_paired = n_paired_rows(paired_fraction, len(train_rows))
-    unpaired = train_rows[n_paired:]
-    half = len(unpaired) // 2
-    rows_train_a = np.concatenate([train_rows[:n_paired], unpaired[:half]])
-    rows_train_b = np.concatenate([train_rows[:n_paired], unpaired[half:]])
-    if shuffle_b:
-        rows_train_b = np.random.default_rng([seed, 5]).permutation(rows_train_b)
-    test = (x_a[rows_a[test_rows]], x_b[rows_b[test_rows]])
-    labels = kmeans_labels(
-        np.concatenate([_standardise(t) for t in test], axis=1), n_clusters, seed
-    )
-    truth = reuse_truth
-    if attributes is not None and truth is None:
-        attribute_ids, names, indicators = attributes
-        lookup = {
-            str(image): row for row, image in enumerate(np.asarray(attribute_ids).astype(str))
-        }
-        test_indicators = np.asarray(indicators)[[lookup[str(i)] for i in common[test_rows]]]
-        truth = probe_truth(
-            test, test_indicators, names, fit_fraction=attribute_fit_fraction, seed=seed
-        )
-    return PairedData(
-        train=(x_a[rows_a[rows_train_a]], x_b[rows_b[rows_train_b]]),
-        n_paired=n_paired,
-        test=test,
-        test_labels=labels,
-        test_concepts=None,
-        domains=(str(Path(path_a).stem), str(Path(path_b).stem)),
-        truth=truth,
-        info={
-            "kind": "real",
-            "n_without_attributes": n_without_attributes,
-            "attributes": _attribute_info(truth),
-            "layer": layer,
-            "paired_fraction": paired_fraction,
-            "n_common_images": len(common),
-            "n_used": len(order),
-            "n_test": len(test_rows),
-            "test_ids_head": common[test_rows[:5]].tolist(),
-        },
-    )
-
-
-def _attribute_info(truth: ProbeTruth | None) -> dict | None:
-    """Per attribute: whether it is scored, and each domain's probe balanced accuracy."""
-    if truth is None:
-        return None
-    return {
-        name: {
-            "scored": bool(truth.present[0][a] and truth.present[1][a]),
-            "probe_accuracy": [
-                None if np.isnan(acc[a]) else round(float(acc[a]), 4)
-                for acc in truth.probe_accuracy
-            ],
-        }
-        for a, name in enumerate(truth.names)
-    }

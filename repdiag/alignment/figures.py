@@ -163,9 +163,10 @@ REAL_METRICS = (
 def real_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> None:
     """Per real pair (rows) and metric (columns): bars per variant, one per paired fraction.
 
-    Real pairs run one seed, so there are no error bars; the intervention metrics intervene on
-    the images' known slot attributes (:mod:`repdiag.alignment.metrics`); control pairs carry
-    the exact translator's bar (``exact-translator``), each metric's ceiling.
+    Bars are the mean over seeds and whiskers the seed minimum and maximum (each seed: its own
+    split and SAE initialisation); the intervention metrics intervene on the images' known slot
+    attributes (:mod:`repdiag.alignment.interventions`); control pairs carry the exact
+    translator's bar (``exact-translator``), each metric's ceiling.
     """
     real = table[table["data"] == "real"]
     if real.empty:
@@ -187,10 +188,22 @@ def real_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> None:
         for ax, metric in zip(axes[row], metrics, strict=True):
             for k, fraction in enumerate(fractions):
                 at = rows[np.isclose(rows["paired_fraction"], fraction)]
-                means = [_seed_stats(at[at["variant"] == v], metric)[0] for v in variants]
+                values = [at.loc[at["variant"] == v, metric].astype(float) for v in variants]
+                means = np.array([v.mean() if v.notna().any() else np.nan for v in values])
+                spread = np.array(
+                    [[means[i] - v.min(), v.max() - means[i]] for i, v in enumerate(values)]
+                )
                 positions = np.arange(len(variants)) + (k - (len(fractions) - 1) / 2) * width
                 label = "no pairs" if fraction == 0 else f"{fraction:g} paired"
-                ax.bar(positions, means, width, color=colours[fraction], label=label)
+                ax.bar(
+                    positions,
+                    means,
+                    width,
+                    yerr=np.nan_to_num(spread.T),
+                    color=colours[fraction],
+                    label=label,
+                    capsize=2,
+                )
             ax.set_title(f"{METRICS[metric]}", fontsize=9)
             ax.set_xticks(range(len(variants)))
             ax.set_xticklabels(variants, rotation=60, ha="right", fontsize=7)
@@ -204,8 +217,9 @@ def real_figure(table: pd.DataFrame, png: str | Path, pdf: str | Path) -> None:
             fontweight="bold",
         )
     fig.suptitle(
-        "Alignment on real embeddings (one seed; M_tr: decoded interventions on the images' "
-        "known slot attributes; control pairs: rotation ceiling, shuffle floor, exact translator)",
+        "Alignment on real embeddings (mean over seeds, whiskers: seed min-max; M_tr: decoded "
+        "interventions on the images' known slot attributes; control pairs: rotation ceiling, "
+        "shuffle floor, exact translator)",
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0.07, 1, 1))

@@ -54,6 +54,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "none": {"synthetic": {}, "sae": {}},
 }
 PAIR_FREE_VARIANTS = ("independent", "cosae-distributional")
+EXACT_VARIANT = "exact-translator"  # a control pair's exact translator (repdiag.alignment.study)
 BASELINES = ("sae_a", "crosscoder", "usae")
 
 

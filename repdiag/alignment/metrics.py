@@ -20,61 +20,13 @@ M_cont (concept consistency, codes aligned)
     (``code_correlation``; the unweighted mean is ``code_correlation_unweighted``); probe
     transfer, the accuracy on domain j's codes of a linear probe (standardise + one-vs-rest
     ridge classifier, closed form) trained on domain i's codes of other pairs.
-Intervention metrics (synthetic data, ground truth known; the primary M_tr and M_cont)
-    Both score a predicted change ``p`` against a true change ``t`` with the pooled agreement
-    ``A = 1 - sum ||p - t||^2 / sum (||p||^2 + ||t||^2)`` over every intervention (row, concept,
-    direction): 1 iff ``p = t`` everywhere, 0 when the changes are orthogonal or one is zero,
-    -1 when opposite. For each concept ``c`` both domains see and each held-out row where ``c``
-    is active, the true effect of ``c`` in domain i is ``t_i = g_i(W_i z) - g_i(W_i z_{-c})``
-    (``z_{-c}``: ``c`` set to 0; scaled like the inputs), and the latent of ``c`` in domain i,
-    ``l_i(c)``, is its partner in the Hungarian matching of domain i's latents to the concepts
-    domain i sees (maximum total |corr| on the held-out codes, as for MCC).
-
-    - ``tr_intervention`` (M_tr): ablate ``l_i(c)`` in ``c_i = E_i x_i`` and translate:
-      ``p = D_j(c_i) - D_j(c_i with l_i(c) = 0)``, scored against ``t_j``; both directions.
-      It is high only if the latent carrying ``c`` in domain i decodes to ``c``'s effect in
-      domain j, whatever the latent indices of domain j.
-    - ``tr_intervention_input``: the same with the intervention on the input instead of a
-      latent, ``p = D_j E_i x_i - D_j E_i (x_i - t_i)`` (no latent identification needed).
-    - ``cont_intervention`` (M_cont): remove ``c`` from the inputs of both domains and compare
-      the code changes, ``p = E_a x_a - E_a (x_a - t_a)`` against ``E_b x_b - E_b (x_b - t_b)``:
-      high only if the same concept moves the same latents by the same amount in both domains.
-    - ``concept_match``: the fraction of shared concepts with ``l_a(c) = l_b(c)`` (after SAE-A's
-      permutation for SAE-A), next to the per-domain MCC over the concepts that domain sees.
-Intervention metrics on real embeddings (known attributes stand in for concepts)
-    The concepts are the images' known attributes ("a square sits in slot r0c1"), split into a
-    fit half and an evaluation half of the held-out pairs
-    (:class:`repdiag.alignment.concepts.ProbeTruth`). On the fit half, each domain's effect of
-    attribute ``a`` is the difference of class means ``t_i = mean(x_i | a) - mean(x_i | not a)``
-    and its probe ``w_i`` a logistic regression; latents are matched to attributes there. On
-    the evaluation rows that have ``a``, ``x_i - t_i`` is the counterfactual input.
-
-    - ``tr_intervention`` (M_tr on real embeddings, the decoded input intervention): the
-      translated change ``p = D_j E_i x_i - D_j E_i (x_i - t_i)`` against the target's own
-      decoded change ``t = D_j E_j x_j - D_j E_j (x_j - t_j)``, row by row, both read out on
-      ``u_j = t_j / ||t_j||^2`` (``p . u_j``: how much of the attribute's mean effect the change
-      carries; a rotation of either domain rotates ``u_j`` along, so the score does not depend
-      on the basis). 1: translating a's intervention changes b exactly as b's own dictionary
-      does; 0: the translated change carries nothing of it (a translator fitted to broken pairs
-      outputs b's mean, ``p = 0``). ``tr_intervention_probe`` reads both out on the probe
-      ``w_j`` instead. Comparing decoded changes of both domains, the score is not capped by how
-      faithfully one SAE reproduces the small change ``x - t``.
-    - ``tr_latent_ablation`` (an extraction diagnostic, not M_tr): ablate the latent matched to
-      ``a`` (on signed correlation) and translate, ``p = w_j . (D_j c_i - D_j c_i^{-l})``,
-      against ``w_j . t_j``: high only if a single latent carries the whole attribute at a
-      constant size, a property of one domain's dictionary rather than of translation.
-    - ``tr_intervention_input``: ``p = w_j . (D_j E_i x_i - D_j E_i (x_i - t_i))`` against
-      ``w_j . t_j`` (capped by the SAE's reproduction of ``x - t``).
-    - ``cont_intervention`` compares the code changes ``E_i x_i - E_i (x_i - t_i)`` of the two
-      domains as above.
-
-    ``attribute_probe_accuracy`` is the probes' mean balanced
-    accuracy on the evaluation rows over all attributes (0.5: not linearly decodable); only
-    attributes decodable in both domains (balanced accuracy >= 0.6) are intervened on, and
-    with none the intervention metrics are empty. MCC is not defined (the attributes are not
-    the embeddings' generative factors). ``control: rotation`` (b = a in a random basis: an
-    exact alignment exists) is each metric's ceiling on the embeddings, ``control: shuffle``
-    (the same with b's training rows permuted: the anchor pairs are wrong) its floor.
+Intervention metrics (the primary M_tr and M_cont)
+    :mod:`repdiag.alignment.interventions`: on synthetic data against the known concepts, on
+    real embeddings against the images' known attributes, whose effects and probes are fitted on
+    the training images (:class:`repdiag.alignment.real_pairs.ProbeTruth`).
+    ``attribute_probe_accuracy`` is the attribute probes' mean balanced accuracy on the held-out
+    rows (reported, not used to select); ``effect_stability`` the median split-half cosine of
+    the scored attributes' mean effects. MCC is not defined on real embeddings.
 Cycle consistency
     ``R^2`` of ``x_i -> j -> i = D_i E_j D_j E_i x_i`` against ``x_i``; needs no pairs, which is why
     it is used as a proxy, and why the study checks whether it tracks M_tr.
@@ -84,6 +36,9 @@ Distributional distances
     halves of the target's held-out samples. Its scale is ``sw_scale``, the total variance
     ``sum ||x_j - mean(x_j)||^2 / n`` of the target: the expected distance of the trivial
     translation that outputs the target's mean.
+Intervals
+    With ``bootstrap_counts`` (resamples of the held-out rows), :func:`evaluate_alignment` also
+    returns each row-additive metric's draws (:mod:`repdiag.alignment.bootstrap`).
 """
 
 from __future__ import annotations
@@ -92,6 +47,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from repdiag.alignment.interventions import DIRECTIONS, correlation_matrix, intervention_metrics
 
 
 def r2_score(target: np.ndarray, prediction: np.ndarray) -> float:
@@ -133,18 +90,6 @@ def dead_latents(codes: np.ndarray) -> int:
     return int(np.sum(~np.any(codes != 0, axis=0)))
 
 
-def correlation_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pearson correlations between each column of ``a`` and each column of ``b`` (0 if constant)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    a = a - a.mean(0)
-    b = b - b.mean(0)
-    norms = np.outer(np.linalg.norm(a, axis=0), np.linalg.norm(b, axis=0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        corr = (a.T @ b) / norms
-    return np.where(norms > 0, corr, 0.0)
-
-
 def mcc(codes: np.ndarray, concepts: np.ndarray) -> float:
     """Mean correlation coefficient: mean matched |corr| of latents and ground-truth concepts.
 
@@ -179,130 +124,6 @@ def code_correlation(codes_a: np.ndarray, codes_b: np.ndarray, *, weighted: bool
     if not weighted:
         return float(corr[used].mean())
     return float(np.sum(frequency * corr) / np.sum(frequency))
-
-
-def change_agreement(prediction: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
-    """The two sums of ``A = 1 - sum ||p - t||^2 / sum (||p||^2 + ||t||^2)`` (error, total).
-
-    Returned unreduced so that several interventions can be pooled; see :func:`pooled_agreement`.
-    """
-    p = np.asarray(prediction, dtype=np.float64)
-    t = np.asarray(truth, dtype=np.float64)
-    return float(np.sum((p - t) ** 2)), float(np.sum(p**2) + np.sum(t**2))
-
-
-def pooled_agreement(parts: Sequence[tuple[float, float]]) -> float | None:
-    """``1 - sum error / sum total`` over :func:`change_agreement` parts (None without any)."""
-    error = sum(e for e, _ in parts)
-    total = sum(t for _, t in parts)
-    return float(1.0 - error / total) if total > 0 else None
-
-
-def concept_latents(
-    codes: np.ndarray, concepts: np.ndarray, present: np.ndarray, *, signed: bool = False
-) -> dict[int, int]:
-    """Concept -> latent of the Hungarian matching on ``|corr|`` (concepts the domain sees), or
-    on ``corr`` itself when ``signed``: a latent that fires when the concept is absent is then
-    never its partner (ablating it would remove the opposite of the concept)."""
-    seen = np.flatnonzero(present)
-    corr = correlation_matrix(codes, concepts[:, seen])
-    rows, cols = linear_sum_assignment(corr if signed else np.abs(corr), maximize=True)
-    return {int(seen[c]): int(r) for r, c in zip(rows, cols, strict=True)}
-
-
-def effect_readout(effect: np.ndarray) -> np.ndarray:
-    """``u = t / ||t||^2`` for a mean effect ``t``: ``u . t = 1``, and rotating a domain rotates
-    ``t`` and ``u`` together, so ``u . delta`` does not depend on the domain's basis."""
-    effect = np.asarray(effect, dtype=np.float64)
-    norm = float(effect @ effect)
-    return effect / norm if norm > 0 else effect
-
-
-def intervention_metrics(model, test: Sequence[np.ndarray], truth, *, max_rows: int = 256) -> dict:
-    """The intervention metrics (module docstring): ``tr_intervention``, its parts
-    ``tr_latent_ablation``, ``tr_intervention_decoded`` and ``tr_intervention_probe``,
-    ``tr_intervention_input``, ``cont_intervention`` and ``concept_match``.
-
-    ``truth`` is a :class:`repdiag.alignment.concepts.ConceptTruth` (synthetic, ``exact``) or
-    :class:`~repdiag.alignment.concepts.ProbeTruth` (real embeddings) whose scales are those of
-    ``test``; at most ``max_rows`` held-out rows per concept (``truth.rows``). Latents are
-    matched to concepts on ``truth.fit_rows`` (on signed correlation for real embeddings).
-    M_tr (``tr_intervention``) is the latent ablation on synthetic data and the decoded input
-    intervention on real embeddings.
-    """
-    import torch
-
-    xs = [np.asarray(x, dtype=np.float32) for x in test]
-    with torch.no_grad():
-        codes = [model.encode(i, torch.as_tensor(x)).numpy() for i, x in enumerate(xs)]
-    fit = truth.fit_rows
-    latents = [
-        concept_latents(
-            codes[i][fit], truth.concepts[fit], truth.present[i], signed=not truth.exact
-        )
-        for i in range(2)
-    ]
-    shared = truth.shared
-    parts: dict[str, list] = {key: [] for key in ("latent", "input", "decoded", "probe", "cont")}
-    per_concept = []
-    for c in shared:
-        rows = truth.rows(int(c), max_rows)
-        if len(rows) == 0:
-            continue
-        true = [truth.change(i, rows, int(c)) for i in range(2)]
-        with torch.no_grad():
-            factual = [torch.as_tensor(xs[i][rows]) for i in range(2)]
-            counterfactual = [torch.as_tensor(xs[i][rows] - true[i]) for i in range(2)]
-            code = [model.encode(i, factual[i]) for i in range(2)]
-            code_cf = [model.encode(i, counterfactual[i]) for i in range(2)]
-            for i, j in DIRECTIONS:
-                ablated = code[i].clone()
-                if int(c) in latents[i]:
-                    ablated[:, latents[i][int(c)]] = 0.0
-                latent_change = (model.decode(j, code[i]) - model.decode(j, ablated)).numpy()
-                input_change = (model.decode(j, code[i]) - model.decode(j, code_cf[i])).numpy()
-                # the target's own decoded change: what j's dictionary makes of the intervention
-                own_change = (model.decode(j, code[j]) - model.decode(j, code_cf[j])).numpy()
-                readout = truth.readout(j, int(c))
-                if readout is None:  # synthetic: whole vectors
-                    parts["latent"].append(change_agreement(latent_change, true[j]))
-                    parts["input"].append(change_agreement(input_change, true[j]))
-                    parts["decoded"].append(change_agreement(input_change, own_change))
-                    continue
-                target = true[j] @ readout
-                parts["latent"].append(change_agreement(latent_change @ readout, target))
-                parts["input"].append(change_agreement(input_change @ readout, target))
-                along = effect_readout(true[j][0])
-                parts["decoded"].append(change_agreement(input_change @ along, own_change @ along))
-                parts["probe"].append(
-                    change_agreement(input_change @ readout, own_change @ readout)
-                )
-            delta = [(code[i] - code_cf[i]).numpy() for i in range(2)]
-        cont = change_agreement(delta[0], delta[1])
-        parts["cont"].append(cont)
-        per_concept.append(
-            {
-                "concept": int(c),
-                "rows": len(rows),
-                "latent_a": latents[0].get(int(c)),
-                "latent_b": latents[1].get(int(c)),
-                "cont_intervention": pooled_agreement([cont]),
-            }
-        )
-    matched = [latents[0].get(int(c)) == latents[1].get(int(c)) for c in shared]
-    latent = pooled_agreement(parts["latent"])
-    decoded = pooled_agreement(parts["decoded"])
-    return {
-        "tr_intervention": latent if truth.exact else decoded,
-        "tr_latent_ablation": latent,
-        "tr_intervention_decoded": decoded,
-        "tr_intervention_probe": pooled_agreement(parts["probe"]),
-        "tr_intervention_input": pooled_agreement(parts["input"]),
-        "cont_intervention": pooled_agreement(parts["cont"]),
-        "concept_match": float(np.mean(matched)) if matched else None,
-        "n_shared_concepts": len(shared),
-        "per_concept": per_concept,
-    }
 
 
 def probe_transfer(
@@ -356,9 +177,6 @@ def sliced_wasserstein_np(
     return float(value)
 
 
-DIRECTIONS = ((0, 1), (1, 0))
-
-
 def _mean(values: Sequence[float | None]) -> float | None:
     kept = [v for v in values if v is not None and np.isfinite(v)]
     return float(np.mean(kept)) if kept else None
@@ -374,6 +192,104 @@ def _attribute_accuracy(truth) -> float | None:
     return float(values.mean()) if values.size else None
 
 
+def _forward(model, test: Sequence[np.ndarray]) -> dict:
+    """Inputs, codes, reconstructions, translations and cycles of the held-out pairs."""
+    import torch
+
+    with torch.no_grad():
+        xs = [torch.as_tensor(np.asarray(x, dtype=np.float32)) for x in test]
+        codes = [model.encode(i, x) for i, x in enumerate(xs)]
+        return {
+            "x": [x.numpy() for x in xs],
+            "codes": [c.numpy() for c in codes],
+            "reconstruction": [model.decode(i, c).numpy() for i, c in enumerate(codes)],
+            "translated": {(i, j): model.decode(j, codes[i]).numpy() for i, j in DIRECTIONS},
+            "cycled": {(i, j): model.cycle(i, j, xs[i]).numpy() for i, j in DIRECTIONS},
+        }
+
+
+def _extract(arrays: dict, concepts: np.ndarray | None, truth) -> dict:
+    """M_extract per domain: explained variance, L0, dead latents, MCC (with known concepts)."""
+    extract = {}
+    n_latents = arrays["codes"][0].shape[1]
+    for i, name in enumerate(NAMES):
+        x, codes = arrays["x"][i], arrays["codes"][i]
+        seen = concepts
+        if truth is not None and concepts is not None:
+            seen = concepts[:, truth.present[i]]
+        extract[name] = {
+            "explained_variance": explained_variance(x, arrays["reconstruction"][i]),
+            "l0": l0(codes),
+            "dead_latents": dead_latents(codes),
+            "dead_fraction": dead_latents(codes) / n_latents,
+            "mcc": mcc(codes, seen) if seen is not None else None,
+        }
+    return extract
+
+
+def _distributional(x: list, codes: list, translated: dict, projections: int, seed: int) -> dict:
+    arrow = {d: f"{NAMES[d[0]]}->{NAMES[d[1]]}" for d in DIRECTIONS}
+    half = len(x[0]) // 2
+    return {
+        "sw_translation": {
+            arrow[(i, j)]: sliced_wasserstein_np(translated[(i, j)], x[j], projections, seed)
+            for i, j in DIRECTIONS
+        },
+        "sw_codes": sliced_wasserstein_np(codes[0], codes[1], projections, seed),
+        "sw_floor": {
+            name: sliced_wasserstein_np(x[i][:half], x[i][half:], projections, seed)
+            for i, name in enumerate(NAMES)
+        },
+        "sw_scale": {name: total_variance(x[i]) for i, name in enumerate(NAMES)},
+    }
+
+
+NAMES = ("a", "b")
+INTERVENTION_KEYS = (
+    "tr_intervention_input",
+    "tr_latent_ablation",
+    "tr_intervention_decoded",
+    "tr_intervention_probe",
+)
+STABILITY_KEYS = ("effect_stability", "effect_stability_min", "n_attributes_scored")
+
+
+def _summary(result: dict, truth) -> dict:
+    """The flat columns: values averaged over domains or directions."""
+    extract, intervention = result["extract"], result["intervention"] or {}
+    probes, distributional = result["consistency"]["probe"], result["distributional"]
+    stability = dict.fromkeys(STABILITY_KEYS)
+    if truth is not None and not truth.exact:
+        from repdiag.alignment.real_pairs import effect_stability
+
+        stability = effect_stability(truth)
+    return {
+        **{k: intervention.get(k) for k in ("tr_intervention", "cont_intervention")},
+        "concept_match": intervention.get("concept_match"),
+        **{k: _mean([extract[n][k] for n in NAMES]) for k in ("explained_variance", "l0")},
+        "dead_fraction": _mean([extract[n]["dead_fraction"] for n in NAMES]),
+        "mcc": _mean([extract[n]["mcc"] for n in NAMES]),
+        "tr_r2": _mean([v["r2"] for v in result["translation"].values()]),
+        "tr_cosine": _mean([v["cosine"] for v in result["translation"].values()]),
+        **{
+            k: result["consistency"][k]
+            for k in ("jaccard", "code_correlation", "code_correlation_unweighted")
+        },
+        **{k: intervention.get(k) for k in INTERVENTION_KEYS},
+        "attribute_probe_accuracy": _attribute_accuracy(truth),
+        **stability,
+        **{
+            f"probe_{k}": _mean([v[k] for v in probes.values()])
+            for k in ("source", "transfer", "chance")
+        },
+        "cycle_r2": _mean(list(result["cycle"].values())),
+        "sw_translation": _mean(list(distributional["sw_translation"].values())),
+        "sw_codes": distributional["sw_codes"],
+        "sw_floor": _mean(list(distributional["sw_floor"].values())),
+        "sw_scale": _mean(list(distributional["sw_scale"].values())),
+    }
+
+
 def evaluate_alignment(
     model,
     test: Sequence[np.ndarray],
@@ -384,119 +300,57 @@ def evaluate_alignment(
     sw_projections: int = 256,
     probe_train_fraction: float = 0.5,
     seed: int = 0,
+    bootstrap_counts: np.ndarray | None = None,
 ) -> dict:
     """Every metric of the study for a trained :class:`repdiag.alignment.methods.PairModel`.
 
     ``test`` holds the held-out pairs (normalised), ``labels`` the probe task, ``concepts`` the
-    ground truth when known, ``truth`` (a :class:`repdiag.alignment.concepts.ConceptTruth`) what the
-    intervention metrics need; without it they are None. Returns the per-domain/per-direction
-    details and a ``summary`` of flat values averaged over domains or directions (the columns).
+    ground truth when known, ``truth`` (:class:`repdiag.alignment.concepts.ConceptTruth` or
+    :class:`repdiag.alignment.real_pairs.ProbeTruth`) what the intervention metrics need;
+    without it they are None. Returns the per-domain/per-direction details and a ``summary`` of
+    flat values averaged over domains or directions (the columns). With ``bootstrap_counts``
+    (``(n_boot, n_rows)`` resample counts of the held-out rows) it adds ``bootstrap_draws``,
+    ``{metric: (n_boot,) values}`` (numpy: not for a JSON record).
     """
-    import torch
-
-    names = ("a", "b")
-    with torch.no_grad():
-        xs = [torch.as_tensor(np.asarray(x, dtype=np.float32)) for x in test]
-        codes = [model.encode(i, x) for i, x in enumerate(xs)]
-        recon = [model.decode(i, c).numpy() for i, c in enumerate(codes)]
-        translated = {(i, j): model.decode(j, codes[i]).numpy() for i, j in DIRECTIONS}
-        cycled = {(i, j): model.cycle(i, j, xs[i]).numpy() for i, j in DIRECTIONS}
-    codes_np = [c.numpy() for c in codes]
-    x_np = [x.numpy() for x in xs]
-    n_latents = codes_np[0].shape[1]
-
+    arrays = _forward(model, test)
+    x, codes, translated = arrays["x"], arrays["codes"], arrays["translated"]
     if truth is not None and concepts is None and truth.exact:
         concepts = truth.concepts
-    extract = {}
-    for i, name in enumerate(names):
-        seen = (
-            concepts[:, truth.present[i]]
-            if truth is not None and concepts is not None
-            else concepts
-        )
-        extract[name] = {
-            "explained_variance": explained_variance(x_np[i], recon[i]),
-            "l0": l0(codes_np[i]),
-            "dead_latents": dead_latents(codes_np[i]),
-            "dead_fraction": dead_latents(codes_np[i]) / n_latents,
-            "mcc": mcc(codes_np[i], seen) if seen is not None else None,
-        }
-    arrow = {d: f"{names[d[0]]}->{names[d[1]]}" for d in DIRECTIONS}
+    arrow = {d: f"{NAMES[d[0]]}->{NAMES[d[1]]}" for d in DIRECTIONS}
     translation = {
         arrow[(i, j)]: {
-            "r2": r2_score(x_np[j], translated[(i, j)]),
-            "cosine": mean_cosine(translated[(i, j)], x_np[j]),
+            "r2": r2_score(x[j], translated[(i, j)]),
+            "cosine": mean_cosine(translated[(i, j)], x[j]),
         }
         for i, j in DIRECTIONS
-    }
-    cycle = {
-        f"{arrow[(i, j)]}->{names[i]}": r2_score(x_np[i], cycled[(i, j)]) for i, j in DIRECTIONS
     }
     probes = {
         arrow[(i, j)]: probe_transfer(
-            codes_np[i], codes_np[j], labels, train_fraction=probe_train_fraction, seed=seed
+            codes[i], codes[j], labels, train_fraction=probe_train_fraction, seed=seed
         )
         for i, j in DIRECTIONS
     }
-    consistency = {
-        "jaccard": active_jaccard(codes_np[0], codes_np[1]),
-        "code_correlation": code_correlation(codes_np[0], codes_np[1]),
-        "code_correlation_unweighted": code_correlation(codes_np[0], codes_np[1], weighted=False),
-        "probe": probes,
-    }
-    intervention = intervention_metrics(model, x_np, truth) if truth is not None else None
-    half = len(x_np[0]) // 2
-    distributional = {
-        "sw_translation": {
-            arrow[(i, j)]: sliced_wasserstein_np(translated[(i, j)], x_np[j], sw_projections, seed)
+    intervention = intervention_metrics(model, x, truth) if truth is not None else None
+    row_parts = intervention.pop("row_parts") if intervention is not None else None
+    result = {
+        "extract": _extract(arrays, concepts, truth),
+        "translation": translation,
+        "cycle": {
+            f"{arrow[(i, j)]}->{NAMES[i]}": r2_score(x[i], arrays["cycled"][(i, j)])
             for i, j in DIRECTIONS
         },
-        "sw_codes": sliced_wasserstein_np(codes_np[0], codes_np[1], sw_projections, seed),
-        "sw_floor": {
-            name: sliced_wasserstein_np(x_np[i][:half], x_np[i][half:], sw_projections, seed)
-            for i, name in enumerate(names)
+        "consistency": {
+            "jaccard": active_jaccard(codes[0], codes[1]),
+            "code_correlation": code_correlation(codes[0], codes[1]),
+            "code_correlation_unweighted": code_correlation(codes[0], codes[1], weighted=False),
+            "probe": probes,
         },
-        "sw_scale": {name: total_variance(x_np[i]) for i, name in enumerate(names)},
-    }
-    summary = {
-        **{
-            key: (intervention or {}).get(key)
-            for key in ("tr_intervention", "cont_intervention", "concept_match")
-        },
-        "explained_variance": _mean([extract[n]["explained_variance"] for n in names]),
-        "l0": _mean([extract[n]["l0"] for n in names]),
-        "dead_fraction": _mean([extract[n]["dead_fraction"] for n in names]),
-        "mcc": _mean([extract[n]["mcc"] for n in names]),
-        "tr_r2": _mean([v["r2"] for v in translation.values()]),
-        "tr_cosine": _mean([v["cosine"] for v in translation.values()]),
-        "jaccard": consistency["jaccard"],
-        "code_correlation": consistency["code_correlation"],
-        "code_correlation_unweighted": consistency["code_correlation_unweighted"],
-        **{
-            key: (intervention or {}).get(key)
-            for key in (
-                "tr_intervention_input",
-                "tr_latent_ablation",
-                "tr_intervention_decoded",
-                "tr_intervention_probe",
-            )
-        },
-        "attribute_probe_accuracy": _attribute_accuracy(truth),
-        "probe_source": _mean([v["source"] for v in probes.values()]),
-        "probe_transfer": _mean([v["transfer"] for v in probes.values()]),
-        "probe_chance": _mean([v["chance"] for v in probes.values()]),
-        "cycle_r2": _mean(list(cycle.values())),
-        "sw_translation": _mean(list(distributional["sw_translation"].values())),
-        "sw_codes": distributional["sw_codes"],
-        "sw_floor": _mean(list(distributional["sw_floor"].values())),
-        "sw_scale": _mean(list(distributional["sw_scale"].values())),
-    }
-    return {
-        "extract": extract,
-        "translation": translation,
-        "cycle": cycle,
-        "consistency": consistency,
-        "distributional": distributional,
+        "distributional": _distributional(x, codes, translated, sw_projections, seed),
         "intervention": intervention,
-        "summary": summary,
     }
+    result["summary"] = _summary(result, truth)
+    if bootstrap_counts is not None:
+        from repdiag.alignment.bootstrap import metric_draws
+
+        result["bootstrap_draws"] = metric_draws(bootstrap_counts, row_parts=row_parts, **arrays)
+    return result

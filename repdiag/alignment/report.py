@@ -1,7 +1,12 @@
 """Tables of the alignment study and the paper's claims checked against this run.
 
 ``alignment.csv`` has one row per trained model (synthetic cell, or real pair x variant x
-fraction); ``alignment_summary.csv`` the mean and standard deviation over seeds;
+fraction x seed; a real run adds ``<metric>_ci_low``/``_ci_high``, its percentile bootstrap
+interval over held-out rows, :mod:`repdiag.alignment.bootstrap`); ``alignment_summary.csv`` the
+mean and standard deviation over seeds, and for the row-additive metrics the seed minimum and
+maximum (``_min``, ``_max``), on real pairs the bootstrap interval of the mean over seeds
+(``_ci_low``, ``_ci_high``) and, on control pairs, the exact translator's mean beside every
+method (``<metric>_exact``, the ceiling);
 ``alignment_claims.csv`` one row per claim and scope with a verdict (``supported``,
 ``not supported``, ``mixed``, ``not tested``) and the numbers behind it.
 
@@ -45,7 +50,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from repdiag.alignment.grid import BASELINES
+from repdiag.alignment.bootstrap import INTERVAL_METRICS
+from repdiag.alignment.grid import BASELINES, EXACT_VARIANT
 from repdiag.common.claims import NOT_TESTED, study_claims
 from repdiag.common.claims import verdict as claim_verdict
 
@@ -67,6 +73,9 @@ SUMMARY_COLUMNS = (
     "tr_intervention_decoded",
     "tr_intervention_probe",
     "attribute_probe_accuracy",
+    "effect_stability",
+    "effect_stability_min",
+    "n_attributes_scored",
     "probe_source",
     "probe_transfer",
     "probe_chance",
@@ -77,6 +86,13 @@ SUMMARY_COLUMNS = (
     "sw_scale",
 )
 KEY_COLUMNS = ("data", "pair", "variant", "method", "ablation", "paired_fraction")
+CEILING_COLUMNS = (
+    "tr_intervention",
+    "tr_intervention_probe",
+    "cont_intervention",
+    "tr_r2",
+    "jaccard",
+)
 MARGIN = 0.02
 CYCLE_HIGH = 0.5
 TRANSLATION_FAILED = 0.2
@@ -108,7 +124,19 @@ def _row(
     for col in SUMMARY_COLUMNS:  # None (a metric this model has no ground truth for) -> NaN
         if row[col] is None:
             row[col] = np.nan
+    for col, (low, high) in _intervals(record.get("intervals")).items():
+        row[f"{col}_ci_low"], row[f"{col}_ci_high"] = low, high
     return row
+
+
+def _intervals(intervals: Mapping[str, Any] | None) -> dict[str, tuple[float, float]]:
+    """``{metric: (low, high)}`` of a record's bootstrap intervals (None -> NaN); {} without."""
+    if not intervals:
+        return {}
+    return {
+        col: tuple(np.nan if v is None else float(v) for v in intervals.get(col, (None, None)))
+        for col in INTERVAL_METRICS
+    }
 
 
 def results_table(
@@ -129,14 +157,48 @@ def results_table(
     ).reset_index(drop=True)
 
 
-def summary_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and (ddof=1) standard deviation over seeds of every metric, per variant and fraction."""
+def summary_table(table: pd.DataFrame, real: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """Per variant and fraction: the number of seeds, the mean and (ddof=1) standard deviation
+    over seeds of every metric, the seed minimum and maximum of the row-additive ones, and, from
+    the real jobs (``real``), the bootstrap interval of the mean over seeds and each control
+    pair's exact-translator ceiling (module docstring)."""
     grouped = table.groupby(list(KEY_COLUMNS), sort=False, dropna=False)
-    means = grouped[list(SUMMARY_COLUMNS)].mean()
-    stds = grouped[list(SUMMARY_COLUMNS)].std(ddof=1).add_suffix("_std")
-    counts = grouped["seed"].count().rename("n_seeds")
-    out = pd.concat([counts, means, stds], axis=1).reset_index()
-    return out
+    columns = list(SUMMARY_COLUMNS)
+    spread = [c for c in INTERVAL_METRICS if c in table]
+    parts = [
+        grouped["seed"].count().rename("n_seeds"),
+        grouped[columns].mean(),
+        grouped[columns].std(ddof=1).add_suffix("_std"),
+        grouped[spread].min().add_suffix("_min"),
+        grouped[spread].max().add_suffix("_max"),
+    ]
+    out = pd.concat(parts, axis=1).reset_index()
+    pooled = _seed_intervals(real)
+    if not pooled.empty:
+        out = out.merge(pooled, on=["data", "pair", "variant", "paired_fraction"], how="left")
+    return _with_ceiling(out, table)
+
+
+def _seed_intervals(real: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per real pair, variant and fraction: ``<metric>_ci_low``/``_ci_high`` of the mean
+    over seeds (the job's ``seed_intervals``)."""
+    rows = []
+    for job in real:
+        for group in job.get("seed_intervals", []):
+            row = {"data": "real", "pair": job["pair"], "variant": group["variant"]}
+            row["paired_fraction"] = float(group["paired_fraction"])
+            for col, (low, high) in _intervals(group["intervals"]).items():
+                row[f"{col}_ci_low"], row[f"{col}_ci_high"] = low, high
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _with_ceiling(summary: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``<metric>_exact`` on every row of a pair that has an exact translator: its seed mean."""
+    if "variant" not in table or not (table["variant"] == EXACT_VARIANT).any():
+        return summary
+    exact = table[table["variant"] == EXACT_VARIANT].groupby("pair")[list(CEILING_COLUMNS)].mean()
+    return summary.merge(exact.add_suffix("_exact"), left_on="pair", right_index=True, how="left")
 
 
 # claims ----------------------------------------------------------------------------------------

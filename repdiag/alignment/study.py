@@ -12,16 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from repdiag.alignment.concepts import (
-    PairedData,
-    embedding_pairs,
-    random_rotation,
-    synthetic_pairs,
-)
-from repdiag.alignment.grid import real_pair_name, split_variant, uses_pairs
+from repdiag.alignment.bootstrap import intervals, mean_intervals
+from repdiag.alignment.concepts import PairedData, synthetic_pairs
+from repdiag.alignment.grid import EXACT_VARIANT, real_pair_name, split_variant, uses_pairs
 from repdiag.alignment.methods import PairModel, SAESettings, make_method
 from repdiag.alignment.metrics import evaluate_alignment
+from repdiag.alignment.real_pairs import embedding_pairs, random_rotation
 from repdiag.alignment.train import TrainSettings, normalise, train_method
+from repdiag.common.intervals import bootstrap_counts
 from repdiag.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -31,7 +29,18 @@ def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-EXACT_VARIANT = "exact-translator"
+def _log_summary(variant: str, summary: Mapping[str, Any]) -> None:
+    log.info(
+        "%s: EV %.3f, M_tr (intervention) %s, M_cont (intervention) %s, R2 %.3f, Jaccard %.3f, "
+        "cycle R2 %.3f",
+        variant,
+        summary["explained_variance"],
+        _number(summary["tr_intervention"]),
+        _number(summary["cont_intervention"]),
+        summary["tr_r2"],
+        summary["jaccard"],
+        summary["cycle_r2"],
+    )
 
 
 def exact_translator(model: PairModel, rotation: np.ndarray) -> PairModel:
@@ -59,12 +68,15 @@ def fit_and_evaluate(
     seed: int,
     device: torch.device | str = "cpu",
     exact_rotation: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Train one variant on normalised ``data`` and compute every metric on its held-out pairs.
 
     With ``exact_rotation`` Q (a control pair, x_b = x_a Q), the trained model's b side is
     replaced by its a side in b's basis (:func:`exact_translator`) before the evaluation: the
-    record is the exact translator's, variant ``exact-translator``."""
+    record is the exact translator's, variant ``exact-translator``. With ``counts`` (bootstrap
+    resamples of the held-out rows) the record carries ``bootstrap_draws`` (numpy arrays, for
+    the caller to turn into intervals and drop before writing)."""
     method_name, ablation = split_variant(variant)
     train_settings = TrainSettings(**{k: v for k, v in train.items() if k != "sw_projections"})
     method = make_method(
@@ -91,23 +103,15 @@ def fit_and_evaluate(
         sw_projections=int(evaluation["sw_projections"]),
         probe_train_fraction=float(evaluation["probe_train_fraction"]),
         seed=seed,
+        bootstrap_counts=counts,
     )
+    draws = metrics.pop("bootstrap_draws", None)
     summary = metrics["summary"]
-    log.info(
-        "%s: EV %.3f, M_tr (intervention) %s, M_cont (intervention) %s, R2 %.3f, Jaccard %.3f, "
-        "cycle R2 %.3f",
-        variant,
-        summary["explained_variance"],
-        _number(summary["tr_intervention"]),
-        _number(summary["cont_intervention"]),
-        summary["tr_r2"],
-        summary["jaccard"],
-        summary["cycle_r2"],
-    )
+    _log_summary(variant, summary)
     method, ablation = split_variant(variant)
     if exact_rotation is not None:
         variant, method, ablation = EXACT_VARIANT, "exact", None
-    return {
+    record = {
         "variant": variant,
         "method": method,
         "ablation": ablation,
@@ -125,6 +129,9 @@ def fit_and_evaluate(
         "metrics": {k: v for k, v in metrics.items() if k != "summary"},
         "summary": summary,
     }
+    if draws is not None:
+        record["bootstrap_draws"] = draws
+    return record
 
 
 def run_cell(
@@ -177,50 +184,57 @@ def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
     return slot_attributes(ds)
 
 
+def real_seeds(params: Mapping[str, Any]) -> list[int]:
+    """The seeds of a real pair's job (``alignment.real.seeds``), in config order."""
+    return [int(seed) for seed in params["seeds"]]
+
+
 def pair_data(
     params: Mapping[str, Any],
-    store_a: str | Path,
-    store_b: str | Path,
+    stores: tuple[str | Path, str | Path],
     fraction: float,
     attributes: Any,
     truth: Any,
     *,
-    rotate_b: bool,
-    shuffle_b: bool,
+    seed: int,
+    control: str,
 ) -> PairedData:
-    """:func:`embedding_pairs` of a real pair's params at paired fraction ``fraction``."""
-    pair = params["pair"]
+    """:func:`embedding_pairs` of a real pair's params at paired fraction ``fraction`` and one
+    seed (its split, rotation and shuffle); ``control`` ``rotation`` rotates b, ``shuffle``
+    rotates b and permutes its training rows, ``exact`` rotates b only (the exact translator's
+    data: the rotation control's)."""
     return embedding_pairs(
-        store_a,
-        store_b,
-        layer=pair.get("layer", "final"),
+        stores[0],
+        stores[1],
+        layer=params["pair"].get("layer", "final"),
         paired_fraction=fraction,
         test_fraction=params["test_fraction"],
-        seed=int(params["seed"]),
+        seed=seed,
         image_sets=params["image_sets"] or None,
         max_images=params["max_images"],
         n_clusters=params["n_clusters"],
         attributes=attributes,
-        attribute_fit_fraction=float(params["evaluation"]["probe_train_fraction"]),
+        min_accuracy=float(params["decodable_accuracy"]),
         reuse_truth=truth,
-        rotate_b=rotate_b,
-        shuffle_b=shuffle_b,
+        rotate_b=control in ("rotation", "shuffle", "exact"),
+        shuffle_b=control == "shuffle",
     )
 
 
 def exact_ceiling(
     params: Mapping[str, Any],
-    store_a: str | Path,
-    store_b: str | Path,
+    stores: tuple[str | Path, str | Path],
     attributes: Any,
     truth: Any,
+    *,
+    seed: int,
+    counts: np.ndarray | None = None,
     device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
-    """The exact translator's record on a control pair (b = a in the basis Q of the seed): an
-    independent SAE of domain a trained on every training row, copied into b's basis."""
-    seed = int(params["seed"])
+    """The exact translator's record on a control pair at one seed (b = a in the seed's basis
+    Q): an independent SAE of domain a trained on every training row, copied into b's basis."""
     data, _ = normalise(
-        pair_data(params, store_a, store_b, 1.0, attributes, truth, rotate_b=True, shuffle_b=False)
+        pair_data(params, stores, 1.0, attributes, truth, seed=seed, control="exact")
     )
     rotation = random_rotation(data.test[1].shape[1], seed)
     record = fit_and_evaluate(
@@ -233,43 +247,34 @@ def exact_ceiling(
         seed=seed,
         device=device,
         exact_rotation=rotation,
+        counts=counts,
     )
     return {"paired_fraction": 1.0, "seed": seed, **record}
 
 
-def run_real(
+def _real_seed(
     params: Mapping[str, Any],
-    store_a: str | Path,
-    store_b: str | Path,
-    device: torch.device | str = "cpu",
-    dataset: str | Path | None = None,
-) -> dict[str, Any]:
-    """Every variant x paired fraction on one pair of embedding stores (one job, one JSON).
-
-    ``dataset`` (the binding dataset store the embeddings were extracted from) gives the images'
-    known attributes, which the intervention metrics use; without it they are not computed.
-    """
-    pair = params["pair"]
-    seed = int(params["seed"])
-    start, cpu_start = time.monotonic(), time.process_time()
-    attributes = read_attributes(dataset) if dataset is not None else None
-    runs, info, truth = [], None, None
+    stores: tuple[str | Path, str | Path],
+    attributes: Any,
+    seed: int,
+    device: torch.device | str,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Every variant x paired fraction (and, on a control pair, the exact translator) at one
+    seed: one split, one attribute fit, one set of bootstrap resamples shared by every run (so
+    that differences between variants are paired)."""
+    control = params["pair"].get("control", "none")
+    bootstrap = params["bootstrap"]
+    runs, info, truth, counts = [], None, None, None
     fractions = sorted(set(params["paired_fractions"]))
     for variant in params["variants"]:
         for fraction in fractions if uses_pairs(variant) else [0.0]:
             data = pair_data(
-                params,
-                store_a,
-                store_b,
-                fraction,
-                attributes,
-                truth,
-                rotate_b=pair.get("control", "none") in ("rotation", "shuffle"),
-                shuffle_b=pair.get("control", "none") == "shuffle",
+                params, stores, fraction, attributes, truth, seed=seed, control=control
             )
             if info is None:  # the split is the same for every fraction: record it once
                 info = {k: v for k, v in data.info.items() if k != "paired_fraction"}
                 truth = data.truth
+                counts = bootstrap_counts(len(data.test[0]), int(bootstrap["resamples"]), [seed, 6])
             data, _ = normalise(data)
             record = fit_and_evaluate(
                 variant,
@@ -280,10 +285,66 @@ def run_real(
                 evaluation=params["evaluation"],
                 seed=seed,
                 device=device,
+                counts=counts,
             )
             runs.append({"paired_fraction": float(fraction), "seed": seed, **record})
-    if pair.get("control", "none") != "none":
-        runs.append(exact_ceiling(params, store_a, store_b, attributes, truth, device))
+    if control != "none":
+        runs.append(
+            exact_ceiling(
+                params, stores, attributes, truth, seed=seed, counts=counts, device=device
+            )
+        )
+    for run in runs:
+        run["intervals"] = intervals(run["bootstrap_draws"], float(bootstrap["confidence"]))
+    return runs, info
+
+
+def seed_intervals(runs: list[dict[str, Any]], confidence: float) -> list[dict[str, Any]]:
+    """Per variant and paired fraction, the bootstrap interval of the mean over seeds
+    (:func:`repdiag.alignment.bootstrap.mean_intervals`), from the runs' ``bootstrap_draws``."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["variant"], run["paired_fraction"]), []).append(run)
+    return [
+        {
+            "variant": variant,
+            "paired_fraction": fraction,
+            "n_seeds": len(group),
+            "intervals": mean_intervals([r["bootstrap_draws"] for r in group], confidence),
+        }
+        for (variant, fraction), group in groups.items()
+    ]
+
+
+def run_real(
+    params: Mapping[str, Any],
+    store_a: str | Path,
+    store_b: str | Path,
+    device: torch.device | str = "cpu",
+    dataset: str | Path | None = None,
+) -> dict[str, Any]:
+    """Every variant x paired fraction x seed on one pair of embedding stores (one job, one JSON).
+
+    Each seed draws its own split, attribute fit, control basis and SAE initialisation. Every
+    run carries the percentile bootstrap interval of each row-additive metric over the
+    held-out rows (``intervals``); ``seed_intervals`` gives, per variant and fraction, the
+    interval of the mean over seeds. ``dataset`` (the binding dataset store the embeddings were
+    extracted from) gives the images' known attributes, which the intervention metrics use;
+    without it they are not computed.
+    """
+    pair = params["pair"]
+    start, cpu_start = time.monotonic(), time.process_time()
+    attributes = read_attributes(dataset) if dataset is not None else None
+    runs, infos = [], []
+    for seed in real_seeds(params):
+        log.info("%s: seed %d", real_pair_name(pair), seed)
+        seed_runs, info = _real_seed(params, (store_a, store_b), attributes, seed, device)
+        runs.extend(seed_runs)
+        infos.append(info)
+    confidence = float(params["bootstrap"]["confidence"])
+    pooled = seed_intervals(runs, confidence)
+    for run in runs:
+        del run["bootstrap_draws"]
     return {
         "pair": real_pair_name(pair),
         "data": "real",
@@ -291,8 +352,11 @@ def run_real(
         "b": pair["b"],
         "layer": pair.get("layer", "final"),
         "control": pair.get("control", "none"),
-        "data_info": info,
+        "seeds": real_seeds(params),
+        "bootstrap": {**params["bootstrap"], "unit": "held-out rows (image pairs)"},
+        "data_info": infos,
         "runs": runs,
+        "seed_intervals": pooled,
         "wall_time_s": time.monotonic() - start,
         "cpu_time_s": time.process_time() - cpu_start,
         "params": dict(params),

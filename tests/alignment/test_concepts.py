@@ -1,22 +1,17 @@
-"""Synthetic paired concepts and real embedding pairs (repdiag.alignment.concepts)."""
+"""Synthetic paired concepts (repdiag.alignment.concepts)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import xarray as xr
 
 from repdiag.alignment.concepts import (
-    embedding_pairs,
     n_paired_rows,
     random_map,
-    random_rotation,
-    read_layer,
     sample_concepts,
     synthetic_pairs,
 )
-from repdiag.core.errors import ConfigError, StoreError
-from repdiag.core.store import write_store
+from repdiag.core.errors import ConfigError
 
 SMALL = dict(
     n_concepts=6,
@@ -100,121 +95,6 @@ def test_noise_has_the_stated_relative_size():
     residual = noisy.train[0] - clean.train[0]
     rms = np.sqrt(np.mean(clean.train[0] ** 2))
     assert residual.std() == pytest.approx(0.1 * rms, rel=0.05)
-
-
-def _store(path, ids, values, image_sets):
-    ds = xr.Dataset(
-        {"emb_final": (("image", "dim_final"), values.astype(np.float32))},
-        coords={"image": ids, "image_set": ("image", image_sets)},
-    )
-    write_store(path, ds)
-    return path
-
-
-def test_embedding_pairs_pair_rows_by_image_id(tmp_path):
-    n = 200
-    ids = np.array([f"query/q{i:05d}" for i in range(n)])
-    number = np.arange(n, dtype=np.float64)
-    values_a = np.stack([number, np.sin(number)], axis=1)
-    # store b: other image order, three columns, and ten images store a does not have
-    order = np.random.default_rng(0).permutation(n)
-    extra = np.array([f"pair/p{i:05d}/m0" for i in range(10)])
-    ids_b = np.concatenate([ids[order], extra])
-    values_b = np.stack([2 * number[order], number[order] ** 0.5, -number[order]], axis=1)
-    values_b = np.concatenate([values_b, np.full((10, 3), 1e3)])
-    path_a = _store(tmp_path / "a.zarr", ids, values_a, ["query"] * n)
-    path_b = _store(tmp_path / "b.zarr", ids_b, values_b, ["query"] * n + ["pair"] * 10)
-
-    data = embedding_pairs(
-        path_a, path_b, layer="final", paired_fraction=0.1, test_fraction=0.25, seed=0, n_clusters=3
-    )
-    test_a, test_b = data.test
-    assert data.info["n_common_images"] == n
-    np.testing.assert_allclose(test_b[:, 0], 2 * test_a[:, 0])
-    train_a, train_b = data.train
-    np.testing.assert_allclose(train_b[: data.n_paired, 0], 2 * train_a[: data.n_paired, 0])
-    # unpaired training rows are disjoint images, split between the two domains
-    unpaired_a = set(train_a[data.n_paired :, 0])
-    unpaired_b = {v / 2 for v in train_b[data.n_paired :, 0]}
-    assert not unpaired_a & unpaired_b
-    assert len(unpaired_a) + len(unpaired_b) + data.n_paired + len(test_a) == n
-    assert data.n_paired == 15  # 10% of the 150 training images
-    assert set(np.unique(data.test_labels)) <= {0, 1, 2}
-
-
-def test_random_rotation_is_orthogonal_seeded_and_not_the_identity():
-    q = random_rotation(7, seed=0)
-    np.testing.assert_allclose(q.T @ q, np.eye(7), atol=1e-12)
-    np.testing.assert_array_equal(q, random_rotation(7, seed=0))
-    assert not np.allclose(q, random_rotation(7, seed=1))
-    assert np.abs(np.diag(q)).max() < 0.99
-
-
-def test_rotation_control_is_store_a_in_a_random_basis(tmp_path):
-    n = 120
-    ids = np.array([f"query/q{i:05d}" for i in range(n)])
-    values = np.random.default_rng(1).standard_normal((n, 5))
-    path = _store(tmp_path / "a.zarr", ids, values, ["query"] * n)
-    plain = embedding_pairs(
-        path, path, layer="final", paired_fraction=0.5, test_fraction=0.25, seed=3, n_clusters=2
-    )
-    rotated = embedding_pairs(
-        path,
-        path,
-        layer="final",
-        paired_fraction=0.5,
-        test_fraction=0.25,
-        seed=3,
-        n_clusters=2,
-        rotate_b=True,
-    )
-    q = random_rotation(5, seed=3)
-    test_a, test_b = rotated.test
-    np.testing.assert_allclose(test_a, plain.test[0])
-    np.testing.assert_allclose(test_b, test_a @ q, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(
-        np.linalg.norm(test_b, axis=1), np.linalg.norm(test_a, axis=1), rtol=1e-5
-    )
-    pairs_a, pairs_b = (x[: rotated.n_paired] for x in rotated.train)
-    np.testing.assert_allclose(pairs_b, pairs_a @ q, rtol=1e-5, atol=1e-5)
-
-
-def test_shuffle_control_breaks_the_training_pairs_only(tmp_path):
-    n = 120
-    ids = np.array([f"query/q{i:05d}" for i in range(n)])
-    values = np.random.default_rng(1).standard_normal((n, 5))
-    path = _store(tmp_path / "a.zarr", ids, values, ["query"] * n)
-    kwargs = {"layer": "final", "paired_fraction": 1.0, "test_fraction": 0.25, "seed": 3}
-    rotated = embedding_pairs(path, path, n_clusters=2, rotate_b=True, **kwargs)
-    shuffled = embedding_pairs(path, path, n_clusters=2, rotate_b=True, shuffle_b=True, **kwargs)
-    q = random_rotation(5, seed=3)
-    # held-out pairs and training rows of a are those of the rotation control
-    np.testing.assert_allclose(shuffled.test[0], rotated.test[0])
-    np.testing.assert_allclose(shuffled.test[1], rotated.test[1])
-    np.testing.assert_allclose(shuffled.train[0], rotated.train[0])
-    # b's training rows are the same rows, permuted: the anchor pairs are wrong
-    pairs_a, pairs_b = (x[: shuffled.n_paired] for x in shuffled.train)
-    unrotated_b = pairs_b @ q.T
-    matches = np.isclose(unrotated_b, pairs_a, atol=1e-4).all(axis=1)
-    assert matches.mean() < 0.1
-    np.testing.assert_allclose(
-        np.sort(shuffled.train[1], axis=0), np.sort(rotated.train[1], axis=0), atol=1e-6
-    )
-
-
-def test_embedding_pairs_errors_name_the_store(tmp_path):
-    ids = np.array([f"query/q{i:05d}" for i in range(20)])
-    path_a = _store(tmp_path / "a.zarr", ids, np.zeros((20, 2)), ["query"] * 20)
-    other = np.array([f"pair/p{i:05d}/m0" for i in range(20)])
-    path_b = _store(tmp_path / "b.zarr", other, np.zeros((20, 2)), ["pair"] * 20)
-    with pytest.raises(StoreError, match="share only 0 image ids"):
-        embedding_pairs(
-            path_a, path_b, layer="final", paired_fraction=1.0, test_fraction=0.25, seed=0
-        )
-    with pytest.raises(StoreError, match="emb_block03"):
-        read_layer(path_a, "block03")
-    with pytest.raises(StoreError, match="does not exist"):
-        read_layer(tmp_path / "missing.zarr", "final")
 
 
 def test_test_split_noise_is_identical_across_paired_fractions():

@@ -73,6 +73,10 @@ def test_real_pair_params():
     assert params["pair"] == {"a": "barlow_twins", "b": "clip", "layer": "final", "control": "none"}
     assert params["weights"]["sae_a"] is None
     assert params["weights"]["cosae-translation"] == {"reconstruction": 1.0, "translation": 1.0}
+    # each seed: its own split, attribute fit and SAE init; intervals over held-out rows
+    assert params["seeds"] == [0, 1, 2] and "seed" not in params
+    assert params["bootstrap"] == {"resamples": 1000, "confidence": 0.95}
+    assert params["decodable_accuracy"] == 0.7
     assert params["sae"] == {
         "n_latents": 256,
         "k": 16,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from repdiag.alignment.metrics import (
     active_jaccard,
@@ -20,6 +19,7 @@ from repdiag.alignment.metrics import (
     sliced_wasserstein_np,
     total_variance,
 )
+from tests.alignment.known import KnownModel
 
 
 def test_r2_by_hand():
@@ -97,29 +97,6 @@ def test_sliced_wasserstein_of_a_shift_is_its_squared_norm():
     assert sliced_wasserstein_np(x, x[::-1], 64) == pytest.approx(0.0, abs=1e-12)
 
 
-class _KnownModel:
-    """A hand-made pair model: codes are the true concepts, decoders the true linear maps."""
-
-    def __init__(self, maps, permutation=None):
-        self.maps = [torch.as_tensor(m, dtype=torch.float32) for m in maps]
-        self.permutation = permutation
-
-    def encode(self, i, x):
-        z = x @ torch.linalg.pinv(self.maps[i]).T
-        z = torch.where(z.abs() < 1e-4, 0.0, z)  # float round-off is not an active latent
-        if i == 1 and self.permutation is not None:
-            z = z[:, self.permutation]
-        return z
-
-    def decode(self, j, z):
-        if j == 1 and self.permutation is not None:
-            return z @ self.maps[j][:, self.permutation].T
-        return z @ self.maps[j].T
-
-    def cycle(self, i, j, x):
-        return self.decode(i, self.encode(j, self.decode(j, self.encode(i, x))))
-
-
 def _known_case():
     rng = np.random.default_rng(1)
     z = np.zeros((200, 3))
@@ -130,7 +107,7 @@ def _known_case():
 
 def test_evaluate_alignment_of_a_perfect_model():
     z, maps, test = _known_case()
-    result = evaluate_alignment(_KnownModel(maps), test, labels=np.argmax(z, 1), concepts=z)
+    result = evaluate_alignment(KnownModel(maps), test, labels=np.argmax(z, 1), concepts=z)
     summary = result["summary"]
     for key in ("explained_variance", "mcc", "tr_r2", "tr_cosine", "jaccard", "cycle_r2"):
         assert summary[key] == pytest.approx(1.0, abs=1e-4), key
@@ -143,202 +120,13 @@ def test_evaluate_alignment_of_a_perfect_model():
 
 def test_evaluate_alignment_sees_a_latent_permutation():
     z, maps, test = _known_case()
-    permuted = _KnownModel(maps, permutation=[1, 2, 0])
+    permuted = KnownModel(maps, permutation=[1, 2, 0])
     summary = evaluate_alignment(permuted, test, labels=np.argmax(z, 1), concepts=z)["summary"]
     assert summary["explained_variance"] == pytest.approx(1.0, abs=1e-4)  # each SAE is perfect
     assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
     assert summary["jaccard"] == pytest.approx(0.0, abs=1e-6)  # one-hot codes on other latents
     assert summary["tr_r2"] < 0.0
     assert summary["probe_transfer"] < 0.5 < summary["probe_source"]
-
-
-# intervention metrics ---------------------------------------------------------------------------
-def _perfect_pair(seed=0, n_specific=0):
-    """The true dictionaries as two TopK SAEs (encoder = pinv(W), k = k_active), linear, noiseless."""
-    from repdiag.alignment.concepts import synthetic_pairs
-    from repdiag.alignment.methods import PairModel
-    from repdiag.alignment.topk import TopKSAE
-
-    data = synthetic_pairs(
-        n_concepts=12,
-        k_active=3,
-        dims=[64, 80],
-        maps=["linear", "linear"],
-        nonlinearity=0.0,
-        noise=0.0,
-        n_train=512,
-        n_test=600,
-        paired_fraction=1.0,
-        seed=seed,
-        n_specific=n_specific,
-    )
-    saes = []
-    for domain_map in data.truth.maps:
-        w = torch.as_tensor(domain_map.dictionary)
-        sae = TopKSAE(w.shape[0], w.shape[1], 3)
-        with torch.no_grad():
-            sae.decoder.copy_(w)
-            sae.encoder.copy_(torch.linalg.pinv(w))
-            sae.b_dec.zero_()
-            sae.b_enc.zero_()
-        saes.append(sae)
-    return PairModel(saes).eval(), data
-
-
-def test_intervention_metrics_of_the_true_dictionaries_are_one():
-    from repdiag.alignment.metrics import intervention_metrics
-
-    model, data = _perfect_pair()
-    result = intervention_metrics(model, data.test, data.truth)
-    for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
-        assert result[key] == pytest.approx(1.0, abs=1e-4), key
-    assert result["n_shared_concepts"] == 12
-    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=data.truth)[
-        "summary"
-    ]
-    assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
-    assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
-    assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
-
-
-def test_permuted_latents_score_near_zero_by_index_and_one_after_sae_a_matching():
-    from repdiag.alignment.methods import SAEAligned, SAESettings
-    from repdiag.alignment.metrics import intervention_metrics
-
-    model, data = _perfect_pair(seed=1)
-    order = np.roll(np.arange(12), 5)  # no latent keeps its index
-    model.saes[1].permute_latents(order)
-    shuffled = intervention_metrics(model, data.test, data.truth)
-    # index matching: the latent that carries c in one domain decodes another concept in the
-    # other, and the two domains move different latents
-    assert abs(shuffled["tr_intervention"]) < 0.15
-    assert shuffled["cont_intervention"] == pytest.approx(0.0, abs=1e-6)
-    assert shuffled["concept_match"] == 0.0
-    # translating through the input cannot help either: the code lands on the wrong atoms
-    assert abs(shuffled["tr_intervention_input"]) < 0.15
-    # SAE-A's Hungarian matching on paired codes undoes the permutation
-    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
-    pairs = tuple(torch.as_tensor(x) for x in data.test)
-    sae_a.finalise(model, pairs)
-    matched = intervention_metrics(model, data.test, data.truth)
-    for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
-        assert matched[key] == pytest.approx(1.0, abs=1e-4), key
-
-
-def test_intervention_metrics_only_score_shared_concepts():
-    from repdiag.alignment.metrics import intervention_metrics
-
-    model, data = _perfect_pair(seed=2, n_specific=3)
-    result = intervention_metrics(model, data.test, data.truth)
-    assert result["n_shared_concepts"] == 12
-    assert result["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
-    assert result["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
-
-
-def _probe_truth(data, seed=0):
-    """The synthetic concepts as known binary attributes, as the real-embedding path sees them."""
-    from repdiag.alignment.concepts import probe_truth
-
-    names = [f"c{c}" for c in range(data.test_concepts.shape[1])]
-    return probe_truth(data.test, data.test_concepts > 0, names, fit_fraction=0.5, seed=seed)
-
-
-def test_probe_scored_interventions_of_the_true_dictionaries_are_near_one():
-    from repdiag.alignment.metrics import intervention_metrics
-
-    model, data = _perfect_pair(seed=3)
-    truth = _probe_truth(data)
-    assert not truth.exact and len(truth.shared) == 12
-    result = intervention_metrics(model, data.test, truth)
-    # the latent's change is W_j[:, a] z_a, the probe's target the mean effect of a: they differ
-    # by the magnitude's spread (U(0.5, 1.5)) and the other concepts' shift (k of n are active)
-    assert result["tr_intervention"] > 0.9
-    assert result["tr_intervention_input"] > 0.9
-    assert result["cont_intervention"] > 0.9
-    assert result["concept_match"] == 1.0
-    accuracy = np.concatenate(truth.probe_accuracy)
-    assert accuracy.min() > 0.95  # every attribute is linearly decodable in both domains
-    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=truth)["summary"]
-    assert summary["attribute_probe_accuracy"] == pytest.approx(accuracy.mean())
-    assert summary["mcc"] is None  # attributes are not the embeddings' generative factors
-
-
-def test_probe_scored_interventions_fall_to_zero_with_permuted_latents_and_sae_a_restores_them():
-    from repdiag.alignment.methods import SAEAligned, SAESettings
-    from repdiag.alignment.metrics import intervention_metrics
-
-    model, data = _perfect_pair(seed=4)
-    truth = _probe_truth(data, seed=1)
-    model.saes[1].permute_latents(np.roll(np.arange(12), 5))
-    shuffled = intervention_metrics(model, data.test, truth)
-    assert abs(shuffled["tr_intervention"]) < 0.2
-    assert abs(shuffled["cont_intervention"]) < 0.05
-    assert shuffled["concept_match"] == 0.0
-    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
-    sae_a.finalise(model, tuple(torch.as_tensor(x) for x in data.test))
-    matched = intervention_metrics(model, data.test, truth)
-    assert matched["tr_intervention"] > 0.9 and matched["cont_intervention"] > 0.9
-
-
-def test_probe_truth_effects_and_probes_by_hand():
-    from repdiag.alignment.concepts import probe_truth
-
-    rng = np.random.default_rng(0)
-    labels = (np.arange(200) % 2).astype(np.float32)[:, None]  # one attribute, half the rows
-    direction = np.array([3.0, 0.0, 0.0])
-    x = labels * direction + 0.01 * rng.standard_normal((200, 3))
-    rare = np.zeros((200, 1), dtype=np.float32)
-    rare[:3] = 1  # fewer than MIN_CLASS_ROWS positives in the fit half: not scored
-    unseen = (rng.random((200, 1)) < 0.5).astype(np.float32)  # not in the inputs: chance probes
-    truth = probe_truth(
-        (x, 2 * x),
-        np.concatenate([labels, rare, unseen], axis=1),
-        ["half", "rare", "unseen"],
-        seed=0,
-    )
-    assert truth.probe_accuracy[0][2] < 0.6 and not truth.present[0][2]
-    np.testing.assert_allclose(truth.effects[0][0], direction, atol=0.01)
-    np.testing.assert_allclose(truth.effects[1][0], 2 * direction, atol=0.02)
-    assert truth.probes[0][0][0] > 0 and truth.probe_accuracy[0][0] == 1.0
-    assert list(truth.shared) == [0]
-    assert len(np.intersect1d(truth.fit_rows, truth.eval_rows)) == 0
-    assert len(truth.fit_rows) + len(truth.eval_rows) == 200
-    rows = truth.rows(0, max_rows=1000)
-    assert set(rows) <= set(truth.eval_rows) and np.all(labels[rows, 0] == 1)
-    # scaling the inputs (repdiag.alignment.train.normalise) rescales effects, keeps w . t
-    from dataclasses import replace
-
-    scaled = replace(truth, scales=(2.0, 1.0))
-    np.testing.assert_allclose(scaled.change(0, rows[:2], 0)[0], truth.effects[0][0] / 2)
-    assert scaled.readout(0, 0) @ scaled.change(0, rows[:1], 0)[0] == pytest.approx(
-        truth.readout(0, 0) @ truth.change(0, rows[:1], 0)[0], rel=1e-5
-    )
-
-
-def test_attributes_no_domain_decodes_leave_the_intervention_metrics_empty():
-    from repdiag.alignment.concepts import probe_truth
-    from repdiag.alignment.metrics import intervention_metrics
-
-    model, data = _perfect_pair(seed=5)
-    shuffled = np.random.default_rng(0).permutation(data.test_concepts > 0)  # rows shuffled
-    truth = probe_truth(data.test, shuffled, [f"c{c}" for c in range(12)], seed=0)
-    assert len(truth.shared) == 0
-    result = intervention_metrics(model, data.test, truth)
-    assert result["tr_intervention"] is None and result["cont_intervention"] is None
-    assert result["concept_match"] is None
-
-
-def test_change_agreement_by_hand():
-    from repdiag.alignment.metrics import change_agreement, pooled_agreement
-
-    t = np.array([[1.0, 0.0]])
-    assert pooled_agreement([change_agreement(t, t)]) == pytest.approx(1.0)
-    assert pooled_agreement([change_agreement(np.array([[0.0, 1.0]]), t)]) == pytest.approx(0.0)
-    assert pooled_agreement([change_agreement(-t, t)]) == pytest.approx(-1.0)
-    assert pooled_agreement([change_agreement(0 * t, t)]) == pytest.approx(0.0)
-    # half the magnitude: 1 - 0.25 / 1.25
-    assert pooled_agreement([change_agreement(0.5 * t, t)]) == pytest.approx(0.8)
-    assert pooled_agreement([]) is None
 
 
 def test_weighted_code_correlation_discounts_rare_latents():
@@ -352,83 +140,58 @@ def test_weighted_code_correlation_discounts_rare_latents():
     assert code_correlation(a, b) == pytest.approx((1.0 * 1 + 0.01 * rare) / 1.01)
 
 
-def _attribute_pair(rotation=None, seed: int = 5):
-    """Domain a: one-hot concepts through a random map; domain b: a in a rotated basis."""
-    from repdiag.alignment.concepts import random_rotation
+def _rotate_sae(sae, q):
+    """``sae`` for inputs ``x q``: the same codes and ``D' E' (x q) = (D E x) q``."""
+    import copy
 
-    rng = np.random.default_rng(seed)
-    z = np.zeros((400, 3))
-    z[np.arange(400), rng.integers(0, 3, 400)] = rng.uniform(0.5, 1.5, 400)
-    a = rng.standard_normal((4, 3))
-    q = random_rotation(4, seed) if rotation is None else rotation
-    maps = [a, q.T @ a]  # x_b = x_a q
-    return z, maps, [(z @ m.T).astype(np.float32) for m in maps]
+    import torch
 
-
-class _DisjointModel(_KnownModel):
-    """Each domain's codes in latents of its own: a translation decodes nothing (the mean), as a
-    translator fitted to broken pairs does."""
-
-    def encode(self, i, x):
-        z = super().encode(i, x)
-        zeros = torch.zeros_like(z)
-        return torch.cat([z, zeros] if i == 0 else [zeros, z], dim=1)
-
-    def decode(self, j, z):
-        width = z.shape[1] // 2
-        return super().decode(j, z[:, :width] if j == 0 else z[:, width:])
+    rotated = copy.deepcopy(sae)
+    q = torch.as_tensor(q, dtype=torch.float32)
+    with torch.no_grad():
+        rotated.encoder.copy_(sae.encoder @ q)
+        rotated.decoder.copy_(q.T @ sae.decoder)
+        rotated.b_dec.copy_(sae.b_dec @ q)
+    return rotated
 
 
-def _attribute_truth(z, test):
-    from repdiag.alignment.concepts import probe_truth
+def test_every_basis_free_metric_and_its_draws_are_unchanged_by_rotating_domain_b():
+    """Two different random TopK SAEs on two different domains; domain b and its SAE in a random
+    orthonormal basis give the same metrics, attribute fit and bootstrap draws (the sliced
+    Wasserstein distances of b's inputs draw random directions, so only they may move)."""
+    import torch
 
-    return probe_truth(test, z > 0, [f"c{c}" for c in range(z.shape[1])], seed=0)
+    from repdiag.alignment.methods import PairModel
+    from repdiag.alignment.real_pairs import probe_truth, random_rotation
+    from repdiag.alignment.topk import TopKSAE
+    from repdiag.common.intervals import bootstrap_counts
 
-
-def test_decoded_m_tr_is_one_for_the_exact_translator_of_the_rotation_control():
-    from repdiag.alignment.metrics import intervention_metrics
-
-    z, maps, test = _attribute_pair()
-    truth = _attribute_truth(z, test)
-    assert len(truth.shared) == 3
-    result = intervention_metrics(_KnownModel(maps), test, truth)
-    assert result["tr_intervention"] == result["tr_intervention_decoded"]
-    assert result["tr_intervention"] == pytest.approx(1.0, abs=1e-5)
-    assert result["tr_intervention_probe"] == pytest.approx(1.0, abs=1e-5)
-    assert result["cont_intervention"] == pytest.approx(1.0, abs=1e-5)
-
-
-def test_decoded_m_tr_is_zero_when_translation_carries_nothing():
-    from repdiag.alignment.metrics import intervention_metrics
-
-    z, maps, test = _attribute_pair()
-    result = intervention_metrics(_DisjointModel(maps), test, _attribute_truth(z, test))
-    assert result["tr_intervention"] == pytest.approx(0.0, abs=1e-6)
-    assert result["tr_intervention_probe"] == pytest.approx(0.0, abs=1e-6)
-
-
-def test_decoded_m_tr_does_not_depend_on_either_domains_basis():
-    from repdiag.alignment.concepts import random_rotation
-    from repdiag.alignment.metrics import intervention_metrics
-
-    z, maps, test = _attribute_pair()
-    half = _KnownModel([maps[0], 0.7 * maps[1]])  # b decodes at 0.7x: an imperfect translator
-    reference = intervention_metrics(half, test, _attribute_truth(z, test))["tr_intervention"]
-    assert 0.5 < reference < 0.99
-    q = random_rotation(4, 11)
-    rotated = [test[0], (test[1] @ q).astype(np.float32)]
-    model = _KnownModel([maps[0], 0.7 * (q.T @ maps[1])])
-    value = intervention_metrics(model, rotated, _attribute_truth(z, rotated))["tr_intervention"]
-    assert value == pytest.approx(reference, abs=1e-4)
-
-
-def test_latent_ablation_matches_on_signed_correlation_for_real_attributes():
-    from repdiag.alignment.metrics import concept_latents
-
-    concept = np.array([1, 0, 1, 0, 1, 0, 1, 0], dtype=float)[:, None]
-    anti = 1.0 - concept[:, 0]  # fires when the attribute is absent: corr -1
-    pro = concept[:, 0] + np.array([0.3, 0, 0, 0.2, 0, 0.1, 0.4, 0])  # corr about +0.9
-    codes = np.stack([anti, pro], axis=1)
-    present = np.array([True])
-    assert concept_latents(codes, concept, present) == {0: 0}  # |corr|: the anti latent
-    assert concept_latents(codes, concept, present, signed=True) == {0: 1}
+    generator = torch.Generator().manual_seed(0)
+    saes = [TopKSAE(6, 16, 3, generator=generator), TopKSAE(7, 16, 3, generator=generator)]
+    rng = np.random.default_rng(0)
+    labels = (rng.random((600, 2)) < 0.5).astype(np.float32)
+    x_a = labels @ rng.standard_normal((2, 6)) + 0.4 * rng.standard_normal((600, 6))
+    x_b = labels @ rng.standard_normal((2, 7)) + 0.4 * rng.standard_normal((600, 7))
+    q = random_rotation(7, 2)
+    counts = bootstrap_counts(200, 50, seed=0)
+    results = []
+    for b, sae_b in ((x_b, saes[1]), (x_b @ q, _rotate_sae(saes[1], q))):
+        xs = [x_a.astype(np.float32), b.astype(np.float32)]
+        fit, test = [x[:400] for x in xs], [x[400:] for x in xs]
+        truth = probe_truth(fit, [labels[:400]] * 2, test, labels[400:], ["u", "v"])
+        assert len(truth.shared) == 2
+        model = PairModel([saes[0], sae_b])
+        task = labels[400:, 0].astype(int)
+        results.append(
+            evaluate_alignment(model, test, labels=task, truth=truth, bootstrap_counts=counts)
+        )
+    plain, rotated = results
+    moving = {"sw_translation", "sw_floor"}
+    for key, value in plain["summary"].items():
+        if key in moving or value is None:
+            assert key in moving or rotated["summary"][key] is None, key
+            continue
+        assert rotated["summary"][key] == pytest.approx(value, abs=1e-5), key
+    assert plain["summary"]["tr_intervention"] is not None
+    for key, draws in plain["bootstrap_draws"].items():
+        np.testing.assert_allclose(rotated["bootstrap_draws"][key], draws, atol=1e-5, err_msg=key)

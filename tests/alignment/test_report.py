@@ -149,3 +149,53 @@ def test_cycle_proxy_is_judged_by_the_rank_correlation_interval():
     claims = claims_table(results_table(unfaithful)).set_index("claim_id")
     assert claims.loc["cycle_not_proxy", "verdict"] == "supported"
     assert "bootstrap interval" in claims.loc["cycle_not_proxy", "evidence"]
+
+
+def _real_job(differences, pair="a__b__final"):
+    """A real pair over seeds: cosae-all ahead of sae_a by ``differences[seed]`` on M_tr and
+    M_cont, each run with a bootstrap interval, and the job's interval of the seed mean."""
+    runs = []
+    for seed, diff in enumerate(differences):
+        for variant, value in (("sae_a", 0.4), ("cosae-all", 0.4 + diff)):
+            run = fake_record(variant, 1.0, seed, tr_intervention=value, cont_intervention=value)
+            run["intervals"] = {"tr_intervention": [value - 0.05, value + 0.05]}
+            runs.append(run)
+    pooled = [
+        {"variant": v, "paired_fraction": 1.0, "n_seeds": len(differences), "intervals": {}}
+        for v in ("sae_a", "cosae-all")
+    ]
+    pooled[1]["intervals"] = {"tr_intervention": [0.41, 0.49]}
+    return {"pair": pair, "control": "none", "runs": runs, "seed_intervals": pooled}
+
+
+def test_real_claims_are_judged_per_seed_with_the_margin():
+    steady = results_table([], [_real_job((0.05, 0.06, 0.04))])
+    claims = claims_table(steady).set_index("claim_id")
+    assert claims.loc["cosae_ahead", "scope"] == "real:a__b__final"
+    assert claims.loc["cosae_ahead", "verdict"] == "supported"
+    assert claims.loc["cosae_ahead", "n_seeds"] == 3
+    assert "signs +++" in claims.loc["cosae_ahead", "evidence"]
+    flipped = claims_table(results_table([], [_real_job((0.2, 0.2, -0.01))])).set_index("claim_id")
+    assert flipped.loc["cosae_ahead", "verdict"] == "not supported"
+    assert "signs ++-" in flipped.loc["cosae_ahead", "evidence"]
+
+
+def test_real_tables_carry_each_runs_interval_the_seed_spread_and_the_seed_means_interval():
+    job = _real_job((0.05, 0.06, 0.04))
+    table = results_table([], [job])
+    row = table[(table["variant"] == "cosae-all") & (table["seed"] == 1)].iloc[0]
+    assert (row["tr_intervention_ci_low"], row["tr_intervention_ci_high"]) == pytest.approx(
+        (0.41, 0.51)
+    )
+    assert np.isnan(row["cont_intervention_ci_low"])  # no interval recorded for it
+    summary = summary_table(table, [job]).set_index("variant")
+    assert summary.loc["cosae-all", "tr_intervention"] == pytest.approx(0.45)
+    assert summary.loc["cosae-all", "tr_intervention_min"] == pytest.approx(0.44)
+    assert summary.loc["cosae-all", "tr_intervention_max"] == pytest.approx(0.46)
+    assert summary.loc["cosae-all", "tr_intervention_ci_low"] == pytest.approx(0.41)
+    assert summary.loc["cosae-all", "tr_intervention_ci_high"] == pytest.approx(0.49)
+    assert np.isnan(summary.loc["sae_a", "tr_intervention_ci_low"])
+    assert "tr_intervention_exact" not in summary  # no control pair, no exact translator
+    # synthetic rows keep their columns and get no interval
+    both = summary_table(results_table(fake_grid(), [job]), [job])
+    assert both.loc[both["data"] == "synthetic", "tr_intervention_ci_low"].isna().all()

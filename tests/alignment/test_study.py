@@ -88,9 +88,9 @@ def test_the_exact_translator_is_a_in_bs_basis_and_scores_the_ceiling():
     import numpy as np
     import torch
 
-    from repdiag.alignment.concepts import probe_truth, random_rotation
     from repdiag.alignment.methods import PairModel
     from repdiag.alignment.metrics import evaluate_alignment
+    from repdiag.alignment.real_pairs import probe_truth, random_rotation
     from repdiag.alignment.study import exact_translator
     from repdiag.alignment.topk import TopKSAE
 
@@ -116,10 +116,78 @@ def test_the_exact_translator_is_a_in_bs_basis_and_scores_the_ceiling():
             exact.encode(0, torch.as_tensor(x_a)).numpy() > 0,
         )
     assert model.saes[1] is not exact.saes[1]  # the trained model is left as it was
-    truth = probe_truth((x_a, x_b), labels, ["u", "v"], seed=0)
-    summary = evaluate_alignment(exact, (x_a, x_b), labels=np.zeros(300, int), truth=truth)[
-        "summary"
-    ]
+    fit, test = (x_a[:200], x_b[:200]), (x_a[200:], x_b[200:])
+    truth = probe_truth(fit, (labels[:200], labels[:200]), test, labels[200:], ["u", "v"])
+    summary = evaluate_alignment(exact, test, labels=np.zeros(100, int), truth=truth)["summary"]
     assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
     assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
     assert summary["jaccard"] == pytest.approx(1.0)
+
+
+def _real_params(control: str) -> dict:
+    return {
+        "pair": {"a": "m", "b": "m", "layer": "final", "control": control},
+        "image_sets": [],
+        "max_images": 8192,
+        "test_fraction": 0.25,
+        "paired_fractions": [1.0],
+        "variants": ["independent", "cosae-all"],
+        "n_clusters": 3,
+        "seeds": [0, 1],
+        "bootstrap": {"resamples": 100, "confidence": 0.9},
+        "decodable_accuracy": 0.7,
+        "sae": {"n_latents": 8, "k": 2, "aux_k": 2, "aux_coef": 1 / 32, "dead_after": 512},
+        "train": {"steps": 4, "batch_size": 16, "pair_batch_size": 8, "sw_projections": 4},
+        "weights": {"independent": None, "cosae-all": WEIGHTS},
+        "evaluation": {"sw_projections": 8, "probe_train_fraction": 0.5},
+    }
+
+
+def test_a_real_pair_runs_every_seed_with_intervals_and_the_exact_ceiling(tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+    import xarray as xr
+
+    from repdiag.alignment import study
+    from repdiag.alignment.bootstrap import INTERVAL_METRICS
+    from repdiag.alignment.report import claims_table, results_table, summary_table
+    from repdiag.core.store import write_store
+
+    rng = np.random.default_rng(0)
+    ids = np.array([f"query/q{i:05d}" for i in range(160)])
+    labels = (rng.random((160, 2)) < 0.5).astype(np.float32)
+    x = labels @ (3 * rng.standard_normal((2, 5))) + rng.standard_normal((160, 5))
+    ds = xr.Dataset(
+        {"emb_final": (("image", "dim_final"), x.astype(np.float32))},
+        coords={"image": ids, "image_set": ("image", ["query"] * 160)},
+    )
+    write_store(tmp_path / "m.zarr", ds)
+    monkeypatch.setattr(study, "read_attributes", lambda _: (ids, ["u", "v"], labels))
+    store = tmp_path / "m.zarr"
+    job = study.run_real(_real_params("rotation"), store, store, dataset="binding.zarr")
+    json.dumps(job)  # no numpy draws are left in the record
+    runs = job["runs"]
+    assert [(r["seed"], r["variant"]) for r in runs] == [
+        (seed, v) for seed in (0, 1) for v in ("independent", "cosae-all", "exact-translator")
+    ]
+    assert [info["seed"] for info in job["data_info"]] == [0, 1]
+    assert job["data_info"][0]["test_ids_head"] != job["data_info"][1]["test_ids_head"]
+    for run in runs:
+        assert set(run["intervals"]) == set(INTERVAL_METRICS)
+        low, high = run["intervals"]["tr_r2"]
+        assert low <= high
+        if run["variant"] == "exact-translator":  # the ceiling, at every seed
+            assert run["summary"]["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
+            assert run["intervals"]["tr_intervention"] == pytest.approx([1.0, 1.0], abs=1e-4)
+    groups = {(g["variant"], g["paired_fraction"]): g for g in job["seed_intervals"]}
+    assert set(groups) == {("independent", 0.0), ("cosae-all", 1.0), ("exact-translator", 1.0)}
+    assert all(g["n_seeds"] == 2 for g in groups.values())
+    table = results_table([], [job])
+    assert len(table) == 6 and {"tr_r2_ci_low", "tr_r2_ci_high"} <= set(table.columns)
+    summary = summary_table(table, [job]).set_index("variant")
+    assert summary.loc["cosae-all", "n_seeds"] == 2
+    assert summary.loc["cosae-all", "tr_intervention_exact"] == pytest.approx(1.0, abs=1e-4)
+    assert summary.loc["cosae-all", "tr_r2_min"] <= summary.loc["cosae-all", "tr_r2_max"]
+    assert np.isfinite(summary.loc["cosae-all", "tr_r2_ci_low"])
+    assert claims_table(table).empty  # a control pair has no claims

@@ -81,3 +81,35 @@ def test_newcombe_interval_is_antisymmetric_and_contains_the_difference() -> Non
     # equal proportions: the interval is symmetric about 0
     same = newcombe_interval(10, 40, 10, 40)
     assert same[0] == pytest.approx(-same[1])
+
+
+def test_bootstrap_counts_are_seeded_resamples_of_every_row() -> None:
+    from repdiag.common.intervals import bootstrap_counts
+
+    counts = bootstrap_counts(7, 500, seed=[3, 6])
+    assert counts.shape == (500, 7)
+    np.testing.assert_array_equal(counts.sum(axis=1), 7)  # each resample draws n rows
+    np.testing.assert_array_equal(counts, bootstrap_counts(7, 500, seed=[3, 6]))
+    assert not np.array_equal(counts, bootstrap_counts(7, 500, seed=[4, 6]))
+    # the counts are those of rows drawn with replacement from the same generator
+    draws = np.random.default_rng([3, 6]).integers(0, 7, size=(500, 7))
+    np.testing.assert_array_equal(counts[0], np.bincount(draws[0], minlength=7))
+    assert counts.mean() == pytest.approx(1.0)  # each row once on average
+    with pytest.raises(ValueError, match="n > 0"):
+        bootstrap_counts(0, 10, 0)
+
+
+def test_percentile_interval_is_the_quantiles_of_the_finite_draws() -> None:
+    from repdiag.common.intervals import bootstrap_counts, percentile_interval
+
+    draws = np.arange(1001, dtype=float)
+    assert percentile_interval(draws) == pytest.approx((25.0, 975.0))
+    assert percentile_interval(np.r_[draws, np.nan, np.inf], 0.9) == pytest.approx((50.0, 950.0))
+    assert all(math.isnan(v) for v in percentile_interval(np.array([np.nan])))
+    # the bootstrap interval of a mean is close to mean +- 1.96 sd / sqrt(n)
+    values = np.random.default_rng(0).standard_normal(400)
+    counts = bootstrap_counts(400, 4000, seed=1)
+    low, high = percentile_interval(counts @ values / 400)
+    half = 1.96 * values.std() / 20
+    assert (high - low) / 2 == pytest.approx(half, rel=0.1)
+    assert (low + high) / 2 == pytest.approx(values.mean(), abs=0.1 * half)
