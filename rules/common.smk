@@ -2,7 +2,13 @@
 import re
 
 from repdiag.binding.causal_options import causal_models
-from repdiag.core.config import check_config, fill_defaults, section, seeded
+from repdiag.core.config import (
+    check_before_run,
+    check_config,
+    fill_defaults,
+    section,
+    seeded,
+)
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
@@ -25,17 +31,23 @@ check_output_folders(".")
 
 
 onstart:
-    # Weights files, hub folders and library caches are read by the jobs, not by Snakemake: check
-    # those of the models with jobs to run before the first one starts. Not in check_config, so
-    # that a dry run plans a config whose weights live on another machine (config/paper.yaml).
-    MODELS_WITH_JOBS = {
-        getattr(job, "wildcards_dict", {}).get("model")
-        for job in workflow.dag.needrun_jobs()
-    } - {None}
+    # Weights files, hub folders and library caches are read by the jobs, not by Snakemake, and
+    # architectures need torch: check those of the models with jobs to run (a zoo model counts
+    # when its run trains) before the first job starts (repdiag.core.config.check_before_run, as
+    # `repdiag validate` does). Not in check_config, so that a dry run stays fast and plans a
+    # config whose weights live on another machine (config/paper.yaml).
+    WILDCARDS = [
+        getattr(job, "wildcards_dict", {}) for job in workflow.dag.needrun_jobs()
+    ]
+    RUNS_WITH_JOBS = {wildcards.get("objective") for wildcards in WILDCARDS}
+    MODELS_WITH_JOBS = {wildcards.get("model") for wildcards in WILDCARDS} | {
+        key
+        for key, entry in MODELS.items()
+        if entry.get("source") == "zoo" and entry.get("id") in RUNS_WITH_JOBS
+    }
+    MODELS_WITH_JOBS -= {None}
     if MODELS_WITH_JOBS:
-        from repdiag.encoders.registry import check_weights_available
-
-        check_weights_available(config, MODELS_WITH_JOBS)
+        check_before_run(config, MODELS_WITH_JOBS)
 
 
 # Each stage file adds the final outputs it contributes to its study (`snakemake binding`, ...)

@@ -12,6 +12,7 @@ __all__ = [
     "APART_FAMILIES",
     "BINDING_DOSE_FAMILY",
     "BINDING_SUPERVISED_FAMILY",
+    "BUILD_CHECKS",
     "CONFIG_CHECKS",
     "CONTROL_FAMILY",
     "JER_INTERVENTION_FAMILY",
@@ -25,3 +26,6 @@ CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.causal_options:check_causal_config",
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
+
+BUILD_CHECKS: tuple[str, ...] = ("repdiag.binding.prerun:check_jacobian_layers",)
+"""Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""

@@ -5,6 +5,7 @@ Kept free of heavy imports: the Snakefile runs :func:`check_jacobians_config` on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,16 @@ STORE_CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
 """dtype and dims of ``results/jacobians/<model>.zarr`` (docs/contracts.md), checked on read."""
 
 
+TAP_NAME = re.compile(r"\A(block\d{2,}|stage\d+|final|head)\Z")
+"""Every tap name an encoder can have (repdiag.encoders.taps): ``block00``, ``block01``, ...
+(transformer blocks), ``stage0``, ``stage1``, ... (CNN stages), ``final``, ``head``."""
+
+TAP_NAMES_TEXT = (
+    "taps are named block00, block01, ... (transformer blocks), stage0, stage1, ... (CNN "
+    "stages), final (the model's embedding) and head (a projection after it)"
+)
+
+
 def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
     """Images per probe set that will be used (0 for a skipped set; folder: at most n)."""
     probes = jacobians.get("probes", {})
@@ -36,7 +47,9 @@ def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
 def check_jacobians_config(config: Mapping[str, Any]) -> None:
     """Semantic checks of ``jacobians`` (registered in ``repdiag.binding.CONFIG_CHECKS``).
 
-    At least one probe image; no more binding probes than rendered queries.
+    At least one probe image; tap names of the form every encoder's taps take (which taps a
+    model has is checked before a run, :func:`repdiag.binding.prerun.check_jacobian_layers`); no
+    more binding probes than rendered queries.
     """
     jacobians = config.get("jacobians") or {}
     counts = probe_counts(jacobians)
@@ -51,6 +64,12 @@ def check_jacobians_config(config: Mapping[str, Any]) -> None:
             f"jacobians.probes.folder.path: {folder['path']} is not a folder; give a folder of "
             "images (relative paths are relative to the workflow directory) or set it to null"
         )
+    for index, name in enumerate(jacobians.get("layers") or []):
+        if not TAP_NAME.match(str(name)):
+            raise ConfigError(
+                f"jacobians.layers[{index}]: {name!r} is not a tap any encoder has; "
+                f"{TAP_NAMES_TEXT}; or give [] for every tap"
+            )
     n_queries = config.get("datasets", {}).get("binding", {}).get("n_queries")
     if isinstance(n_queries, int) and counts["binding"] > n_queries:
         raise ConfigError(

@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from repdiag.core.errors import RepdiagError
+from repdiag.core.errors import ConfigError, RepdiagError
 
 # Subcommands that a study provides: ``name: ("module:function", help)``. The core imports no
 # study, so each is resolved by name when it runs; ``function(argv)`` parses its own arguments.
@@ -26,11 +26,29 @@ def _inspect(args: argparse.Namespace) -> None:
         print(describe_store(path))
 
 
+NO_WEIGHTS_HINT = (
+    "(a config whose weights live on another machine: `repdiag validate --no-weights` checks "
+    "everything else)"
+)
+
+
 def _validate(args: argparse.Namespace) -> None:
-    from repdiag.core.config import load_config
+    """Schema and cross-key checks, architectures built on the meta device, then (unless
+    ``--no-weights``) every model's weights files, hub folders and library caches."""
+    from repdiag.core.config import check_before_run, load_config
 
     config = load_config(args.config)
-    print(f"{args.config}: valid ({len(config['models'])} models)")
+    try:
+        check_before_run(config, weights=False)
+    except RepdiagError as err:
+        raise ConfigError(f"{args.config}: {err}") from None
+    if not args.no_weights:
+        try:
+            check_before_run(config, build=False)
+        except RepdiagError as err:
+            raise ConfigError(f"{args.config}: {err} {NO_WEIGHTS_HINT}") from None
+    checked = "weights not checked: --no-weights" if args.no_weights else "weights checked"
+    print(f"{args.config}: valid ({len(config['models'])} models; {checked})")
 
 
 def resolve(reference: str) -> Callable:
@@ -52,8 +70,23 @@ def main(argv: list[str] | None = None) -> int:
     inspect = commands.add_parser("inspect", help="summarise zarr stores written by the workflow")
     inspect.add_argument("stores", nargs="+", help="paths such as results/embeddings/clip.zarr")
     inspect.set_defaults(func=_inspect)
-    validate = commands.add_parser("validate", help="validate a config file against the schema")
-    validate.add_argument("config", help="a YAML config, e.g. config/paper.yaml")
+    validate = commands.add_parser(
+        "validate",
+        help="check a config as a run would before its first job: schema, cross-key checks, "
+        "architectures, and every model's weights files and library caches",
+    )
+    validate.add_argument(
+        "config",
+        help="a YAML config, e.g. config/paper.yaml (run in the workflow directory: relative "
+        "paths in the config are read from there)",
+    )
+    validate.add_argument(
+        "--no-weights",
+        action="store_true",
+        help="skip the weights files, hub folders and library caches (pretrained: true, tags, "
+        "weights names) and check everything else, e.g. to plan a config whose weights live on "
+        "another machine (a real run still checks them before its first job)",
+    )
     validate.set_defaults(func=_validate)
     for name, (reference, help_text) in STUDY_COMMANDS.items():
         study = commands.add_parser(name, help=help_text, add_help=False)

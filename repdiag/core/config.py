@@ -41,14 +41,59 @@ def semantic_checks() -> tuple[str, ...]:
     )
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """A ``yaml.SafeLoader`` that refuses a mapping key given twice.
+# Checks that import torch or read local files, too slow or too strict for every parse of the
+# workflow (a dry run plans a config whose weights live on another machine). Each package of
+# CHECKED_PACKAGES may list ``BUILD_CHECKS`` (architectures built on the meta device: nothing read
+# or downloaded) and ``WEIGHTS_CHECKS`` (weights files, hub folders, library caches), each a
+# "module:function" taking the config and the keys of the models with jobs to run (None: all).
+# `repdiag validate` runs them (the weights checks unless --no-weights); a real run's ``onstart``
+# (rules/common.smk) runs both on the models with jobs, before the first job starts.
+RUN_CHECK_KINDS: tuple[str, ...] = ("WEIGHTS_CHECKS", "BUILD_CHECKS")
+
+
+def run_checks(*, build: bool = True, weights: bool = True) -> tuple[str, ...]:
+    """Every package's registered pre-run checks, weights checks first (they are the cheap ones)."""
+    kinds = [kind for kind, on in zip(RUN_CHECK_KINDS, (weights, build), strict=True) if on]
+    return tuple(
+        reference
+        for kind in kinds
+        for package in CHECKED_PACKAGES
+        for reference in getattr(importlib.import_module(package), kind, ())
+    )
+
+
+def check_before_run(
+    config: Mapping[str, Any],
+    models: Iterable[str] | None = None,
+    *,
+    build: bool = True,
+    weights: bool = True,
+) -> None:
+    """Run the pre-run checks (:func:`run_checks`) on ``models`` (default: every model) of a
+    validated config; each raises a :class:`~repdiag.core.errors.RepdiagError` naming the key."""
+    models = None if models is None else set(models)
+    for target in run_checks(build=build, weights=weights):
+        module_name, func_name = target.split(":")
+        getattr(importlib.import_module(module_name), func_name)(config, models)
+
+
+# libyaml's parser where PyYAML was built with it: a config.yaml parses 6x faster (0.05 s), and
+# every Snakemake call of the workflow parses its config files twice.
+_SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class UniqueKeyLoader(_SAFE_LOADER):
+    """A safe YAML loader (libyaml's where available) that refuses a mapping key given twice.
 
     PyYAML (and so Snakemake's ``--configfile``) silently keeps the last of two equal keys, so a
     model pasted twice under ``models`` would quietly drop the first entry. This loader raises a
     :class:`ConfigError` naming the file, the line, the key and the mapping that holds it.
     Merge keys (``<<: *anchor``) may still be overridden, as YAML intends.
     """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.name = getattr(stream, "name", "<string>")  # libyaml's parser keeps no name
 
     def construct_document(self, node: yaml.Node) -> Any:
         _check_aliases(self, node)

@@ -29,6 +29,12 @@ CONFIG_CHECKS: tuple[str, ...] = (
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 
+BUILD_CHECKS: tuple[str, ...] = ("repdiag.encoders.zoo.prerun:check_zoo_backbones",)
+"""Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""
+
+WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.registry:check_weights_available",)
+"""Pre-run checks of weights files, hub folders and library caches (core.config.check_before_run)."""
+
 _WHERE = {
     "SOURCES": "repdiag.encoders.registry",
     "Encoder": "repdiag.encoders.registry",

@@ -329,6 +329,15 @@ def _hf_cached(repo_id: str, filenames: Iterable[str]) -> str | None:
     return None
 
 
+def _hf_cache_dir() -> str:
+    """The Hugging Face hub cache folder this process reads (HF_HUB_CACHE, HF_HOME/hub, ...)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return "(huggingface_hub not installed)"
+    return str(constants.HF_HUB_CACHE)
+
+
 def _close(name: str, names: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(names), n=5, cutoff=0.6)
     return f"; did you mean {', '.join(close)}?" if close else ""
@@ -360,9 +369,10 @@ def _timm_cached(key: str, name: str) -> None:
     raise _fail(
         key,
         f"pretrained weights of timm model {name!r} are not in the local Hugging Face cache "
-        f"({hub_id or 'no hub id'}) or torch.hub cache and nothing is downloaded here: fill the cache "
-        "on a machine with internet (timm.create_model(name, pretrained=True)) and copy HF_HOME, "
-        "or set pretrained: /path/to/weights.safetensors",
+        f"{_hf_cache_dir()} ({hub_id or 'no hub id'}) or the torch.hub cache "
+        f"{Path(torch.hub.get_dir()) / 'checkpoints'} and nothing is downloaded here: fill the "
+        "cache on a machine with internet (timm.create_model(name, pretrained=True)) and copy it "
+        "there (HF_HOME), or set pretrained: /path/to/weights.safetensors",
     )
 
 

@@ -34,6 +34,72 @@ def test_validate_reports_the_bad_key(tmp_path, capsys):
     assert "family" in err and "nope" in err
 
 
+def _test_config_with(tmp_path, **models) -> str:
+    import yaml
+
+    config = yaml.safe_load(open("config/test.yaml"))
+    config["models"].update(models)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_validate_checks_weights_caches_unless_told_not_to(tmp_path, capsys, monkeypatch):
+    """Issue 36, case 14: an uncached `pretrained: true` is refused naming the model and the
+    caches to fill; --no-weights checks the rest (a config whose weights live elsewhere)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    entry = {"source": "timm", "id": "resnet18", "family": "supervised", "pretrained": True}
+    path = _test_config_with(tmp_path, pre=entry)
+    assert main(["validate", path]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"repdiag: error: {path}: model 'pre': pretrained weights of timm model 'resnet18' are "
+        f"not in the local Hugging Face cache {tmp_path / 'hf'} (timm/resnet18.a1_in1k) or the "
+        f"torch.hub cache {tmp_path / 'torch' / 'hub' / 'checkpoints'}"
+    ) in err
+    assert "`repdiag validate --no-weights` checks everything else" in err
+    assert main(["validate", "--no-weights", path]) == 0
+    assert "valid (9 models; weights not checked: --no-weights)" in capsys.readouterr().out
+    ckpt = {
+        "source": "checkpoint",
+        "id": "resnet18",
+        "family": "supervised",
+        "weights": "w.safetensors",
+    }
+    assert main(["validate", _test_config_with(tmp_path, ckpt=ckpt)]) == 2
+    assert (
+        "models.ckpt.weights: the weights file w.safetensors does not exist"
+        in capsys.readouterr().err
+    )
+    assert main(["validate", "config/test.yaml"]) == 0
+    assert "valid (8 models; weights checked)" in capsys.readouterr().out
+
+
+def test_validate_builds_zoo_backbones_even_without_weights(tmp_path, capsys):
+    import yaml
+
+    config = yaml.safe_load(open("config/test.yaml"))
+    config["zoo"]["backbones"]["vit"]["timm_kwargs"]["num_heads"] = 3  # 32 wide: no split
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["validate", "--no-weights", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "zoo.backbones.vit.timm_kwargs: timm cannot build 'vit_tiny_patch16_224'" in err
+    assert "--no-weights` checks" not in err  # not a weights error: no hint
+
+
+def test_validate_help_documents_no_weights(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--no-weights" in out and "weights live on another machine" in out
+
+
 def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsys):
     """config.yaml: 48 zoo runs (17 + the 15 of the dose series + the 16 JER-regularised runs of
     binding_causal), built from their specs (no checkpoint needed), and 7 controls."""

@@ -35,6 +35,56 @@ CNN_ONLY = frozenset({"simmim"})  # decodes the backbone's (B, C, h, w) feature 
 VIT_MARKERS = ("vit", "deit")  # timm names of plain ViTs (class token + absolute positions)
 
 
+# Types of timm's architecture keywords, checked on every parse without importing timm: a wrong
+# type fails deep in timm when the job builds the backbone (``depth: two``), or silently builds
+# another width (``mlp_ratio: "2"`` repeats a string). The pre-run check
+# (``repdiag.encoders.zoo.prerun.check_zoo_backbones``) builds each backbone for the rest.
+TIMM_KWARG_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "depth", "depths", "embed_dim", "embed_dims", "num_heads", "patch_size", "img_size",
+            "in_chans", "num_classes", "channels", "layers", "dims", "widths", "stem_width",
+            "cardinality", "base_width", "reg_tokens", "output_stride",
+        ),
+        "an integer or a list of integers",
+    ),
+    **dict.fromkeys(
+        (
+            "mlp_ratio", "drop_rate", "drop_path_rate", "attn_drop_rate", "proj_drop_rate",
+            "pos_drop_rate", "patch_drop_rate", "init_values", "layer_scale_init_value",
+        ),
+        "a number (or null)",
+    ),
+    **dict.fromkeys(
+        ("class_token", "qkv_bias", "qk_norm", "no_embed_class", "dynamic_img_size", "pre_norm"),
+        "true or false",
+    ),
+}  # fmt: skip
+
+
+def _timm_type_ok(kind: str, value: Any) -> bool:
+    def integer(item: Any) -> bool:
+        return isinstance(item, int) and not isinstance(item, bool)
+
+    if kind.startswith("an integer"):
+        return integer(value) or (isinstance(value, list) and all(map(integer, value)))
+    if kind.startswith("a number"):
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    return isinstance(value, bool)
+
+
+def check_timm_kwarg_types(where: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a known timm keyword of the wrong type (:data:`TIMM_KWARG_TYPES`), naming
+    ``where.<keyword>``."""
+    for name, value in kwargs.items():
+        kind = TIMM_KWARG_TYPES.get(str(name))
+        if kind is not None and not _timm_type_ok(kind, value):
+            raise ConfigError(
+                f"{where}.{name}: expected {kind}, got {value!r}; timm builds the backbone "
+                "with this value"
+            )
+
+
 def zoo_runs(config: Mapping[str, Any]) -> list[str]:
     """Run names used by some model with ``source: zoo`` (sorted, unique): the runs to train."""
     models = config.get("models") or {}
@@ -130,6 +180,40 @@ def _check_dose(name: str, entry: Mapping[str, Any], hparams: Mapping[str, Any])
         )
 
 
+def _check_backbones(backbones: Mapping[str, Any], used: set[str]) -> None:
+    """Names of the backbones runs use, types of known timm keywords, no weights or remote files."""
+    for name, backbone in backbones.items():
+        if name in used:  # a backbone no run names is never built
+            check_timm_name(f"zoo.backbones.{name}.timm_model", str(backbone["timm_model"]))
+        where = f"zoo.backbones.{name}.timm_kwargs"
+        check_timm_kwarg_types(where, backbone.get("timm_kwargs") or {})
+        bad = weights_kwargs(backbone.get("timm_kwargs") or {}, where)
+        bad += remote_names(backbone.get("timm_kwargs") or {}, where)
+        if bad:
+            raise ConfigError(
+                f"{bad[0]}: a zoo backbone is built from random weights and trained here; "
+                "keyword arguments that load, cache, download or name weights or remote files "
+                "are refused (timm would open them itself)"
+            )
+
+
+def _check_scenes(scenes: Mapping[str, Any]) -> None:
+    """Objects fit the grid and their cells."""
+    grid = scenes.get("grid", [3, 3])
+    slots = grid[0] * grid[1]
+    if not scenes.get("min_objects", 2) <= scenes.get("max_objects", 6) <= slots:
+        raise ConfigError(
+            f"zoo.scenes: need min_objects <= max_objects <= rows * cols = {slots} "
+            f"(got {scenes.get('min_objects', 2)}, {scenes.get('max_objects', 6)})"
+        )
+    size = scenes.get("object_size", 0.7) * (1 + (scenes.get("jitter") or {}).get("scale", 0.3))
+    if size > 1 + 1e-12:
+        raise ConfigError(
+            f"zoo.scenes.object_size * (1 + zoo.scenes.jitter.scale) = {size:.3f} > 1: objects "
+            "would leave their cells; lower one of them"
+        )
+
+
 def check_zoo_config(config: Mapping[str, Any]) -> None:
     """Cross-key checks of the zoo (registered in ``repdiag.encoders.CONFIG_CHECKS``).
 
@@ -140,19 +224,7 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
     objectives = zoo.get("objectives") or {}
     backbones = zoo.get("backbones") or {}
     hparams = zoo.get("hparams") or {}
-    used = {entry.get("backbone", "resnet") for entry in objectives.values()}
-    for name, backbone in backbones.items():
-        if name in used:  # a backbone no run names is never built
-            check_timm_name(f"zoo.backbones.{name}.timm_model", str(backbone["timm_model"]))
-        where = f"zoo.backbones.{name}.timm_kwargs"
-        bad = weights_kwargs(backbone.get("timm_kwargs") or {}, where)
-        bad += remote_names(backbone.get("timm_kwargs") or {}, where)
-        if bad:
-            raise ConfigError(
-                f"{bad[0]}: a zoo backbone is built from random weights and trained here; "
-                "keyword arguments that load, cache, download or name weights or remote files "
-                "are refused (timm would open them itself)"
-            )
+    _check_backbones(backbones, {entry.get("backbone", "resnet") for entry in objectives.values()})
     for name, entry in objectives.items():
         _check_dose(name, entry, hparams)
     for key, entry in (config.get("models") or {}).items():
@@ -213,20 +285,7 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
         _check_widths(
             where, objective, {**hparams.get(objective, {}), **(entry.get("hparams") or {})}
         )
-    scenes = zoo.get("scenes") or {}
-    grid = scenes.get("grid", [3, 3])
-    slots = grid[0] * grid[1]
-    if not scenes.get("min_objects", 2) <= scenes.get("max_objects", 6) <= slots:
-        raise ConfigError(
-            f"zoo.scenes: need min_objects <= max_objects <= rows * cols = {slots} "
-            f"(got {scenes.get('min_objects', 2)}, {scenes.get('max_objects', 6)})"
-        )
-    size = scenes.get("object_size", 0.7) * (1 + (scenes.get("jitter") or {}).get("scale", 0.3))
-    if size > 1 + 1e-12:
-        raise ConfigError(
-            f"zoo.scenes.object_size * (1 + zoo.scenes.jitter.scale) = {size:.3f} > 1: objects "
-            "would leave their cells; lower one of them"
-        )
+    _check_scenes(zoo.get("scenes") or {})
 
 
 def run_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -79,6 +79,32 @@ def test_semantic_errors_name_the_key(change, message):
         check_zoo_config(edit(change))
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"depth": "two"}, r"zoo\.backbones\.vit\.timm_kwargs\.depth: expected an integer or a list of integers, got 'two'"),
+        ({"depth": True}, r"timm_kwargs\.depth: expected an integer"),
+        ({"mlp_ratio": "2"}, r"zoo\.backbones\.vit\.timm_kwargs\.mlp_ratio: expected a number \(or null\), got '2'"),
+        ({"class_token": "yes"}, r"timm_kwargs\.class_token: expected true or false"),
+        ({"img_size": [32, "32"]}, r"timm_kwargs\.img_size: expected an integer or a list"),
+    ],
+)  # fmt: skip
+def test_timm_kwargs_of_the_wrong_type_are_refused_naming_the_key(kwargs, message):
+    """Issue 36, case 10: checked on every parse, without importing timm."""
+    config = tiny_config()
+    config["zoo"]["backbones"]["vit"]["timm_kwargs"].update(kwargs)
+    with pytest.raises(ConfigError, match=message):
+        check_zoo_config(config)
+
+
+def test_timm_kwargs_of_the_right_types_pass():
+    config = tiny_config()
+    config["zoo"]["backbones"]["vit"]["timm_kwargs"].update(
+        img_size=[32, 32], drop_path_rate=0, init_values=None, class_token=True, global_pool="token"
+    )
+    check_zoo_config(config)
+
+
 def test_valid_config_passes_and_is_not_mutated():
     config = tiny_config()
     before = copy.deepcopy(config)
