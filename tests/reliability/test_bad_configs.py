@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from repdiag.sugarcrepe.data import CATEGORIES
-from tests.conftest import REPO, copy_workflow, snakemake
+from tests.conftest import REPO, copy_workflow, plan_in_process, snakemake
 
 TEST_YAML = (REPO / "config" / "test.yaml").read_text()
 TEST_CONFIG = yaml.safe_load(TEST_YAML)
@@ -349,6 +349,23 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         mutate(("alignment.real.image_sets", ["folder"])),
         "alignment.real.image_sets: 'folder' needs embeddings.folder",
     ),
+    "zoo timm_kwargs depth two": (
+        mutate(
+            (
+                "zoo.backbones.vit.timm_kwargs",
+                {**TEST_CONFIG["zoo"]["backbones"]["vit"]["timm_kwargs"], "depth": "two"},
+            )
+        ),
+        "zoo.backbones.vit.timm_kwargs.depth: expected an integer or a list of integers, got 'two'",
+    ),
+    "jacobians layer no encoder has": (
+        mutate(("jacobians.layers", ["nonexistent_layer"])),
+        "jacobians.layers[0]: 'nonexistent_layer' is not a tap any encoder has",
+    ),
+    "jacobians layer past a zoo model's blocks": (  # refused by the run's onstart check
+        mutate(("jacobians.layers", ["block05"])),
+        "jacobians.layers: 'block05' not among the taps of model",
+    ),
     # --- issue 36, case 11: grid values that collide in cell names -------------------------
     "colliding paired fractions": (
         mutate(("alignment.grid.paired_fractions", [0.001, 0.0010000001])),
@@ -357,7 +374,7 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
     # --- issue 36, case 4: a JSON config (tab-indented, so PyYAML cannot read it) -----------
     "json config with a model given twice": (
         json_with_duplicate_model(),
-        "key 'simclr' is given twice in one JSON object",
+        "duplicate key 'simclr' in models",  # libyaml reads tab-indented JSON as YAML
     ),
 }
 
@@ -379,12 +396,61 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workdir
 
 
-@pytest.mark.parametrize("case", list(BAD_CONFIGS))
-def test_bad_config_fails_before_any_job_naming_the_key(workdir: Path, case: str) -> None:
-    config, expected = BAD_CONFIGS[case]
+# Cases also run as the real command line in a subprocess (exit code, printed message, no job
+# announced, nothing written): one per kind of check, and those that only a real run's onstart
+# check reaches (the in-process plan stops before it). Every case runs in process through both
+# entry points below: Snakemake's own API on the Snakefile, and `repdiag validate`.
+REAL_RUNS = (
+    "unknown top-level key",  # the schema, did-you-mean and the file name
+    "duplicate top-level key",  # the file reader
+    "NaN object size",  # the numbers check
+    "zoo timm model misspelt",  # a registry resolved at validation
+    "json config with a model given twice",  # a JSON file
+    # the onstart check (files and taps are checked by a real run, not by a dry run)
+    "jacobians layer past a zoo model's blocks",
+    "checkpoint weights missing",
+    "hub directory missing",
+)
+ONSTART = set(REAL_RUNS[-3:])
+
+
+def write_case(workdir: Path, case: str) -> Path:
+    config = BAD_CONFIGS[case][0]
     path = workdir / "config" / f"bad_{list(BAD_CONFIGS).index(case):02d}.yaml"
     path.write_text(config if isinstance(config, str) else yaml.safe_dump(config))
-    proc = snakemake(workdir, "--configfile", str(path), check=False, timeout=300)
+    return path
+
+
+def test_real_runs_name_existing_cases() -> None:
+    assert set(REAL_RUNS) <= set(BAD_CONFIGS) and ONSTART <= set(REAL_RUNS)
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_is_refused_by_the_snakefile_and_by_validate(
+    workdir: Path, case: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from repdiag.core.cli import main
+
+    expected = BAD_CONFIGS[case][1]
+    path = write_case(workdir, case)
+    error = plan_in_process(workdir, path)
+    if case in ONSTART:
+        assert error is None, error  # planned: the real run below stops before its first job
+    else:
+        assert error is not None and expected in error, error
+    monkeypatch.chdir(workdir)  # relative paths in a config are relative to the workflow
+    assert main(["validate", str(path)]) == 2
+    assert expected in capsys.readouterr().err
+    for produced in ("results", "logs", "pwned"):
+        assert not (workdir / produced).exists(), f"{produced} exists after {case}"
+
+
+@pytest.mark.parametrize("case", REAL_RUNS)
+def test_bad_config_fails_before_any_job_naming_the_key(workdir: Path, case: str) -> None:
+    expected = BAD_CONFIGS[case][1]
+    proc = snakemake(
+        workdir, "--configfile", str(write_case(workdir, case)), check=False, timeout=300
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-3000:]
     assert expected in output, output[-3000:]
@@ -430,3 +496,35 @@ def test_a_results_folder_linked_outside_the_tree_stops_the_workflow(tmp_path: P
     assert proc.returncode != 0 and "results/datasets resolves to" in output, output[-3000:]
     assert not JOB_LINE.search(output), output[-3000:]
     assert list(outside.iterdir()) == []
+
+
+def test_uncached_pretrained_weights_stop_a_real_run_before_any_job(workdir: Path) -> None:
+    """Issue 36, case 14: a timm entry with `pretrained: true` whose weights are in no cache
+    (empty Hugging Face and torch.hub caches here): a real run stops in its onstart check,
+    before any job, naming the model and the caches to fill, and writes nothing. A dry run
+    still plans such a config (tests/workflow/test_embeddings.py plans config/paper.yaml
+    without its weights); `repdiag validate` refuses it unless given --no-weights
+    (tests/core/test_cli.py::test_validate_checks_weights_caches_unless_told_not_to)."""
+    caches = workdir / "empty_caches"
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(caches / "hf"),
+        "HUGGINGFACE_HUB_CACHE": str(caches / "hf" / "hub"),
+        "HF_HUB_CACHE": str(caches / "hf" / "hub"),
+        "TORCH_HOME": str(caches / "torch"),
+    }
+    entry = {"source": "timm", "id": "resnet18", "family": "supervised", "pretrained": True}
+    path = workdir / "config" / "uncached.yaml"
+    path.write_text(yaml.safe_dump(with_model("pre", entry)))
+    expected = (
+        "model 'pre': pretrained weights of timm model 'resnet18' are not in the local Hugging "
+        f"Face cache {caches / 'hf' / 'hub'} (timm/resnet18.a1_in1k) or the torch.hub cache "
+        f"{caches / 'torch' / 'hub' / 'checkpoints'} and nothing is downloaded here"
+    )
+    proc = snakemake(workdir, "--configfile", str(path), check=False, timeout=300, env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and expected in output, output[-3000:]
+    assert "in __onstart" in output, output[-3000:]
+    assert not JOB_LINE.search(output), output[-3000:]
+    for produced in ("results", "logs"):
+        assert not (workdir / produced).exists(), f"{produced} exists after: {output[-2000:]}"
