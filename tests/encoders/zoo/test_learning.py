@@ -114,7 +114,7 @@ def test_loss_decreases_on_the_default_backbone(run):
     torch.set_num_threads(1)
     spec = {
         **run_spec(DEFAULT, run),
-        "steps": 40,
+        "steps": 20,  # on one fixed batch
         "batch_size": 16,
         "lr": 3e-3,
         "warmup_fraction": 0.0,
@@ -133,7 +133,7 @@ def test_loss_decreases_on_the_default_backbone(run):
         optimizer.step()
         objective.after_step(step, spec["steps"])
         losses.append(loss.item())
-    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    first, last = np.mean(losses[:3]), np.mean(losses[-3:])
     assert last < first - 0.05 * abs(first), f"{run}: {first:.4f} -> {last:.4f}"
 
 
