@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from repdiag.binding.scenes import scene_batch
 from repdiag.core.config import load_config
+from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.spec import run_spec, zoo_runs
 from repdiag.encoders.zoo.train import build_objective, make_optimizer, to_batch, train_step
 

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.binding.render import BENCHMARK_SHAPES, SHAPE_AREA, SHAPES
+from repdiag.common.render import BENCHMARK_SHAPES, SHAPE_AREA, SHAPES
 from repdiag.core.registry import Registry
 
 CONTROLS: Registry[Callable[..., nn.Module]] = Registry("control encoder")

@@ -8,7 +8,7 @@ built so that only binding (which shape sits in which slot) can solve it:
 * the ``n_candidates`` targets of a query with arrangement ``a`` are distinct permutations of the
   shapes *among the occupied slots of a*: every candidate has the query's occupied slots and its
   shape multiset, exactly one equals ``a``, at a uniformly random index. Occupancy, the set of
-  shapes, their count and (the shapes having equal area, ``repdiag.binding.render.SHAPE_AREA``) the
+  shapes, their count and (the shapes having equal area, ``repdiag.common.render.SHAPE_AREA``) the
   foreground area per slot are the same across candidates up to the scale jitter;
 * query objects take colours from the query palette, targets from a disjoint target palette,
   each scene drawn independently, so neither colour nor jitter says which candidate is correct;
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from repdiag.binding.render import RGB, SHAPES, Jitter, SceneObject, render_scenes
+from repdiag.common.render import RGB, SHAPES, Jitter, SceneObject, render_scenes
 from repdiag.core.errors import ConfigError
 
 KEY = "datasets.binding"
@@ -259,7 +259,7 @@ def check_scene_names(config: Mapping[str, Any]) -> None:
     zoo's jobs would fail after their set-up, without the key)."""
     import difflib
 
-    from repdiag.binding.scenes import PALETTE
+    from repdiag.encoders.zoo.scenes import PALETTE
 
     scenes = (config.get("zoo") or {}).get("scenes") or {}
     for key, known in (("shapes", SHAPES.names()), ("colours", list(PALETTE))):

@@ -765,11 +765,11 @@ def _hub_model(key: str, entry: Mapping[str, Any]) -> nn.Module:
 
 def _zoo_model(config: Mapping[str, Any], run: str) -> tuple[nn.Module, Any, str]:
     """The zoo run's architecture from its spec (what ``train_zoo`` builds), random weights."""
-    from repdiag.binding.scenes import SceneConfig
     from repdiag.encoders.heads import WithHead
     from repdiag.encoders.preprocess import Preprocess
     from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, pooling
     from repdiag.encoders.zoo.objectives import OBJECTIVES
+    from repdiag.encoders.zoo.scenes import SceneConfig
     from repdiag.encoders.zoo.spec import run_spec
 
     if run not in ((config.get("zoo") or {}).get("objectives") or {}):

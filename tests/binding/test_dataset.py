@@ -25,7 +25,7 @@ from repdiag.binding.dataset import (
     render_binding_dataset,
     slot_attributes,
 )
-from repdiag.binding.render import Jitter, slot_cell
+from repdiag.common.render import Jitter, slot_cell
 from repdiag.core.config import fill_defaults, semantic_checks
 from repdiag.core.errors import ConfigError
 from repdiag.core.store import open_store, write_store

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig, scene_batch
+from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
 
 PLATEAU_MARGIN = 0.05
 PROBE_MARGIN = 0.02

@@ -22,13 +22,13 @@ import torch
 from torch import nn
 
 import repdiag
-from repdiag.binding.scenes import SceneBatch, SceneConfig, channel_statistics, scene_batch
 from repdiag.core.runtime import Progress
 from repdiag.encoders.jer_estimator import estimate_pr2
 from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, feature_dim, pooling
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.learning import learning_record, plateau_check, probe_check
 from repdiag.encoders.zoo.objectives import OBJECTIVES, Batch, Objective
+from repdiag.encoders.zoo.scenes import SceneBatch, SceneConfig, channel_statistics, scene_batch
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from repdiag.binding.scenes import bag_caption, scene_batch
 from repdiag.core.config import load_config
 from repdiag.encoders.zoo.learning import plateau_check, slot_probe_accuracy
 from repdiag.encoders.zoo.objectives.clip import clip_loss
@@ -18,6 +17,7 @@ from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
 from repdiag.encoders.zoo.objectives.simmim import simmim_loss
 from repdiag.encoders.zoo.objectives.supervised import supervised_loss
 from repdiag.encoders.zoo.objectives.vicreg import vicreg_loss
+from repdiag.encoders.zoo.scenes import bag_caption, scene_batch
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec, tells_binding, zoo_runs
 from repdiag.encoders.zoo.train import build_objective, make_optimizer, to_batch, train
 

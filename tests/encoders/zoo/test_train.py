@@ -263,8 +263,8 @@ def test_stop_at_zero_is_the_initialisation(tiny_spec):
 
 
 def test_jer_penalty_is_the_estimator_on_the_eval_mode_backbone_and_differentiable(tiny_spec):
-    from repdiag.binding.scenes import scene_batch
     from repdiag.encoders.jer_estimator import estimate_pr2
+    from repdiag.encoders.zoo.scenes import scene_batch
     from repdiag.encoders.zoo.train import build_objective, jer_penalty, to_batch
 
     objective, _ = build_objective(tiny_spec("supervised_resnet"))
@@ -288,7 +288,7 @@ def test_jer_regulariser_off_is_the_plain_run_and_its_gradient_moves_the_estimat
     penalty's gradient raises the estimate and a step against it lowers it (first order), which
     is the direction the regulariser's sign asks for. Whether a trained run ends with another JER
     is for the exact engine to measure, not for this test."""
-    from repdiag.binding.scenes import scene_batch
+    from repdiag.encoders.zoo.scenes import scene_batch
     from repdiag.encoders.zoo.train import build_objective, jer_penalty, to_batch
 
     spec = tiny_spec("supervised_resnet", steps=3)

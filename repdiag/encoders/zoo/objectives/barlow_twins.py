@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.encoders.zoo.augment import byol_views
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 BN_EPS = 1e-5  # the reference code standardises with BatchNorm1d(affine=False)
 

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.core.registry import Registry
 from repdiag.encoders.zoo.heads import MLPHead
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 OBJECTIVES: Registry[type[Objective]] = Registry("zoo objective")
 

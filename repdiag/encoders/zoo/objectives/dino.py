@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.encoders.zoo.augment import dino_views
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 
 def dino_loss(

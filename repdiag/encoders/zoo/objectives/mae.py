@@ -10,11 +10,11 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.core.errors import ConfigError
 from repdiag.encoders.zoo.augment import mae_view
 from repdiag.encoders.zoo.backbones import feature_dim, is_vit, vit_encode_tokens, vit_patch_tokens
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.encoders.zoo.augment import simclr_view
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 
 def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:

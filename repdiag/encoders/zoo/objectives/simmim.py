@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.core.errors import ConfigError
 from repdiag.encoders.zoo.augment import mae_view
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 
 def simmim_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repdiag.binding.scenes import SceneConfig
 from repdiag.encoders.zoo.augment import byol_views
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
+from repdiag.encoders.zoo.scenes import SceneConfig
 
 
 def variance_term(z: torch.Tensor, gamma: float, eps: float = 1e-4) -> torch.Tensor:

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from repdiag.binding.scenes import scene_batch
 from repdiag.encoders.zoo.heads import build_head
 from repdiag.encoders.zoo.objectives import OBJECTIVES
+from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.spec import FAMILIES
 from repdiag.encoders.zoo.train import build_objective, make_optimizer, to_batch
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from repdiag.binding.scenes import scene_batch
 from repdiag.encoders.zoo.objectives.supervised import mirror_slots, supervised_loss
+from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.train import build_objective, to_batch
 from tests.encoders.zoo.objectives.reference import fixed, log_softmax, t
 

@@ -1,6 +1,6 @@
 """Seeded stream of synthetic multi-object scenes for pretraining the embedded zoo.
 
-The scenes use the benchmark's renderer (:mod:`repdiag.binding.render`) and by default its grid
+The scenes use the benchmark's renderer (:mod:`repdiag.common.render`) and by default its grid
 (2 x 2), object size and jitter ranges, but their own content: every registered shape (the
 benchmark's four plus five more), 2 to 4 objects, a palette of named colours of its own (no RGB
 value of the benchmark's query or target palettes) with per-object colour noise, and grey
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from repdiag.binding.render import SHAPES, Jitter, SceneObject, render_scenes
+from repdiag.common.render import SHAPES, Jitter, SceneObject, render_scenes
 
 PALETTE: dict[str, tuple[int, int, int]] = {
     "red": (215, 38, 38),

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from repdiag.binding.render import SHAPES
-from repdiag.binding.scenes import (
+from repdiag.common.render import SHAPES
+from repdiag.core.errors import RegistryError
+from repdiag.encoders.zoo.scenes import (
     PALETTE,
     SceneConfig,
     caption,
@@ -19,7 +20,6 @@ from repdiag.binding.scenes import (
     scene_batch,
     slot_words,
 )
-from repdiag.core.errors import RegistryError
 
 SMALL = SceneConfig(image_size=32, grid=(2, 2), min_objects=1, max_objects=3)
 
@@ -82,7 +82,7 @@ def test_the_benchmark_geometry_but_never_its_colours_or_scenes():
     all nine shapes, 2-4 objects and colours none of which is a benchmark colour."""
     cfg = SceneConfig()
     assert set(cfg.shapes) == set(SHAPES.names()) and len(cfg.shapes) > 4
-    schema = Path(__file__).resolve().parents[2] / "schemas" / "datasets.schema.yaml"
+    schema = Path(__file__).resolve().parents[3] / "schemas" / "datasets.schema.yaml"
     binding = yaml.safe_load(schema.read_text())["properties"]["binding"]["properties"]
     benchmark = {
         tuple(c) for key in ("query_palette", "target_palette") for c in binding[key]["default"]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from repdiag.binding.render import (
+from repdiag.common.render import (
     BASE_SHAPES,
     BENCHMARK_SHAPES,
     SHAPE_AREA,
