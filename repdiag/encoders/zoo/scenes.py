@@ -14,12 +14,19 @@ Each scene comes with
 * labels for the supervised objective: ``slot_shape[b, s]`` is 0 for an empty slot and
   ``1 + k`` when ``shapes[k]`` sits in slot ``s``; ``slot_colour`` likewise for colour names.
 
+With ``arrangement_groups = g > 1`` a batch comes in groups of ``g`` consecutive scenes that share
+their objects' shapes, the colour, jitter and size of each occupied slot, and the background: only
+which shape sits in which occupied slot differs (distinct permutations while there are enough).
+Telling the scenes of a group apart, as instance discrimination must, then needs which shape is
+where, i.e. binding; with ``g = 1`` every scene is drawn on its own.
+
 Batch ``step`` is a pure function of ``(seed, step)`` (``numpy.random.default_rng([seed, step])``),
 so the stream is reproducible, needs no storage and can resume at any step.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,8 +74,11 @@ class SceneConfig:
     )
     object_size: float = 0.85
     supersample: int = 2
+    arrangement_groups: int = 1  # scenes per group sharing all but the arrangement (1 = none)
 
     def __post_init__(self) -> None:
+        if self.arrangement_groups < 1:
+            raise ValueError(f"arrangement_groups must be >= 1, got {self.arrangement_groups}")
         object.__setattr__(self, "grid", tuple(int(g) for g in self.grid))
         object.__setattr__(self, "shapes", tuple(self.shapes) or tuple(SHAPES.names()))
         object.__setattr__(self, "colours", tuple(self.colours) or tuple(PALETTE))
@@ -196,13 +206,78 @@ def sample_scenes(
     return scenes, SceneBatch(empty, captions, slot_shape, slot_colour)
 
 
+def _permutations(rng: np.random.Generator, count: int, members: int) -> list[np.ndarray]:
+    """``members`` orderings of ``count`` objects: the identity first, then distinct random
+    permutations while there are any left (then repeats)."""
+    orders = [np.arange(count)]
+    seen = {tuple(orders[0])}
+    while len(orders) < members:
+        order = rng.permutation(count)
+        if tuple(order) not in seen or len(seen) == math.factorial(count):
+            seen.add(tuple(order))
+            orders.append(order)
+    return orders
+
+
+def sample_arrangement_groups(
+    cfg: SceneConfig, rng: np.random.Generator, n: int
+) -> tuple[list[list[SceneObject]], SceneBatch, np.ndarray]:
+    """Draw ``n`` scenes in groups of ``cfg.arrangement_groups`` (the last one may be short):
+    each group draws one scene (distinct shapes, so every permutation is a new arrangement) and
+    its members permute the shapes over the occupied slots, keeping every slot's colour, jitter
+    and the background. Returns the scenes, labels and captions, and the background levels."""
+    scenes, captions, backgrounds = [], [], []
+    slot_shape = np.zeros((n, cfg.n_slots), dtype=np.int64)
+    slot_colour = np.zeros((n, cfg.n_slots), dtype=np.int64)
+    levels = np.asarray(cfg.background_levels)
+    for start in range(0, n, cfg.arrangement_groups):
+        members = min(cfg.arrangement_groups, n - start)
+        count = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
+        slots = rng.choice(cfg.n_slots, size=count, replace=False)
+        shape_idx = rng.choice(len(cfg.shapes), size=min(count, len(cfg.shapes)), replace=False)
+        shape_idx = np.resize(shape_idx, count)
+        colour_idx = rng.integers(0, len(cfg.colours), size=count)
+        noise = rng.integers(-cfg.colour_noise, cfg.colour_noise + 1, size=(count, 3))
+        jitter = cfg.jitter.sample(rng, count)
+        level = levels[rng.integers(0, len(levels))]
+        for m, order in enumerate(_permutations(rng, count, members)):
+            b = start + m
+            objects, words = [], []
+            for k in range(count):
+                name = cfg.colours[colour_idx[k]]
+                rgb = np.clip(np.asarray(PALETTE[name]) + noise[k], 0, 255)
+                shape = cfg.shapes[shape_idx[order[k]]]
+                objects.append(
+                    SceneObject(
+                        shape=shape,
+                        slot=int(slots[k]),
+                        colour=(int(rgb[0]), int(rgb[1]), int(rgb[2])),
+                        dx=float(jitter["dx"][k]),
+                        dy=float(jitter["dy"][k]),
+                        scale=float(jitter["scale"][k]),
+                        rotation=float(jitter["rotation"][k]),
+                    )
+                )
+                words.append((name, shape, int(slots[k])))
+                slot_shape[b, slots[k]] = shape_idx[order[k]] + 1
+                slot_colour[b, slots[k]] = colour_idx[k] + 1
+            scenes.append(objects)
+            captions.append(caption(words, cfg.grid))
+            backgrounds.append(level)
+    empty = np.zeros((n, cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
+    return scenes, SceneBatch(empty, captions, slot_shape, slot_colour), np.asarray(backgrounds)
+
+
 def scene_batch(cfg: SceneConfig, seed: int, step: int, batch_size: int) -> SceneBatch:
     """Batch ``step`` of the stream ``seed``: a pure function of its arguments."""
     rng = np.random.default_rng([int(seed), int(step)])
-    scenes, batch = sample_scenes(cfg, rng, batch_size)
-    backgrounds = np.asarray(cfg.background_levels)[
-        rng.integers(0, len(cfg.background_levels), batch_size)
-    ]
+    if cfg.arrangement_groups > 1:
+        scenes, batch, backgrounds = sample_arrangement_groups(cfg, rng, batch_size)
+    else:
+        scenes, batch = sample_scenes(cfg, rng, batch_size)
+        backgrounds = np.asarray(cfg.background_levels)[
+            rng.integers(0, len(cfg.background_levels), batch_size)
+        ]
     for level in np.unique(backgrounds):
         members = np.flatnonzero(backgrounds == level)
         batch.images[members] = render_scenes(

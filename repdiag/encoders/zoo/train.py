@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,11 +50,13 @@ def build_objective(
 ) -> tuple[Objective, dict[str, Any]]:
     """The objective module of ``spec`` (seeded init) and the backbone's complete timm kwargs."""
     cls = OBJECTIVES.get(spec["objective"])
-    scenes = SceneConfig.from_config(spec["scenes"], spec["image_size"])
+    stream = SceneConfig.from_config(spec["scenes"], spec["image_size"])
     kwargs = backbone_kwargs(
         spec["timm_model"], spec["timm_kwargs"], spec["image_size"], cls.backbone_extras
     )
-    mean, std = channel_statistics(scenes, spec["scenes"]["seed"])
+    # normalised as the plain stream is, so arrangement groups change the batches and nothing else
+    mean, std = channel_statistics(stream, spec["scenes"]["seed"])
+    scenes = replace(stream, arrangement_groups=spec.get("arrangement_groups", 1))
     torch.manual_seed(spec["seed"])
     objective = cls(
         build_backbone(spec["timm_model"], kwargs), scenes, mean, std, **spec["hparams"]
@@ -243,6 +245,8 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
         spec, kwargs, preprocess, backbone, head, losses, time.monotonic() - start, device
     )
     meta["learning"] = learning
+    if objective.scenes.arrangement_groups > 1:
+        meta["arrangement_groups"] = objective.scenes.arrangement_groups
     if jer_estimates:
         meta["jer_regulariser"] = {
             **dict(spec["jer_regulariser"]),

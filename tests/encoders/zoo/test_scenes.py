@@ -111,8 +111,37 @@ def test_channel_statistics_are_the_pixel_moments():
         ({"colours": ("red", "teal-ish")}, ValueError, "unknown scene colours"),
         ({"grid": (2, 2), "max_objects": 5}, ValueError, "max_objects"),
         ({"object_size": 0.95}, ValueError, "objects would leave their cells"),
+        ({"arrangement_groups": 0}, ValueError, "arrangement_groups must be >= 1"),
     ],
 )
 def test_bad_settings_are_named(kwargs, error, message):
     with pytest.raises(error, match=message):
         SceneConfig(**kwargs)
+
+
+def test_arrangement_groups_share_everything_but_which_shape_is_where():
+    cfg = SceneConfig(
+        image_size=32, grid=(2, 2), min_objects=3, max_objects=4, arrangement_groups=4
+    )
+    batch = scene_batch(cfg, 3, 2, 10)  # groups of 4, 4 and a short one of 2
+    for start, size in ((0, 4), (4, 4), (8, 2)):
+        group = slice(start, start + size)
+        shapes, colours = batch.slot_shape[group], batch.slot_colour[group]
+        # the same occupied slots, the same colour per slot, the same multiset of shapes
+        assert (colours == colours[0]).all() and ((shapes > 0) == (shapes[0] > 0)).all()
+        assert all(sorted(row) == sorted(shapes[0]) for row in shapes)
+        occupied = shapes[0][shapes[0] > 0]
+        assert len(set(occupied)) == len(occupied)  # distinct shapes: a permutation is visible
+        # distinct arrangements, one per member (3 or 4 objects: at least 6 orderings)
+        assert len({tuple(row) for row in shapes}) == size
+        # the background is the group's: the corner pixel (no object reaches it) is equal
+        corners = batch.images[group][:, 0, 0]
+        assert (corners == corners[0]).all()
+    # consecutive groups are drawn independently
+    assert not np.array_equal(batch.slot_colour[0], batch.slot_colour[4])
+
+
+def test_one_scene_per_group_is_the_plain_stream():
+    plain = scene_batch(SMALL, 5, 7, 6)
+    grouped = scene_batch(SceneConfig(**{**SMALL.__dict__, "arrangement_groups": 1}), 5, 7, 6)
+    assert np.array_equal(plain.images, grouped.images) and plain.captions == grouped.captions
