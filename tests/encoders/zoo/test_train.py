@@ -322,3 +322,22 @@ def test_jer_regulariser_off_is_the_plain_run_and_its_gradient_moves_the_estimat
                 if g is not None:
                     p.sub_(sign * 1e-3 * g)
     assert moved[1.0] > start.detach().item() > moved[-1.0]
+
+
+def test_arrangement_groups_change_the_batches_and_nothing_else(tiny_spec):
+    """A grouped run is normalised like the plain run and starts from the same weights; it trains
+    on other batches (so another loss) and records its grouping in meta.json."""
+    from repdiag.encoders.zoo.train import build_objective
+
+    spec = tiny_spec("supervised_resnet", steps=2)
+    grouped = {**spec, "arrangement_groups": 4}
+    plain_obj, grouped_obj = build_objective(spec)[0], build_objective(grouped)[0]
+    assert (plain_obj.mean, plain_obj.std) == (grouped_obj.mean, grouped_obj.std)
+    assert grouped_obj.scenes.arrangement_groups == 4 and plain_obj.scenes.arrangement_groups == 1
+    for a, b in zip(
+        plain_obj.state_dict().values(), grouped_obj.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)
+    plain, run = train(spec), train(grouped)
+    assert run.losses != plain.losses
+    assert run.meta["arrangement_groups"] == 4 and "arrangement_groups" not in plain.meta
