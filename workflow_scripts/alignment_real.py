@@ -2,21 +2,27 @@
 
 from repdiag.core.runtime import script_logging
 
+# The binding store's arrays that say which shape sits in which slot (not its images).
+ATTRIBUTE_ARRAYS = ["query_shape", "candidate_shape", "pair_shape", "shape_name"]
+
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.alignment.study import run_real
+    from repdiag.binding.dataset import open_binding_store, slot_attributes
     from repdiag.core.gpu import gpu_slot
     from repdiag.core.runtime import select_device
     from repdiag.core.store import write_json
 
     params = snakemake.params.real
     log.info("alignment on real embeddings: %s", params["pair"])
+    # the images' known attributes, read here: the alignment study imports no other study
+    dataset = open_binding_store(snakemake.input.dataset, variables=ATTRIBUTE_ARRAYS)
     with gpu_slot():
         result = run_real(
             params,
             snakemake.input.a,
             snakemake.input.b,
             select_device(snakemake.params.device),
-            dataset=snakemake.input.dataset,
+            attributes=slot_attributes(dataset),
         )
     log.info("pair done in %.1f s", result["wall_time_s"])
     write_json(snakemake.output[0], result)

@@ -6,6 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import hug
 
 from pathlib import Path
 
+from repdiag.binding.dataset import image_sets, open_binding_store
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging
 from repdiag.encoders.embeddings import extract_model
@@ -19,12 +20,13 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         "folder": params.folder,
         "device": params.device,
     }
+    # the binding store's sets, read here: repdiag.encoders is given images, it imports no study
+    binding_sets = image_sets(open_binding_store(snakemake.input.dataset))
     ds = extract_model(
         key,
         params.entry,
         snakemake.output[0],
-        dataset=snakemake.input.dataset,
-        image_sets=settings["image_sets"],
+        image_sets={name: binding_sets[name] for name in settings["image_sets"]},
         folder=params.folder,
         batch_size=params.batch_size,
         device=params.device,

@@ -175,15 +175,6 @@ def run_cell(
     }
 
 
-def read_attributes(dataset: str | Path) -> tuple[Any, list[str], Any]:
-    """``(ids, names, indicators)`` of every image of a binding dataset store (shape in slot)."""
-    from repdiag.binding.dataset import open_binding_store, slot_attributes
-
-    arrays = ["query_shape", "candidate_shape", "pair_shape", "shape_name"]  # not the images
-    ds = open_binding_store(dataset, variables=arrays)
-    return slot_attributes(ds)
-
-
 def real_seeds(params: Mapping[str, Any]) -> list[int]:
     """The seeds of a real pair's job (``alignment.real.seeds``), in config order."""
     return [int(seed) for seed in params["seeds"]]
@@ -321,20 +312,19 @@ def run_real(
     store_a: str | Path,
     store_b: str | Path,
     device: torch.device | str = "cpu",
-    dataset: str | Path | None = None,
+    attributes: tuple[Any, list[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Every variant x paired fraction x seed on one pair of embedding stores (one job, one JSON).
 
     Each seed draws its own split, attribute fit, control basis and SAE initialisation. Every
     run carries the percentile bootstrap interval of each row-additive metric over the
     held-out rows (``intervals``); ``seed_intervals`` gives, per variant and fraction, the
-    interval of the mean over seeds. ``dataset`` (the binding dataset store the embeddings were
-    extracted from) gives the images' known attributes, which the intervention metrics use;
-    without it they are not computed.
+    interval of the mean over seeds. ``attributes`` ``(ids, names, indicators)``, the images'
+    known attributes (the binding store's shape-in-slot indicators, read by the workflow script),
+    feed the intervention metrics; without them those are not computed.
     """
     pair = params["pair"]
     start, cpu_start = time.monotonic(), time.process_time()
-    attributes = read_attributes(dataset) if dataset is not None else None
     runs, infos = [], []
     for seed in real_seeds(params):
         log.info("%s: seed %d", real_pair_name(pair), seed)

@@ -70,13 +70,13 @@ def noise_images(n: int, size: int, std: float, seed: int) -> np.ndarray:
 
 
 def _binding_queries(store: str | Path | None, n: int) -> tuple[list[str], np.ndarray]:
-    from repdiag.encoders.embeddings import binding_image_sets
+    from repdiag.binding.dataset import image_sets, open_binding_store
 
     if store is None:
         raise ConfigError(
             "jacobians.probes.binding.n > 0 needs the binding store (results/datasets/binding.zarr)"
         )
-    ids, images = binding_image_sets(store, ["query"])["query"]
+    ids, images = image_sets(open_binding_store(store))["query"]
     if len(ids) < n:
         raise ConfigError(
             f"jacobians.probes.binding.n = {n} but {store} has only {len(ids)} queries; lower it"

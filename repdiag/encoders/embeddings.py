@@ -31,28 +31,41 @@ from repdiag.encoders.registry import Encoder, build_encoder
 
 log = logging.getLogger(__name__)
 
-BINDING_SETS = ("query", "candidate", "pair")
 GROUPED_SETS = {"candidate": "candidates per query", "pair": "members per pair"}
 ImageSets = Mapping[str, tuple[Sequence[str], np.ndarray]]
-
-
-def binding_image_sets(
-    dataset: str | Path, names: Iterable[str] = BINDING_SETS
-) -> dict[str, tuple[list[str], np.ndarray]]:
-    """The named image sets of the binding store (``repdiag.binding.dataset.image_sets``)."""
-    from repdiag.binding.dataset import image_sets, open_binding_store
-
-    ds = open_binding_store(dataset)
-    sets = image_sets(ds)
-    missing = [name for name in names if name not in sets]
-    if missing:
-        raise StoreError(f"store {dataset} has no image sets {missing}; it has {sorted(sets)}")
-    return {name: (list(sets[name][0]), np.asarray(sets[name][1])) for name in names}
+"""Image sets to embed: name -> (ids, uint8 images (N, H, W, 3)), e.g. the binding store's query,
+candidate and pair sets (read by the workflow script, not here: the encoders import no study)."""
 
 
 def _first_bad_ids(array: np.ndarray, ids: np.ndarray, n: int = 3) -> list[str]:
     rows = np.flatnonzero(~np.isfinite(array).all(axis=1))
     return [str(ids[i]) for i in rows[:n]]
+
+
+def _check_features(key: str, arrays: Mapping[str, np.ndarray], ids: np.ndarray) -> None:
+    """Refuse non-finite features, naming the array, the count and the first images concerned."""
+    for layer, array in arrays.items():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        if bad:
+            raise EncoderError(
+                f"model {key!r}: array 'emb_{layer}' has {bad} non-finite (NaN or infinite) "
+                f"values of {array.size}, first in images {_first_bad_ids(array, ids)}; the weights or "
+                "the inputs are broken, so no store is written"
+            )
+
+
+def _store_attrs(encoder: Encoder, device: str | torch.device) -> dict[str, Any]:
+    """The embeddings store's attrs (docs/contracts.md): what built the features, and where."""
+    return {
+        "model": encoder.key,
+        "entry": json.loads(json.dumps(encoder.entry, default=str)),
+        "family": encoder.family,
+        "source": encoder.source,
+        "preprocess": encoder.preprocess.as_dict(),
+        "pooling": encoder.pooling,
+        "taps": encoder.plan.kind,
+        "device": str(device),
+    }
 
 
 def extract_embeddings(
@@ -115,14 +128,7 @@ def extract_embeddings(
         total / max(elapsed, 1e-9),
         device,
     )
-    for layer, array in arrays.items():
-        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
-        if bad:
-            raise EncoderError(
-                f"model {encoder.key!r}: array 'emb_{layer}' has {bad} non-finite (NaN or infinite) "
-                f"values of {array.size}, first in images {_first_bad_ids(array, ids)}; the weights or "
-                "the inputs are broken, so no store is written"
-            )
+    _check_features(encoder.key, arrays, ids)
     data_vars = {f"emb_{layer}": (("image", f"dim_{layer}"), arrays[layer]) for layer in names}
     # fixed-width unicode like the other stores: it reads back as <U, so `.astype(str)` works
     coords = {
@@ -130,17 +136,7 @@ def extract_embeddings(
         "image_set": ("image", set_of.astype(str)),
         "layer": np.array(names, dtype=str),
     }
-    attrs = {
-        "model": encoder.key,
-        "entry": json.loads(json.dumps(encoder.entry, default=str)),
-        "family": encoder.family,
-        "source": encoder.source,
-        "preprocess": encoder.preprocess.as_dict(),
-        "pooling": encoder.pooling,
-        "taps": encoder.plan.kind,
-        "device": str(device),
-    }
-    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+    return xr.Dataset(data_vars, coords=coords, attrs=_store_attrs(encoder, device))
 
 
 def write_embeddings(
@@ -163,19 +159,17 @@ def extract_model(
     entry: Mapping[str, Any],
     output: str | Path,
     *,
-    dataset: str | Path,
-    image_sets: Sequence[str] = BINDING_SETS,
+    image_sets: ImageSets,
     folder: str | Path | None = None,
     batch_size: int = 64,
     device: str = "auto",
     zoo_dir: str | Path = "results/zoo",
     config: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """Build model ``key``, embed the requested sets (plus ``folder``) and write ``output``."""
+    """Build model ``key``, embed ``image_sets`` (plus ``folder``, at the encoder's input size)
+    and write ``output``."""
     encoder = build_encoder(key, entry, zoo_dir=zoo_dir)
-    sets: dict[str, tuple[Sequence[str], np.ndarray]] = dict(
-        binding_image_sets(dataset, image_sets)
-    )
+    sets: dict[str, tuple[Sequence[str], np.ndarray]] = dict(image_sets)
     if folder:
         sets["folder"] = load_image_folder(folder, encoder.preprocess.input_size)
     ds = extract_embeddings(encoder, sets, batch_size=batch_size, device=device)

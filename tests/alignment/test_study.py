@@ -66,24 +66,6 @@ def test_training_is_deterministic_given_the_seed():
     assert runs[0].curve[-1]["step"] == 15
 
 
-def test_real_attributes_are_read_from_a_binding_store_without_its_images(tmp_path):
-    import numpy as np
-
-    from repdiag.alignment.study import read_attributes
-    from repdiag.binding.dataset import BindingParams, render_binding_dataset, slot_attributes
-    from repdiag.core.store import write_store
-
-    ds = render_binding_dataset(
-        BindingParams(image_size=32, n_queries=4, n_candidates=8, n_pairs=6)
-    )
-    write_store(tmp_path / "binding.zarr", ds)
-    ids, names, indicators = read_attributes(tmp_path / "binding.zarr")
-    expected = slot_attributes(ds)
-    np.testing.assert_array_equal(ids, expected[0])
-    assert names == expected[1] and names[0] == "r0c0=circle"
-    np.testing.assert_array_equal(indicators, expected[2])
-
-
 def test_the_exact_translator_is_a_in_bs_basis_and_scores_the_ceiling():
     import numpy as np
     import torch
@@ -143,7 +125,7 @@ def _real_params(control: str) -> dict:
     }
 
 
-def test_a_real_pair_runs_every_seed_with_intervals_and_the_exact_ceiling(tmp_path, monkeypatch):
+def test_a_real_pair_runs_every_seed_with_intervals_and_the_exact_ceiling(tmp_path):
     import json
 
     import numpy as np
@@ -163,9 +145,10 @@ def test_a_real_pair_runs_every_seed_with_intervals_and_the_exact_ceiling(tmp_pa
         coords={"image": ids, "image_set": ("image", ["query"] * 160)},
     )
     write_store(tmp_path / "m.zarr", ds)
-    monkeypatch.setattr(study, "read_attributes", lambda _: (ids, ["u", "v"], labels))
     store = tmp_path / "m.zarr"
-    job = study.run_real(_real_params("rotation"), store, store, dataset="binding.zarr")
+    job = study.run_real(
+        _real_params("rotation"), store, store, attributes=(ids, ["u", "v"], labels)
+    )
     json.dumps(job)  # no numpy draws are left in the record
     runs = job["runs"]
     assert [(r["seed"], r["variant"]) for r in runs] == [

@@ -9,7 +9,7 @@ import xarray as xr
 from PIL import Image
 
 from repdiag.core.errors import EncoderError, StoreError
-from repdiag.core.store import open_store, write_store
+from repdiag.core.store import open_store
 from repdiag.encoders import build_encoder
 from repdiag.encoders.embeddings import (
     extract_embeddings,
@@ -182,8 +182,7 @@ def test_non_finite_features_are_refused(image_sets):
     assert "no store is written" in str(err.value)
 
 
-def test_extract_model_from_a_binding_store_with_a_folder_set(tmp_path, dataset):
-    write_store(tmp_path / "binding.zarr", dataset)
+def test_extract_model_embeds_the_sets_it_is_given_and_a_folder_set(tmp_path, image_sets):
     folder = tmp_path / "photos"
     (folder / "sub").mkdir(parents=True)
     columns = np.tile(
@@ -202,8 +201,7 @@ def test_extract_model_from_a_binding_store_with_a_folder_set(tmp_path, dataset)
         "mine",
         TOKEN_NET,
         out,
-        dataset=tmp_path / "binding.zarr",
-        image_sets=["query", "pair"],
+        image_sets={name: image_sets[name] for name in ("query", "pair")},
         folder=folder,
         batch_size=4,
         device="cpu",

@@ -340,9 +340,9 @@ def test_a_binding_dataset_with_float_images_is_refused_naming_the_array(tmp_pat
     import numpy as np
     import xarray as xr
 
+    from repdiag.binding.dataset import open_binding_store
     from repdiag.core.errors import StoreError
     from repdiag.core.store import write_store
-    from repdiag.encoders.embeddings import binding_image_sets
 
     images = np.random.default_rng(2).random((2, 4, 4, 3))  # float64 in [0, 1], not uint8
     ds = xr.Dataset(
@@ -351,4 +351,4 @@ def test_a_binding_dataset_with_float_images_is_refused_naming_the_array(tmp_pat
     )
     path = write_store(tmp_path / "binding.zarr", ds)
     with pytest.raises(StoreError, match=r"'query_image' is float64 .*uint8"):
-        binding_image_sets(path, ["query"])
+        open_binding_store(path)
