@@ -40,45 +40,20 @@ include: "rules/sugarcrepe.smk"
 rule all:
     default_target: True
     input:
-        ALL_TARGETS,
+        all_targets(),
 
 
-# One study each: `snakemake binding` (the main study alone), `binding_causal` (the JER
-# intervention), `identifiability`, `identifiability_check` (against the authors' runs),
-# `alignment`, `cifar` and `sugarcrepe` (when enabled).
-rule binding:
-    input:
-        STUDY_TARGETS["binding"],
+# One rule per target of repdiag.studies.TARGETS, named after it: `snakemake binding` (the main
+# study alone), `binding_causal` (the JER intervention), `identifiability`,
+# `identifiability_check` (against the authors' runs), `alignment`, `cifar` and `sugarcrepe`
+# (when enabled). Each builds the final outputs its stage files register (final_targets).
+for study_target in TARGETS:
 
-
-rule binding_causal:
-    input:
-        STUDY_TARGETS["binding_causal"],
-
-
-rule identifiability:
-    input:
-        STUDY_TARGETS["identifiability"],
-
-
-rule identifiability_check:
-    input:
-        STUDY_TARGETS["identifiability_check"],
-
-
-rule alignment:
-    input:
-        STUDY_TARGETS["alignment"],
-
-
-rule cifar:
-    input:
-        STUDY_TARGETS["cifar"],
-
-
-rule sugarcrepe:
-    input:
-        STUDY_TARGETS["sugarcrepe"],
+    rule:
+        name:
+            study_target.name
+        input:
+            final_targets(study_target.name),
 
 
 # Params compare by value: a config with its keys in another order reruns nothing (issue 22).

@@ -48,9 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from jacobian import RegistryTaps, count_flops, measure  # benchmarks/jacobian.py
 
-from repdiag.binding.jacobian import jacobian_spectra, jer
 from repdiag.core.gpu import effective_precision, numerics
 from repdiag.core.store import write_text
+from repdiag.encoders.jacobian.engine import jacobian_spectra
+from repdiag.encoders.jacobian.jer import jer
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 SIZES: dict[str, dict[str, Any]] = {
@@ -198,7 +199,15 @@ def run_reference(args: argparse.Namespace) -> None:
     spectra = {}
     for layer in layers:  # shallow first: a killed reference keeps its finished taps
         s = jacobian_spectra(
-            taps, x, [layer], "auto", ref["k"], ref["power_iters"], 0, device="cpu"
+            taps,
+            x,
+            [layer],
+            method="auto",
+            k=ref["k"],
+            power_iters=ref["power_iters"],
+            seed=0,
+            device="cpu",
+            precision="fp32",
         )
         spectra[layer] = s[layer]
         torch.save(spectra, args.reference_out)
@@ -314,7 +323,15 @@ def _measure_all(report, save, budget, fallbacks, device, size, batch_sizes, k, 
 
     def engine(method: str, n: int, bs: int | None, precision: str = "fp32"):
         return jacobian_spectra(
-            taps, x[:n], None, method, k, q, 0, batch_size=bs, device=device, precision=precision
+            taps,
+            x[:n],
+            method=method,
+            k=k,
+            power_iters=q,
+            seed=0,
+            batch_size=bs,
+            device=device,
+            precision=precision,
         )
 
     # FLOPs per image of each method, counted on one image (also the warm-up), and a first
@@ -448,7 +465,16 @@ def _measure_all(report, save, budget, fallbacks, device, size, batch_sizes, k, 
         _, wall, peak = measure(
             lambda: report["other_encoder"].update(
                 spectra=fallbacks.run(
-                    lambda: jacobian_spectra(other_taps, xo, None, "auto", k, q, 0, device=device)
+                    lambda: jacobian_spectra(
+                        other_taps,
+                        xo,
+                        method="auto",
+                        k=k,
+                        power_iters=q,
+                        seed=0,
+                        device=device,
+                        precision="fp32",
+                    )
                 )
             ),
             device,
@@ -477,7 +503,15 @@ def _accuracy_on_device(fallbacks, device, size) -> dict[str, Any]:
     return {
         precision: fallbacks.run(
             lambda p=precision: jacobian_spectra(
-                taps, x, layers, "auto", ref["k"], ref["power_iters"], 0, device=device, precision=p
+                taps,
+                x,
+                layers,
+                method="auto",
+                k=ref["k"],
+                power_iters=ref["power_iters"],
+                seed=0,
+                device=device,
+                precision=p,
             )
         )
         for precision in PRECISIONS

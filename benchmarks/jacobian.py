@@ -5,7 +5,7 @@ Runs, on one timm ViT and the same images in one process:
 (a) naive: ``torch.autograd.functional.jacobian`` per image per layer, then ``svdvals``;
 (b) the published one-direction-at-a-time protocol: randomized subspace iteration with k JVP/VJP
     calls per round per layer in a Python loop (same maths as the engine's randomized mode);
-(c) :func:`repdiag.binding.jacobian.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``, on the
+(c) :func:`repdiag.encoders.jacobian.engine.jacobian_spectra` with ``exact``, ``randomized`` and ``auto``, on the
     same model behind the encoder registry's taps (what the workflow differentiates).
 
 Prints wall time per image, peak memory above the baseline (VmHWM on Linux, or CUDA peak), the
@@ -31,14 +31,14 @@ from pathlib import Path
 
 import torch
 
-from repdiag.binding.jacobian import (
+from repdiag.core.store import write_text
+from repdiag.encoders.jacobian.engine import (
     DEFAULT_BATCH_SIZE,
-    _jacobian_mode,
     input_directions,
     jacobian_spectra,
-    jer,
 )
-from repdiag.core.store import write_text
+from repdiag.encoders.jacobian.jer import jer
+from repdiag.encoders.jacobian.rewrites import jacobian_mode
 
 
 class ViTTaps:
@@ -274,13 +274,37 @@ def main(argv: list[str] | None = None) -> dict:
         "naive_autograd": lambda x: naive_spectra(taps, x),
         "loop_randomized": lambda x: loop_spectra(taps, x, k, q, seed),
         "engine_exact": lambda x: jacobian_spectra(
-            engine_taps, x, taps.layers, "exact", k, q, seed, batch_size=bs
+            engine_taps,
+            x,
+            taps.layers,
+            method="exact",
+            k=k,
+            power_iters=q,
+            seed=seed,
+            batch_size=bs,
+            precision="fp32",
         ),
         "engine_randomized": lambda x: jacobian_spectra(
-            engine_taps, x, taps.layers, "randomized", k, q, seed, batch_size=bs
+            engine_taps,
+            x,
+            taps.layers,
+            method="randomized",
+            k=k,
+            power_iters=q,
+            seed=seed,
+            batch_size=bs,
+            precision="fp32",
         ),
         "engine_auto": lambda x: jacobian_spectra(
-            engine_taps, x, taps.layers, "auto", k, q, seed, batch_size=bs
+            engine_taps,
+            x,
+            taps.layers,
+            method="auto",
+            k=k,
+            power_iters=q,
+            seed=seed,
+            batch_size=bs,
+            precision="fp32",
         ),
     }
     skip = {"naive": "naive_autograd", "loop": "loop_randomized"}
@@ -288,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
         methods.pop(skip.get(name, name), None)
 
     rows: dict[str, dict] = {}
-    with _jacobian_mode(taps.model):
+    with jacobian_mode(taps.model):
         _, fb_wall, fb_mem = measure(
             lambda: plain_forward_backward(taps, images[:1].expand(bs, -1, -1, -1)), device
         )

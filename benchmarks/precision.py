@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from repdiag.binding.jacobian import jacobian_spectra, jer
 from repdiag.core.store import write_text
+from repdiag.encoders.jacobian.engine import jacobian_spectra
+from repdiag.encoders.jacobian.jer import jer
 
 
 def zoo_model(run: Path | None) -> tuple[torch.nn.Module, str]:
@@ -51,9 +52,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     model, what = zoo_model(args.zoo_run)
     x = torch.rand(args.images, 3, 64, 64, generator=torch.Generator().manual_seed(1))
-    engine = {"method": "auto", "k": 32, "power_iters": 5}
+    engine = {"method": "auto", "k": 32, "power_iters": 5, "seed": 0}
     start = time.perf_counter()
-    reference = jacobian_spectra(Taps(copy.deepcopy(model).double(), True), x.double(), **engine)
+    reference = jacobian_spectra(
+        Taps(copy.deepcopy(model).double(), True), x.double(), precision="fp32", **engine
+    )
     report = {
         "model": what,
         "device": args.device,

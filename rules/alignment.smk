@@ -191,8 +191,8 @@ rule alignment_real_figure:
 
 
 if ALIGNMENT_CELLS or ALIGNMENT_REAL:
-    add_rule_targets("alignment", rules.alignment_tables, rules.alignment_figures)
+    final_output("alignment", rules.alignment_tables, rules.alignment_figures)
 if ALIGNMENT_REAL:
-    add_rule_targets("alignment", rules.alignment_real_figure)
+    final_output("alignment", rules.alignment_real_figure)
 if ALIGNMENT_TUNED:
-    add_rule_targets("alignment", rules.alignment_lr_table)
+    final_output("alignment", rules.alignment_lr_table)

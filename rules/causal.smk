@@ -71,4 +71,4 @@ rule plot_causal:
 
 
 if CAUSAL_PAIRS:
-    add_rule_targets("binding_causal", rules.causal_effects, rules.plot_causal)
+    final_output("binding_causal", rules.causal_effects, rules.plot_causal)

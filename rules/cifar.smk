@@ -89,4 +89,4 @@ rule cifar_figure:
 
 
 if CIFAR_RUNS:
-    add_rule_targets("cifar", rules.cifar_tables, rules.cifar_figure)
+    final_output("cifar", rules.cifar_tables, rules.cifar_figure)

@@ -2,16 +2,12 @@
 import re
 
 from repdiag.binding.causal_options import causal_models
-from repdiag.core.config import (
-    check_before_run,
-    check_config,
-    fill_defaults,
-    section,
-    seeded,
-)
+from repdiag.core.checks import check_before_run
+from repdiag.core.config import check_config, fill_defaults, section, seeded
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
+from repdiag.studies import TARGETS, target
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
 expose_package(workflow.basedir)
@@ -33,7 +29,7 @@ check_output_folders(".")
 onstart:
     # Weights files, hub folders and library caches are read by the jobs, not by Snakemake, and
     # architectures need torch: check those of the models with jobs to run (a zoo model counts
-    # when its run trains) before the first job starts (repdiag.core.config.check_before_run, as
+    # when its run trains) before the first job starts (repdiag.core.checks.check_before_run, as
     # `repdiag validate` does). Not in check_config, so that a dry run stays fast and plans a
     # config whose weights live on another machine (config/paper.yaml).
     WILDCARDS = [
@@ -50,22 +46,12 @@ onstart:
         check_before_run(config, MODELS_WITH_JOBS)
 
 
-# Each stage file adds the final outputs it contributes to its study (`snakemake binding`, ...)
-# and so to `rule all`.
-STUDIES = (
-    "binding",
-    "binding_causal",
-    "identifiability",
-    "identifiability_check",
-    "alignment",
-    "cifar",
-    "sugarcrepe",
-)
-STUDY_TARGETS = {study: [] for study in STUDIES}
-ALL_TARGETS = []
-# Jobs of the main study run first when jobs compete for cores, so its figures and
-# results/summary.md arrive before the other studies finish.
-BINDING_PRIORITY = 10
+def priority_of(study):
+    """Snakemake priority of the jobs of ``study``'s stages (repdiag.studies.TARGETS: the main
+    study's run first when jobs compete for cores, so its figures and results/summary.md arrive
+    before the other studies finish)."""
+    return target(study).priority
+
 
 MODELS = config.get("models", {})
 # The JER intervention's regularised models are built by `snakemake binding_causal` only
@@ -84,25 +70,42 @@ wildcard_constraints:
     model=one_of(MODELS, "NO_MODELS"),
 
 
-# Studies built only when named (`snakemake binding_causal`): interventions and checks on top of
-# a study, not part of `rule all` (the three papers' studies).
-ON_REQUEST = ("binding_causal", "identifiability_check")
+# The final outputs of each workflow target (the workflow catalog's get_final_output): each stage
+# file registers what it contributes with final_output(target, ...); `rule <target>` (one per
+# repdiag.studies.TARGETS, in the Snakefile) builds final_targets(target), `rule all` all_targets().
+FINAL_OUTPUTS = {entry.name: [] for entry in TARGETS}
 
 
-def add_targets(study, paths):
-    """Final outputs of ``study``: built by `rule <study>`, and by `rule all` unless the study is
-    built on request only (ON_REQUEST)."""
-    STUDY_TARGETS[study].extend(paths)
-    if study not in ON_REQUEST:
-        ALL_TARGETS.extend(paths)
+def final_output(study, *outputs):
+    """Register final outputs of target ``study``: rules (``rules.<name>``: all their outputs,
+    which must have no wildcards) or lists of paths. Read when a target rule asks, so their
+    order does not matter."""
+    FINAL_OUTPUTS[target(study).name].extend(outputs)
 
 
-def add_rule_targets(study, *rule_proxies):
-    """Every output of each rule (``rules.<name>``, no wildcards) as final outputs of ``study``."""
-    paths = [str(path) for proxy in rule_proxies for path in proxy.output]
+def final_targets(study):
+    """The final outputs of target ``study``: what `snakemake <study>` builds."""
+    paths = []
+    for output in FINAL_OUTPUTS[target(study).name]:
+        named = getattr(output, "output", output)  # a rule's outputs, or paths
+        paths.extend(
+            str(path) for path in ([named] if isinstance(named, str) else named)
+        )
     if any("{" in path for path in paths):
-        raise ValueError(f"add_rule_targets: outputs with wildcards in {paths}")
-    add_targets(study, paths)
+        raise ValueError(f"final outputs of {study} with wildcards: {paths}")
+    return paths
+
+
+def all_targets():
+    """The final outputs of the default target (`all`): those of every target not built on
+    request only (an intervention or a check on top of a study, such as binding_causal).
+    """
+    return [
+        path
+        for entry in TARGETS
+        if not entry.on_request
+        for path in final_targets(entry.name)
+    ]
 
 
 def log_file(rule_name, stem="{model}"):

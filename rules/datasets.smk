@@ -10,7 +10,7 @@ rule render_binding:
         log_file("render_binding", "binding"),
     benchmark:
         bench_file("render_binding", "binding")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -20,4 +20,4 @@ rule render_binding:
         "../workflow_scripts/render_binding.py"
 
 
-add_rule_targets("binding", rules.render_binding)
+final_output("binding", rules.render_binding)

@@ -14,7 +14,7 @@ rule extract_embeddings:
         log_file("extract_embeddings"),
     benchmark:
         bench_file("extract_embeddings")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/torch.yaml"
     threads: 1
@@ -30,4 +30,4 @@ rule extract_embeddings:
         "../workflow_scripts/extract_embeddings.py"
 
 
-add_targets("binding", expand("results/embeddings/{model}.zarr", model=BINDING_MODELS))
+final_output("binding", expand("results/embeddings/{model}.zarr", model=BINDING_MODELS))

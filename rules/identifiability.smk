@@ -84,7 +84,7 @@ rule identifiability_figures:
 
 
 if IDENTIFIABILITY_CELLS:
-    add_rule_targets(
+    final_output(
         "identifiability", rules.identifiability_tables, rules.identifiability_figures
     )
 
@@ -146,4 +146,4 @@ rule identifiability_check_tables:
 
 
 if CHECK_CELLS:
-    add_rule_targets("identifiability_check", rules.identifiability_check_tables)
+    final_output("identifiability_check", rules.identifiability_check_tables)

@@ -1,5 +1,5 @@
 # Per-layer Jacobian spectra and JER of every model on the probe images (binding queries, a
-# Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.binding.jacobian).
+# Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.encoders.jacobian).
 from repdiag.encoders.entries import zoo_files
 
 
@@ -24,7 +24,7 @@ rule jacobian_spectra:
         log_file("jacobian_spectra"),
     benchmark:
         bench_file("jacobian_spectra")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/torch.yaml"
     threads: 1
@@ -38,7 +38,7 @@ rule jacobian_spectra:
         "../workflow_scripts/jacobian_spectra.py"
 
 
-add_targets(
+final_output(
     "binding",
     expand(
         "results/jacobians/{model}.{ext}", model=BINDING_MODELS, ext=["zarr", "json"]

@@ -12,7 +12,7 @@ rule compute_metrics:
         log_file("compute_metrics"),
     benchmark:
         bench_file("compute_metrics")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -25,4 +25,4 @@ rule compute_metrics:
         "../workflow_scripts/compute_metrics.py"
 
 
-add_targets("binding", expand("results/metrics/{model}.json", model=BINDING_MODELS))
+final_output("binding", expand("results/metrics/{model}.json", model=BINDING_MODELS))

@@ -35,7 +35,7 @@ rule aggregate_models:
         log_file("aggregate_models", "all"),
     benchmark:
         bench_file("aggregate_models", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -115,7 +115,7 @@ rule stats_tables:
         log_file("stats_tables", "all"),
     benchmark:
         bench_file("stats_tables", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -139,7 +139,7 @@ rule plot_metric_scatter:
         log_file("plot_metric_scatter", "all"),
     benchmark:
         bench_file("plot_metric_scatter", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -164,7 +164,7 @@ rule plot_dose_series:
         log_file("plot_dose_series", "all"),
     benchmark:
         bench_file("plot_dose_series", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -188,7 +188,7 @@ rule plot_jacobian_spectra:
         log_file("plot_jacobian_spectra", "all"),
     benchmark:
         bench_file("plot_jacobian_spectra", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -210,7 +210,7 @@ rule plot_depth_profiles:
         log_file("plot_depth_profiles", "all"),
     benchmark:
         bench_file("plot_depth_profiles", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -235,7 +235,7 @@ rule plot_readouts:
         log_file("plot_readouts", "all"),
     benchmark:
         bench_file("plot_readouts", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -268,7 +268,7 @@ rule summarise:
         log_file("summarise", "all"),
     benchmark:
         bench_file("summarise", "all")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -278,7 +278,7 @@ rule summarise:
         "../workflow_scripts/summarise.py"
 
 
-add_rule_targets(
+final_output(
     "binding",
     rules.aggregate_models,
     rules.stats_tables,

@@ -151,10 +151,10 @@ rule sugarcrepe_models:
 
 if SUGARCREPE["enabled"]:
 
-    add_targets(
+    final_output(
         "sugarcrepe", expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS)
     )
-    add_rule_targets(
+    final_output(
         "sugarcrepe",
         rules.sugarcrepe_tables,
         rules.sugarcrepe_models,

@@ -24,7 +24,7 @@ rule train_zoo:
         bench_file("train_zoo", "{objective}")
     wildcard_constraints:
         objective=one_of(ZOO_RUNS, "NO_ZOO_RUNS"),
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/torch.yaml"
     threads: config["zoo"]["threads"]
@@ -52,7 +52,7 @@ rule plot_zoo_curves:
         log_file("plot_zoo_curves", "zoo"),
     benchmark:
         bench_file("plot_zoo_curves", "zoo")
-    priority: BINDING_PRIORITY
+    priority: priority_of("binding")
     conda:
         "../envs/analysis.yaml"
     params:
@@ -62,8 +62,8 @@ rule plot_zoo_curves:
 
 
 if BINDING_ZOO_RUNS:
-    add_targets(
+    final_output(
         "binding",
         expand("results/zoo/{objective}/meta.json", objective=BINDING_ZOO_RUNS),
     )
-    add_rule_targets("binding", rules.plot_zoo_curves)
+    final_output("binding", rules.plot_zoo_curves)

@@ -1,14 +1,21 @@
-"""The package's layout: studies over a shared core, no import cycles, tests that mirror it."""
+"""The package's layout: studies over a shared core, imports that only point down, no import
+cycles, tests that mirror it."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+from repdiag.studies import STUDIES
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "repdiag"
-STUDIES = ("binding", "identifiability", "alignment", "cifar", "sugarcrepe")
 SHARED = ("core", "common", "encoders")
+# Imports only point down: core (0) -> common (1) -> encoders (2) -> each study (3). Top-level
+# modules (repdiag/*.py: the list of studies, the CLI) sit above everything and import anything.
+LAYER = {**{name: layer for layer, name in enumerate(SHARED)}, **dict.fromkeys(STUDIES, 3)}
+TOP_LEVEL = ("__init__.py", "cli.py", "studies.py")
 
 
 def _modules() -> dict[str, Path]:
@@ -65,6 +72,83 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _references(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Every repdiag module or name each module refers to: its imports, and every string constant
+    that starts with ``repdiag.<package>`` (an importlib reference such as ``"module:function"``
+    imports it too, only later)."""
+    graph = _imports(modules)
+    named = re.compile(r"^repdiag\.\w+(\.\w+)*")
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                match = named.match(node.value)
+                if match:
+                    graph[name].add(match.group(0))
+    return graph
+
+
+def _package(module: str) -> str:
+    """``repdiag.binding.dataset`` -> ``binding``; ``repdiag`` (the root package) -> ``""``."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _violations(graph: dict[str, set[str]], top_level: set[str]) -> list[tuple[str, str, str]]:
+    """``(module, target, why)`` for every reference that points up a layer or across to another
+    study. A module may refer to its own package and to lower layers; a top-level module (and the
+    root package, which every import runs) to anything; a package outside LAYER is an error."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        if name in top_level or name == "repdiag":
+            continue
+        own = _package(name)
+        for target in sorted(targets):
+            other = _package(target)
+            if other == own or target == "repdiag":
+                continue
+            if target in top_level:
+                found.append((name, target, "up: a top-level module"))
+            elif other not in LAYER or own not in LAYER:
+                found.append((name, target, "a package outside the layers"))
+            elif LAYER[other] > LAYER[own]:
+                found.append((name, target, f"up: layer {LAYER[own]} -> {LAYER[other]}"))
+            elif LAYER[other] == LAYER[own]:
+                found.append((name, target, "across: one study to another"))
+    return found
+
+
+def _top_level(modules: dict[str, Path]) -> set[str]:
+    return {name for name, path in modules.items() if path.parent == PACKAGE}
+
+
+def test_imports_only_point_down():
+    modules = _modules()
+    assert _violations(_references(modules), _top_level(modules)) == []
+
+
+def test_the_layer_checker_finds_an_up_import_and_an_across_import():
+    graph = {
+        "repdiag.core.config": {"repdiag.core.errors", "repdiag.binding"},  # up, by a string
+        "repdiag.common.figures": {"repdiag.core.config"},
+        "repdiag.encoders.taps": {"repdiag.common.figures", "repdiag.studies"},  # up: top level
+        "repdiag.binding.dataset": {"repdiag.encoders.taps", "repdiag.binding.plots"},
+        "repdiag.sugarcrepe.report": {"repdiag.binding.dataset"},  # across
+        "repdiag.studies": {"repdiag.binding", "repdiag.sugarcrepe.report"},
+        "repdiag.core.store": {"repdiag"},  # the root package's __version__
+    }
+    assert _violations(graph, {"repdiag.studies"}) == [
+        ("repdiag.core.config", "repdiag.binding", "up: layer 0 -> 3"),
+        ("repdiag.encoders.taps", "repdiag.studies", "up: a top-level module"),
+        ("repdiag.sugarcrepe.report", "repdiag.binding.dataset", "across: one study to another"),
+    ]
+
+
+def test_string_references_count_as_imports():
+    modules = _modules()
+    graph = _references(modules)
+    assert "repdiag.binding.dataset" in graph["repdiag.binding"]  # CONFIG_CHECKS
+    assert "repdiag.encoders" in graph["repdiag.studies"]  # CHECKED_PACKAGES
+
+
 def test_no_import_cycles():
     assert _cycles(_imports(_modules())) == []
 
@@ -76,25 +160,13 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_every_module_is_in_a_study_or_the_shared_core():
     top = {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"}
     assert top == set(STUDIES) | set(SHARED)
-    assert [p.name for p in PACKAGE.glob("*.py")] == ["__init__.py"]
-
-
-def test_the_shared_core_imports_no_study():
-    graph = _imports(_modules())
-    leaks = {
-        (name, target)
-        for name, targets in graph.items()
-        if name.startswith(("repdiag.core", "repdiag.common"))
-        for target in targets
-        if target.startswith(tuple(f"repdiag.{study}" for study in STUDIES))
-    }
-    assert leaks == set()
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == sorted(TOP_LEVEL)
 
 
 # Modules whose tests live in another suite's file (the file must name the module).
 TESTED_ELSEWHERE = {
-    "core/inspect.py": "tests/core/test_cli.py",  # through `repdiag inspect`
-    "encoders/heads.py": "tests/binding/test_jacobian.py",  # heads as Jacobian taps
+    "core/inspect.py": "tests/test_cli.py",  # through `repdiag inspect`
+    "encoders/heads.py": "tests/encoders/jacobian/test_engine.py",  # heads as Jacobian taps
     "encoders/preprocess.py": "tests/encoders/test_registry.py",  # per-source preprocessing
     "encoders/zoo/checkpoint.py": "tests/encoders/zoo/test_train.py",  # needs a trained run
     "encoders/zoo/heads.py": "tests/encoders/zoo/objectives/test_base.py",  # every objective's head
@@ -131,11 +203,12 @@ def _resolve(dotted: str):
 
 def test_string_references_that_no_import_checks_resolve():
     """The cross-key check registry, the lazy exports, the tap planner's class names and the
-    CLI's study subcommands."""
+    CLI's subcommands from packages."""
     import importlib
 
     from repdiag import encoders
-    from repdiag.core.config import CHECKED_PACKAGES, semantic_checks
+    from repdiag.core.checks import resolve, semantic_checks
+    from repdiag.studies import CHECKED_PACKAGES, COMMANDS
 
     for reference in semantic_checks():
         assert callable(_resolve(reference)), reference
@@ -149,10 +222,8 @@ def test_string_references_that_no_import_checks_resolve():
     source = (PACKAGE / "encoders" / "taps.py").read_text()
     for qualified in {q for q in _quoted(source) if q.startswith("repdiag.")}:
         assert isinstance(_resolve(qualified), type), qualified
-    # subcommands the core's CLI runs from a study, named so that the core imports no study
-    from repdiag.core.cli import STUDY_COMMANDS, resolve
-
-    for name, (reference, _) in STUDY_COMMANDS.items():
+    # subcommands the CLI runs from a package, named so that nothing imports them before they run
+    for name, (reference, _) in COMMANDS.items():
         assert callable(_resolve(reference)), (name, reference)
         assert resolve(reference) is _resolve(reference), name
 
@@ -163,3 +234,39 @@ def _quoted(source: str) -> set[str]:
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+
+def _oversized(paths: list[Path], root: Path) -> list[str]:
+    """Modules over MAX_MODULE_LINES lines and functions (methods and nested ones included) over
+    MAX_FUNCTION_LINES, decorators and docstrings counted, as ``path[:line] [name]: lines``."""
+    found = []
+    for path in paths:
+        source = path.read_text()
+        name = path.relative_to(root).as_posix()
+        if source.count("\n") > MAX_MODULE_LINES:
+            found.append(f"{name}: {source.count(chr(10))}")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = node.end_lineno - start + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{start} {node.name}: {length}")
+    return found
+
+
+def test_no_module_over_500_lines_and_no_function_over_80():
+    paths = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "workflow_scripts").glob("*.py"))
+    assert _oversized(paths, ROOT) == []
+
+
+def test_the_size_checker_finds_a_long_function_and_a_long_module(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES - 1))
+    path = tmp_path / "long.py"
+    path.write_text(f"def short():\n    return 1\n\n\n@staticmethod\ndef long():\n{body}\n")
+    assert _oversized([path], tmp_path) == [f"long.py:5 long: {MAX_FUNCTION_LINES + 1}"]
+    path.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert _oversized([path], tmp_path) == [f"long.py: {MAX_MODULE_LINES + 1}"]

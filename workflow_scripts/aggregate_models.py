@@ -1,6 +1,7 @@
 """Rule aggregate_models: one row per model -> results/tables/{models,depth_profiles,spectra}.csv."""
 
-from repdiag.binding.report import StatsSettings, aggregate
+from repdiag.binding.analysis.aggregate import aggregate
+from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.tables import write_csv
 from repdiag.core.runtime import script_logging
 

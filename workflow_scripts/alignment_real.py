@@ -7,7 +7,7 @@ ATTRIBUTE_ARRAYS = ["query_shape", "candidate_shape", "pair_shape", "shape_name"
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.alignment.study import run_real
-    from repdiag.binding.dataset import open_binding_store, slot_attributes
+    from repdiag.binding.store import open_binding_store, slot_attributes
     from repdiag.core.gpu import gpu_slot
     from repdiag.core.runtime import select_device
     from repdiag.core.store import write_json

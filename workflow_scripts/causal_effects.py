@@ -1,5 +1,6 @@
 """Rule causal_effects: regularised zoo models against their baselines -> results/binding_causal/."""
 
+from repdiag.binding.analysis.aggregate import aggregate
 from repdiag.binding.causal import (
     causal_correlations,
     causal_effects,
@@ -7,7 +8,7 @@ from repdiag.binding.causal import (
     final_jer_by_image,
     regulariser_of,
 )
-from repdiag.binding.report import StatsSettings, aggregate
+from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.tables import write_csv
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text

@@ -6,7 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import hug
 
 from pathlib import Path
 
-from repdiag.binding.dataset import image_sets, open_binding_store
+from repdiag.binding.store import image_sets, open_binding_store
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging
 from repdiag.encoders.embeddings import extract_model

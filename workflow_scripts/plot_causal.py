@@ -1,8 +1,8 @@
 """Rule plot_causal: the JER intervention's manipulation check, effect on binding, and scatter."""
 
 from repdiag.binding.causal import causal_figure
-from repdiag.binding.report import read_table
 from repdiag.common.figures import save_figure
+from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:

@@ -1,8 +1,8 @@
 """Rule plot_jacobian_spectra: normalised singular value spectra at each model's final layer."""
 
 from repdiag.binding.plots import spectra_figure
-from repdiag.binding.report import read_table
 from repdiag.common.figures import save_figure
+from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:

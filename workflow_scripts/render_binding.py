@@ -2,12 +2,8 @@
 
 import time
 
-from repdiag.binding.dataset import (
-    BindingParams,
-    chunk_encoding,
-    contact_sheet,
-    render_binding_dataset,
-)
+from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
+from repdiag.binding.plots import contact_sheet
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_store
 

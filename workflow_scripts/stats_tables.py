@@ -2,8 +2,9 @@
 
 import pandas as pd
 
-from repdiag.binding.report import StatsSettings, read_table, statistics_tables
-from repdiag.common.tables import write_csv
+from repdiag.binding.analysis.statistics import statistics_tables
+from repdiag.binding.stats_options import StatsSettings
+from repdiag.common.tables import read_table, write_csv
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 

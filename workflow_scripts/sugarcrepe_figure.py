@@ -1,7 +1,8 @@
 """Rule sugarcrepe_figure: JER against SugarCrepe accuracy, raw and given zero-shot accuracy."""
 
-from repdiag.binding.report import metric_label, read_table
+from repdiag.binding.analysis.columns import metric_label
 from repdiag.common.figures import save_figure
+from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 from repdiag.sugarcrepe.report import sugarcrepe_figure
 

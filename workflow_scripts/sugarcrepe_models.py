@@ -1,7 +1,6 @@
 """Rule sugarcrepe_models: results/tables/models.csv joined with the SugarCrepe accuracies."""
 
-from repdiag.binding.report import read_table
-from repdiag.common.tables import write_csv
+from repdiag.common.tables import read_table, write_csv
 from repdiag.core.runtime import script_logging
 from repdiag.sugarcrepe.report import join_models
 

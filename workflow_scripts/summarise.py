@@ -1,6 +1,8 @@
 """Rule summarise: results/summary.md, a digest of the headline numbers of this run."""
 
-from repdiag.binding.report import StatsSettings, read_table, summary_markdown, zoo_curves
+from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
+from repdiag.binding.stats_options import StatsSettings
+from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 

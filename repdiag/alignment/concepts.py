@@ -225,13 +225,7 @@ def synthetic_pairs(
     domain_maps = [
         random_map(d, n_total, kind, nonlinearity, rng) for d, kind in zip(dims, maps, strict=True)
     ]
-    present = []
-    for i, domain_map in enumerate(domain_maps):
-        mask = np.ones(n_total, dtype=bool)
-        other = slice(n_concepts + (1 - i) * n_specific, n_concepts + (2 - i) * n_specific)
-        mask[other] = False
-        domain_map.dictionary[:, ~mask] = 0.0  # the other domain's private concepts are invisible
-        present.append(mask)
+    present = _hide_private_concepts(domain_maps, n_concepts, n_specific)
     frequencies = (
         concept_frequencies(n_total, frequency_exponent, rng) if frequency_exponent > 0 else None
     )
@@ -273,6 +267,23 @@ def synthetic_pairs(
             "correlation": correlation,
         },
     )
+
+
+def _hide_private_concepts(
+    domain_maps: Sequence[Any], n_concepts: int, n_specific: int
+) -> list[np.ndarray]:
+    """Zero each domain's dictionary columns of the other domain's ``n_specific`` private
+    concepts (shared concepts first, then a's private ones, then b's); returns the masks of the
+    concepts each domain shows."""
+    n_total = n_concepts + 2 * n_specific
+    present = []
+    for i, domain_map in enumerate(domain_maps):
+        mask = np.ones(n_total, dtype=bool)
+        other = slice(n_concepts + (1 - i) * n_specific, n_concepts + (2 - i) * n_specific)
+        mask[other] = False
+        domain_map.dictionary[:, ~mask] = 0.0  # the other domain's private concepts are invisible
+        present.append(mask)
+    return present
 
 
 def dominant_concept(z: np.ndarray) -> np.ndarray:

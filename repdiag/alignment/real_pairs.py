@@ -6,7 +6,7 @@ rows; the rest are training images. The first ``n_paired = max(1, round(f n_trai
 images are anchor pairs; the other training images are split into two disjoint halves, one per
 domain, so that no hidden correspondence exists.
 
-Known image attributes ("shape s sits in slot k", :func:`repdiag.binding.dataset.slot_attributes`)
+Known image attributes ("shape s sits in slot k", :func:`repdiag.binding.store.slot_attributes`)
 stand in for concepts (:class:`ProbeTruth`). Their effects and probes are fitted on the
 *training images* of the seed's split, in each domain's own embeddings, and never on a held-out
 row: the intervention metrics score only held-out rows, with effects and probes that did not

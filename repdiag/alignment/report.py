@@ -26,7 +26,7 @@ Decision rules. A difference "holds" (A ahead of B) when, over the seeds both ha
 2. consistency alone does not give translation: the same with the roles swapped.
 3. cycle consistency is not a faithful proxy: the Spearman correlation rho of cycle R^2 with
    M_tr over every trained model of the scope, with a 95% bootstrap interval (models resampled,
-   ``BOOTSTRAP`` draws). Supported when the interval's upper end is below ``RHO_FAITHFUL``, not
+   ``BOOTSTRAP`` draws; :func:`repdiag.common.statistics.correlation`). Supported when the interval's upper end is below ``RHO_FAITHFUL``, not
    supported when its lower end is at or above it, mixed otherwise. Models with high cycle R^2
    (>= ``CYCLE_HIGH``) and failed translation (M_tr < ``TRANSLATION_FAILED``) are listed.
 4. distributional-only fails at instance level: ``cosae-distributional`` has M_tr below
@@ -42,18 +42,17 @@ Decision rules. A difference "holds" (A ahead of B) when, over the seeds both ha
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from repdiag.alignment.bootstrap import INTERVAL_METRICS
 from repdiag.alignment.grid import BASELINES, EXACT_VARIANT
 from repdiag.common.claims import NOT_TESTED, study_claims
 from repdiag.common.claims import verdict as claim_verdict
+from repdiag.common.statistics import correlation
 
 SUMMARY_COLUMNS = (
     "tr_intervention",
@@ -314,34 +313,18 @@ def _single_objectives(table: pd.DataFrame, scope: str) -> list[dict[str, Any]]:
     return rows
 
 
-def spearman_interval(
-    x: np.ndarray, y: np.ndarray, n_boot: int = BOOTSTRAP, seed: int = 0
-) -> tuple[float, float, float]:
-    """Spearman rho of ``x`` and ``y`` and its 95% percentile bootstrap interval (pairs resampled)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    with warnings.catch_warnings():  # constant columns give rho = nan, reported as such
-        warnings.simplefilter("ignore")
-        rho = float(spearmanr(x, y).statistic)
-        rng = np.random.default_rng(seed)
-        draws = []
-        for _ in range(n_boot):
-            rows = rng.integers(0, len(x), len(x))
-            draws.append(spearmanr(x[rows], y[rows]).statistic)
-    draws = np.asarray(draws, dtype=float)
-    draws = draws[np.isfinite(draws)]
-    if draws.size == 0:
-        return rho, float("nan"), float("nan")
-    low, high = np.percentile(draws, [2.5, 97.5])
-    return rho, float(low), float(high)
-
-
 def _cycle(table: pd.DataFrame, scope: str) -> dict[str, Any]:
     tr = metric_columns(table)["tr"]
     if len(table) < 3:
         return _not_tested("cycle_not_proxy", scope, "at least three trained models")
-    rho, low, high = spearman_interval(table["cycle_r2"].to_numpy(), table[tr].to_numpy())
+    rank = correlation(
+        table["cycle_r2"].to_numpy(float),
+        table[tr].to_numpy(float),
+        n_boot=BOOTSTRAP,
+        seed=0,
+        min_models=3,
+    )
+    rho, low, high = rank.spearman_rho, rank.spearman_ci_low, rank.spearman_ci_high
     means = table.groupby(["variant", "paired_fraction"])[["cycle_r2", tr]].mean()
     misleading = means[(means["cycle_r2"] >= CYCLE_HIGH) & (means[tr] < TRANSLATION_FAILED)]
     listed = "; ".join(

@@ -20,7 +20,6 @@ __all__ = [
 
 CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.dataset:check_binding_config",
-    "repdiag.binding.jacobian_options:check_jacobians_config",
     "repdiag.binding.metrics.options:check_metrics_config",
     "repdiag.binding.stats_options:check_stats_config",
     "repdiag.binding.causal_options:check_causal_config",

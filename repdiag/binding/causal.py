@@ -13,7 +13,7 @@ the model of that unregularised run. Two questions, per pair:
   as independent and so is wider than a paired interval would be.
 
 Across the runs of one objective (its baselines and every regularised run), binding is also
-correlated with the engine's JER, bootstrapped over those models (repdiag.binding.stats).
+correlated with the engine's JER, bootstrapped over those models (repdiag.common.statistics).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding import stats
-from repdiag.binding.report import read_jacobians, select_images
+from repdiag.binding.analysis.depth import read_jacobians, select_images
 from repdiag.binding.stats_options import StatsSettings
+from repdiag.common import statistics as stats
 from repdiag.common.intervals import mean_interval, newcombe_interval
 from repdiag.common.tables import format_number, markdown_table
 from repdiag.core.errors import StoreError
@@ -106,7 +106,7 @@ def causal_effects(
     """``effects.csv``: one row per regularised model against its baseline (module docstring).
 
     ``table`` is the aggregate of the regularised models and their baselines
-    (:func:`repdiag.binding.report.aggregate`), ``jer_by_model`` each model's per-image
+    (:func:`repdiag.binding.analysis.aggregate.aggregate`), ``jer_by_model`` each model's per-image
     final-layer JER (:func:`final_jer_by_image`).
     """
     rows_by_model = table.set_index("model")

@@ -5,7 +5,7 @@ the dose lambda (``zoo.hparams.supervised.slot_weight``; ``L = L_presence + lamb
 The dose is set before training, so binding varies across the series for a named reason, unlike
 across the objective families. The question: when binding rises with the dose, do JER and the
 geometry metrics rise with it? Within the series, each metric's Pearson and Spearman correlation
-with binding is bootstrapped over the series' models (repdiag.binding.stats.correlation).
+with binding is bootstrapped over the series' models (repdiag.common.statistics.correlation).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding import stats
+from repdiag.binding.analysis.columns import l_iso_columns
+from repdiag.common import statistics as stats
 from repdiag.common.tables import format_number, markdown_table
 
 SERIES = "dose series"
@@ -25,7 +26,7 @@ def series_metrics(table: pd.DataFrame) -> list[str]:
     """The metrics set against binding within the series: JER (the headline formula), the
     geometry metrics the paper says do not track binding (G.PR, G.Iso, every L.Iso k), and
     Same/Different."""
-    columns = ["jer", "g_pr", "g_iso", *stats.l_iso_columns(table), "same_different"]
+    columns = ["jer", "g_pr", "g_iso", *l_iso_columns(table), "same_different"]
     return [c for c in columns if c in table.columns]
 
 

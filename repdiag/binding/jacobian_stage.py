@@ -1,16 +1,13 @@
 """The Jacobian stage of the workflow: probe images, the spectra store and the depth profile.
 
-``results/jacobians/<model>.zarr`` (docs/contracts.md): ``singular_values`` (layer, image, rank)
-float32, the top k sorted descending (zero-padded where a layer has fewer); ``jer_<formula>``
-(layer, image) over those top k; where some layer was computed exactly, its whole spectrum too:
-``singular_values_full`` (layer, image, rank_full), zero-padded, with ``n_singular`` (layer,)
-valid values (0 for randomized layers). Coordinates ``layer``, ``image``, ``probe_set`` (image,),
-``rank``; attrs ``model``, ``method`` (requested), ``methods`` (per layer), ``k``,
+``results/jacobians/<model>.zarr``: the spectra store of :mod:`repdiag.encoders.jacobian.store`
+(docs/contracts.md), with attrs ``model``, ``method`` (requested), ``methods`` (per layer), ``k``,
 ``power_iters``, ``seed``, ``device``, ``precision`` (requested), ``numerics`` (what it computed
 in: ``precision_effective``, the TF32 and determinism switches; :func:`repdiag.core.gpu.numerics`),
-``d_in``, ``d_out``, ``probe_sets``, ``batch_size``, ``chunk_size``. ``results/jacobians/<model>.json`` holds the depth profile: per layer, probe set
-and formula, the mean JER with a 95% t confidence interval, and the drop into each layer from the
-one before, paired over images, with its 95% t interval (``depth_drops``).
+``d_in``, ``d_out``, ``probe_sets``, ``batch_size``, ``chunk_size``.
+``results/jacobians/<model>.json`` holds the depth profile: per layer, probe set and formula, the
+mean JER with a 95% t confidence interval, and the drop into each layer from the one before,
+paired over images, with its 95% t interval (``depth_drops``).
 """
 
 from __future__ import annotations
@@ -29,18 +26,18 @@ import numpy as np
 import torch
 import xarray as xr
 
-from repdiag.binding.jacobian import (
-    Spectra,
-    cache_key,
-    jer,
-    model_fingerprint,
-    run_chunked,
-    tensor_digest,
-)
 from repdiag.common.intervals import mean_interval
 from repdiag.core.errors import ConfigError
 from repdiag.core.gpu import numerics
 from repdiag.core.store import write_json, write_store
+from repdiag.encoders.jacobian.cache import (
+    cache_key,
+    model_fingerprint,
+    run_chunked,
+    tensor_digest,
+)
+from repdiag.encoders.jacobian.options import engine_options
+from repdiag.encoders.jacobian.store import spectra_dataset
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +67,7 @@ def noise_images(n: int, size: int, std: float, seed: int) -> np.ndarray:
 
 
 def _binding_queries(store: str | Path | None, n: int) -> tuple[list[str], np.ndarray]:
-    from repdiag.binding.dataset import image_sets, open_binding_store
+    from repdiag.binding.store import image_sets, open_binding_store
 
     if store is None:
         raise ConfigError(
@@ -113,7 +110,7 @@ def load_probes(
     if int(noise.get("n", 0)):
         n = int(noise["n"])
         ids = [f"noise/n{i:05d}" for i in range(n)]
-        sets.append(("noise", ids, noise_images(n, size, float(noise.get("std", 0.25)), seed)))
+        sets.append(("noise", ids, noise_images(n, size, float(noise["std"]), seed)))
     folder = probes.get("folder", {})
     if folder.get("path") and int(folder.get("n", 0)):
         sets.append(("folder", *_folder_images(folder["path"], int(folder["n"]), size)))
@@ -124,55 +121,6 @@ def load_probes(
         probe_set=[name for name, ids, _ in sets for _ in ids],
         x=torch.cat([preprocess(images) for _, _, images in sets]),
     )
-
-
-def _padded(values: torch.Tensor, width: int) -> np.ndarray:
-    values = values[:, :width].to(torch.float64)
-    return torch.nn.functional.pad(values, (0, width - values.shape[1])).numpy()
-
-
-def spectra_dataset(
-    spectra: Spectra,
-    ids: Sequence[str],
-    probe_set: Sequence[str],
-    *,
-    k: int,
-    formulas: Sequence[str],
-    attrs: Mapping[str, Any] | None = None,
-) -> xr.Dataset:
-    """The store's Dataset: top-k spectra, JER per formula, the full exact spectra when computed."""
-    layers = list(spectra)
-    top = np.stack([_padded(spectra[name], k) for name in layers])
-    data: dict[str, Any] = {"singular_values": (("layer", "image", "rank"), top.astype(np.float32))}
-    for formula in formulas:
-        values = np.stack([jer(spectra[name], formula, top_k=k).numpy() for name in layers])
-        data[f"jer_{formula}"] = (("layer", "image"), values.astype(np.float32))
-    coords: dict[str, Any] = {  # fixed-width unicode like the other stores (reads back as <U)
-        "layer": np.array([str(name) for name in layers]),
-        "image": np.array([str(i) for i in ids]),
-        "probe_set": ("image", np.array([str(name) for name in probe_set])),
-        "rank": np.arange(k),
-    }
-    exact = [name for name in layers if spectra.methods[name] == "exact"]
-    if exact:
-        width = max(spectra[name].shape[1] for name in exact)
-        full = np.stack(
-            [
-                _padded(spectra[name], width) if name in exact else np.zeros((len(ids), width))
-                for name in layers
-            ]
-        )
-        data["singular_values_full"] = (("layer", "image", "rank_full"), full.astype(np.float32))
-        counts = [spectra[name].shape[1] if name in exact else 0 for name in layers]
-        data["n_singular"] = (("layer",), np.array(counts, dtype=np.int64))
-        coords["rank_full"] = np.arange(width)
-    base = {
-        "methods": dict(spectra.methods),
-        "d_out": dict(spectra.d_out),
-        "d_in": int(spectra.d_in),
-        "k": int(k),
-    }
-    return xr.Dataset(data, coords=coords, attrs={**base, **dict(attrs or {})})
 
 
 def mean_ci(values: np.ndarray, level: float = CI_LEVEL) -> dict[str, float | int | None]:
@@ -209,7 +157,7 @@ def depth_drops(ds: xr.Dataset, formulas: Sequence[str]) -> dict[str, dict[str, 
     ``{layer: {probe_set: {formula: {from, mean, ci_low, ci_high, std, n, relative}}}}``:
     ``mean`` is the mean over images x of ``JER_from(x) - JER_layer(x)`` (positive = JER falls)
     with its Student-t interval (:func:`mean_ci`); ``relative`` is that mean over the mean JER of
-    ``from`` (null when that is not positive). What the collapse rule of ``repdiag.binding.report`` tests.
+    ``from`` (null when that is not positive). What the collapse rule of ``repdiag.binding.analysis.claims`` tests.
     """
     sets = np.asarray(ds["probe_set"].values, dtype=object).astype(str)
     layers = np.asarray(ds["layer"].values, dtype=object).astype(str)
@@ -273,14 +221,7 @@ def run_stage(
     """
     if hasattr(encoder, "to"):
         encoder.to(device)
-    engine = {
-        "method": options["method"],
-        "k": int(options["k"]),
-        "power_iters": int(options["power_iters"]),
-        "seed": int(options["seed"]),
-        "batch_size": options["batch_size"],
-        "precision": str(options.get("precision", "fp32")),
-    }
+    engine = engine_options(options)
     layers = list(options.get("layers") or []) or None
     settings = {
         **engine,
@@ -326,28 +267,45 @@ def run_stage(
             elapsed / len(probes.ids),
             record,
         )
-        attrs = {
-            "model": model,
-            "method": engine["method"],
-            "power_iters": engine["power_iters"],
-            "seed": engine["seed"],
-            "device": str(device),
-            "precision": engine["precision"],
-            "numerics": dict(record),
-            "probe_sets": probes.counts(),
-            "batch_size": engine["batch_size"],
-            "chunk_size": settings["chunk_size"],
-            # CPU results are bitwise reproducible at a fixed thread count only (see cache_key)
-            "torch_threads": torch.get_num_threads(),
-            "wall_time_s": round(elapsed, 3),
-        }
+        attrs = _store_attrs(model, settings, device, record, probes, elapsed)
         formulas = list(options["formulas"])
         ds = spectra_dataset(
             spectra, probes.ids, probes.probe_set, k=engine["k"], formulas=formulas, attrs=attrs
         )
         write_store(store, ds, config=provenance, seed=engine["seed"])
         write_json(summary_path, summary(ds, model, formulas))
+    _drop_cache(cache_dir)
+    return ds
+
+
+def _store_attrs(
+    model: str,
+    settings: Mapping[str, Any],
+    device: torch.device,
+    record: Mapping[str, Any],
+    probes: Probes,
+    elapsed: float,
+) -> dict[str, Any]:
+    """The store's attrs beyond what :func:`spectra_dataset` records: the run's settings."""
+    return {
+        "model": model,
+        "method": settings["method"],
+        "power_iters": settings["power_iters"],
+        "seed": settings["seed"],
+        "device": str(device),
+        "precision": settings["precision"],
+        "numerics": dict(record),
+        "probe_sets": probes.counts(),
+        "batch_size": settings["batch_size"],
+        "chunk_size": settings["chunk_size"],
+        # CPU results are bitwise reproducible at a fixed thread count only (see cache_key)
+        "torch_threads": torch.get_num_threads(),
+        "wall_time_s": round(elapsed, 3),
+    }
+
+
+def _drop_cache(cache_dir: Path) -> None:
+    """Remove this run's chunks, and the model's cache folder when no other settings left any."""
     shutil.rmtree(cache_dir, ignore_errors=True)
     with contextlib.suppress(OSError):
         cache_dir.parent.rmdir()  # only when no other settings left chunks there
-    return ds

@@ -7,7 +7,9 @@ told apart by grey level and hatching so that they never compete with the family
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -16,8 +18,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from repdiag.binding import (
     APART_FAMILIES,
@@ -26,9 +30,10 @@ from repdiag.binding import (
     CONTROL_FAMILY,
     JER_INTERVENTION_FAMILY,
 )
-from repdiag.binding.report import metric_label
-from repdiag.binding.stats import pearson
-from repdiag.common.figures import FAMILY_COLOURS, family_colour
+from repdiag.binding.analysis.columns import metric_label
+from repdiag.common.figures import FAMILY_COLOURS, OKABE_ITO, family_colour
+from repdiag.common.statistics import pearson
+from repdiag.core.store import atomic_path
 
 READOUT_STYLES = {
     "cosine": {"color": "#333333", "hatch": ""},
@@ -332,3 +337,67 @@ def readout_figure(
         title_fontsize=8,
     )
     return fig
+
+
+def _show(ax: Any, image: np.ndarray, title: str, edge: str, width: float, colour: str) -> None:
+    ax.imshow(image, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=7, color=colour)
+    for spine in ax.spines.values():
+        spine.set_edgecolor(edge)
+        spine.set_linewidth(width)
+
+
+def contact_sheet(ds: xr.Dataset, path: str | os.PathLike[str], n_queries: int = 4) -> None:
+    """PNG of the first ``n_queries`` query/candidate sets, the correct candidate framed in green,
+    and a last row of "different" Same/Different pairs (member 0 next to member 1)."""
+    correct_colour = OKABE_ITO[2]  # bluish green
+    pair_colour = OKABE_ITO[5]  # vermillion
+    n_rows = min(n_queries, ds.sizes["query"])
+    n_c = ds.sizes["candidate"]
+    n_cols = n_c + 1
+    different = np.flatnonzero(np.asarray(ds["pair_same"].values) == 0)[: n_cols // 2]
+    fig, axes = plt.subplots(
+        n_rows + 1, n_cols, figsize=(1.3 * n_cols, 1.45 * (n_rows + 1) + 0.9), squeeze=False
+    )
+    for row in range(n_rows):
+        correct = int(ds["correct_index"].values[row])
+        _show(axes[row, 0], ds["query_image"].values[row], "query", "0.6", 0.5, "black")
+        for c in range(n_c):
+            is_correct = c == correct
+            _show(
+                axes[row, c + 1],
+                ds["candidate_image"].values[row, c],
+                f"c{c}" + (" (correct)" if is_correct else ""),
+                correct_colour if is_correct else "0.6",
+                4 if is_correct else 0.5,
+                correct_colour if is_correct else "black",
+            )
+        axes[row, 0].set_ylabel(str(ds["query"].values[row]), fontsize=8)
+    pair_row = axes[n_rows]
+    for col in range(n_cols):
+        pair_row[col].axis("off")
+    for i, p in enumerate(different):
+        for member in (0, 1):
+            ax = pair_row[2 * i + member]
+            ax.axis("on")
+            title = f"{ds['pair'].values[p]} m{member}"
+            _show(ax, ds["pair_image"].values[p, member], title, pair_colour, 2, pair_colour)
+    pair_row[0].set_ylabel("different", fontsize=8)
+    legend = [
+        Patch(facecolor="none", edgecolor=correct_colour, linewidth=3,
+              label="candidate with the query's shape-to-slot arrangement"),
+        Patch(facecolor="none", edgecolor=pair_colour, linewidth=2,
+              label="a 'different' pair: same shapes and slots, another arrangement"),
+    ]  # fmt: skip
+    fig.legend(handles=legend, loc="lower center", fontsize=8, frameon=False, ncols=2)
+    fig.suptitle(
+        f"Attribute binding: query (query palette) vs {n_c} candidates (target palette), "
+        f"chance {1 / n_c:.1%}; last row: Same/Different pairs labelled different",
+        fontsize=9,
+    )
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)

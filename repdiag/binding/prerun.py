@@ -1,8 +1,8 @@
 """Pre-run checks of the binding config that need built models (``repdiag.binding.BUILD_CHECKS``).
 
 Run by ``repdiag validate`` and a real run's ``onstart`` (``repdiag.core.config.check_before_run``),
-not on every parse. Light to import: the planner, which builds models on the meta device, is
-imported only when there is something to check.
+not on every parse. Light to import: the encoder factory, which builds models on the meta device,
+is imported only when there is something to check.
 """
 
 from __future__ import annotations
@@ -30,18 +30,20 @@ def check_jacobian_layers(config: Mapping[str, Any], models: Collection[str] | N
     ]
     if not layers or not keys:
         return
-    from repdiag.binding.plan import build_on_meta
+    from repdiag.encoders.registry import build_encoder
 
-    default_pooling = (config.get("embeddings") or {}).get("pooling") or "cls"
+    default_pooling = config["embeddings"]["pooling"]
     for key in keys:
         try:
-            encoder, how = build_on_meta(key, entries[key], config, default_pooling)
+            encoder = build_encoder(
+                key, entries[key], default_pooling=default_pooling, meta=True, config=config
+            )
         except Exception:  # not this check's error: the model's job reports it
             continue
         missing = [name for name in layers if name not in encoder.layers]
         if missing:
             raise ConfigError(
                 f"jacobians.layers: {', '.join(map(repr, missing))} not among the taps of model "
-                f"{key!r} ({how}): {', '.join(encoder.layers)}; name taps every model has, or "
-                "give [] for every tap"
+                f"{key!r} ({encoder.origin}): {', '.join(encoder.layers)}; name taps every model "
+                "has, or give [] for every tap"
             )

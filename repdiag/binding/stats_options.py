@@ -13,8 +13,6 @@ from typing import Any
 from repdiag.core.config import schema_defaults, seeded
 from repdiag.core.errors import ConfigError
 
-DEFAULT_MIN_MODELS = 4
-
 READOUTS = ("cosine", "knn", "local_pca")
 JER_FORMULAS = ("pr", "pr2", "entropy")
 JER_SUMMARIES = ("final", "max")
@@ -29,7 +27,7 @@ class StatsSettings:
     n_bootstrap: int = 2000
     seed: int = 0
     confidence: float = 0.95
-    min_models: int = DEFAULT_MIN_MODELS
+    min_models: int = 4  # == repdiag.common.statistics.DEFAULT_MIN_MODELS (tested)
     readout: str = "cosine"
     jer_formula: str = "pr"
     jer_at: str = "final"

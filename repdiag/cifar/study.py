@@ -160,9 +160,8 @@ def run_simclr_probe(
 
     from repdiag.cifar.data import load_cifar10
     from repdiag.cifar.encoders import build_simclr_model, parameter_count
-    from repdiag.cifar.probe import linear_probe
-    from repdiag.cifar.train import TrainSettings, extract_features, train_simclr
-    from repdiag.cifar.views import eval_transform, to_chw_tensor, view_transform
+    from repdiag.cifar.train import TrainSettings, train_simclr
+    from repdiag.cifar.views import to_chw_tensor, view_transform
 
     start = time.monotonic()
     seed = int(params["seed"])
@@ -173,7 +172,7 @@ def run_simclr_probe(
         n_train=data_params["n_train"],
         n_test=data_params["n_test"],
     )
-    train_images, test_images = to_chw_tensor(data.train.images), to_chw_tensor(data.test.images)
+    images = {"train": to_chw_tensor(data.train.images), "test": to_chw_tensor(data.test.images)}
     torch.manual_seed(seed)
     model = build_simclr_model(
         params["architecture"],
@@ -196,29 +195,9 @@ def run_simclr_probe(
     view = view_transform(params["regime"], params["augment"], data.image_size, mean, std)
     settings = TrainSettings(**params["train"])
     trained = train_simclr(
-        model, train_images, view, settings, seed=seed, device=device, workers=workers
+        model, images["train"], view, settings, seed=seed, device=device, workers=workers
     )
-    probe_start = time.monotonic()
-    features = {
-        split: extract_features(
-            model.encoder,
-            images,
-            eval_transform(mean, std),
-            device=device,
-            batch_size=params["probe"]["batch_size"],
-        )
-        for split, images in (("train", train_images), ("test", test_images))
-    }
-    feature_wall = time.monotonic() - probe_start
-    probe = linear_probe(
-        features["train"],
-        data.train.labels,
-        features["test"],
-        data.test.labels,
-        C=params["probe"]["C"],
-        max_iter=params["probe"]["max_iter"],
-        standardize=params["probe"]["standardize"],
-    )
+    probe, feature_dim, feature_wall = _probe(params, model, images, data, device)
     log.info(
         "%s: probe accuracy %.4f (train %.4f, chance %.3f), final loss %.4f",
         params["run"],
@@ -234,27 +213,14 @@ def run_simclr_probe(
         "regime_label": REGIMES.get(params["regime"]).label,
         "seed": seed,
         "accuracy": probe.accuracy,
-        "data": {
-            "root": str(data.root),
-            "layout": data.layout,
-            "n_train": len(data.train),
-            "n_test": len(data.test),
-            "n_classes": len(data.classes),
-            "image_size": data.image_size,
-        },
+        "data": _data_record(data),
         "model": {
-            "feature_dim": int(features["train"].shape[1]),
+            "feature_dim": feature_dim,
             "encoder_parameters": parameter_count(model.encoder),
             "head_parameters": parameter_count(model.head),
         },
         "train": {
-            "steps": trained.steps,
-            "epochs": trained.epochs,
-            "initial_loss": trained.initial_loss,
-            "final_loss": trained.final_loss,
-            "wall_time_s": trained.wall_time_s,
-            "steps_per_s": trained.steps_per_s,
-            "images_per_s": trained.images_per_s,
+            **_train_record(trained),
             "device": str(device),
             "loader_workers": workers,
             "threads": torch.get_num_threads(),
@@ -264,3 +230,61 @@ def run_simclr_probe(
         "params": dict(params),
     }
     return record, trained.curve
+
+
+def _data_record(data: Any) -> dict[str, Any]:
+    """Where a run's images came from and how many."""
+    return {
+        "root": str(data.root),
+        "layout": data.layout,
+        "n_train": len(data.train),
+        "n_test": len(data.test),
+        "n_classes": len(data.classes),
+        "image_size": data.image_size,
+    }
+
+
+def _probe(
+    params: Mapping[str, Any], model: Any, images: Mapping[str, Any], data: Any, device: str
+) -> tuple[Any, int, float]:
+    """The linear probe on frozen features: (its result, feature width, feature wall time s)."""
+    from repdiag.cifar.probe import linear_probe
+    from repdiag.cifar.train import extract_features
+    from repdiag.cifar.views import eval_transform
+
+    start = time.monotonic()
+    mean, std = params["normalize"]["mean"], params["normalize"]["std"]
+    features = {
+        split: extract_features(
+            model.encoder,
+            images[split],
+            eval_transform(mean, std),
+            device=device,
+            batch_size=params["probe"]["batch_size"],
+        )
+        for split in ("train", "test")
+    }
+    feature_wall = time.monotonic() - start
+    probe = linear_probe(
+        features["train"],
+        data.train.labels,
+        features["test"],
+        data.test.labels,
+        C=params["probe"]["C"],
+        max_iter=params["probe"]["max_iter"],
+        standardize=params["probe"]["standardize"],
+    )
+    return probe, int(features["train"].shape[1]), feature_wall
+
+
+def _train_record(trained: Any) -> dict[str, Any]:
+    """The training half of a run's record: steps, losses and speed."""
+    return {
+        "steps": trained.steps,
+        "epochs": trained.epochs,
+        "initial_loss": trained.initial_loss,
+        "final_loss": trained.final_loss,
+        "wall_time_s": trained.wall_time_s,
+        "steps_per_s": trained.steps_per_s,
+        "images_per_s": trained.images_per_s,
+    }

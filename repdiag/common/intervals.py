@@ -11,6 +11,8 @@ import scipy.stats as sps
 from scipy.special import ndtri
 
 NAN = math.nan
+WILSON = "wilson"
+"""The name tables record (``ci_method``) for an interval of :func:`wilson_interval`."""
 
 
 def wilson_interval(hits: float, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -1,4 +1,5 @@
-"""One way to write a table: CSV, atomically, NaN as an empty cell; markdown, NaN as n/a."""
+"""One way to write a table: CSV, atomically, NaN as an empty cell; markdown, NaN as n/a; and
+one way to read such a CSV back."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from repdiag.core.errors import StoreError
 from repdiag.core.store import atomic_path
 
 
@@ -18,6 +20,22 @@ def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = 
     """
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, na_rep="", float_format=float_format)
+
+
+TEXT_COLUMNS = ("note", "run_text", "paper_text", "controls")
+"""Columns read back as text, an empty cell as "" (not NaN)."""
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a table written by :func:`write_csv`; a missing file names the rule to rerun."""
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(f"table {path} does not exist: run the workflow rule that produces it")
+    frame = pd.read_csv(path)
+    for column in TEXT_COLUMNS:
+        if column in frame:
+            frame[column] = frame[column].astype(object).fillna("").astype(str)
+    return frame
 
 
 def format_number(value: Any, spec: str = ".3f") -> str:

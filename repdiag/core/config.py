@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
-import importlib
 import json
 import math
 import re
@@ -15,67 +14,10 @@ from typing import Any
 
 import yaml
 
+from repdiag.core.checks import resolve, semantic_checks
 from repdiag.core.errors import ConfigError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
-
-# Checks across keys that JSON schema cannot state (e.g. more candidates than arrangements). Each
-# study lists its own in its package's ``CONFIG_CHECKS`` ("module:function", each taking the whole
-# config and raising ConfigError naming the key); they run package by package in this order.
-CHECKED_PACKAGES: tuple[str, ...] = (
-    "repdiag.encoders",
-    "repdiag.binding",
-    "repdiag.alignment",
-    "repdiag.identifiability",
-    "repdiag.cifar",
-    "repdiag.sugarcrepe",
-)
-
-
-def semantic_checks() -> tuple[str, ...]:
-    """Every study's registered cross-key checks, as ``"module:function"`` references."""
-    return tuple(
-        reference
-        for package in CHECKED_PACKAGES
-        for reference in importlib.import_module(package).CONFIG_CHECKS
-    )
-
-
-# Checks that import torch or read local files, too slow or too strict for every parse of the
-# workflow (a dry run plans a config whose weights live on another machine). Each package of
-# CHECKED_PACKAGES may list ``BUILD_CHECKS`` (architectures built on the meta device: nothing read
-# or downloaded) and ``WEIGHTS_CHECKS`` (weights files, hub folders, library caches), each a
-# "module:function" taking the config and the keys of the models with jobs to run (None: all).
-# `repdiag validate` runs them (the weights checks unless --no-weights); a real run's ``onstart``
-# (rules/common.smk) runs both on the models with jobs, before the first job starts.
-RUN_CHECK_KINDS: tuple[str, ...] = ("WEIGHTS_CHECKS", "BUILD_CHECKS")
-
-
-def run_checks(*, build: bool = True, weights: bool = True) -> tuple[str, ...]:
-    """Every package's registered pre-run checks, weights checks first (they are the cheap ones)."""
-    kinds = [kind for kind, on in zip(RUN_CHECK_KINDS, (weights, build), strict=True) if on]
-    return tuple(
-        reference
-        for kind in kinds
-        for package in CHECKED_PACKAGES
-        for reference in getattr(importlib.import_module(package), kind, ())
-    )
-
-
-def check_before_run(
-    config: Mapping[str, Any],
-    models: Iterable[str] | None = None,
-    *,
-    build: bool = True,
-    weights: bool = True,
-) -> None:
-    """Run the pre-run checks (:func:`run_checks`) on ``models`` (default: every model) of a
-    validated config; each raises a :class:`~repdiag.core.errors.RepdiagError` naming the key."""
-    models = None if models is None else set(models)
-    for target in run_checks(build=build, weights=weights):
-        module_name, func_name = target.split(":")
-        getattr(importlib.import_module(module_name), func_name)(config, models)
-
 
 # libyaml's parser where PyYAML was built with it: a config.yaml parses 6x faster (0.05 s), and
 # every Snakemake call of the workflow parses its config files twice.
@@ -423,11 +365,12 @@ def check_numbers(config: Mapping[str, Any]) -> None:
 
 
 def check_config(config: Mapping[str, Any]) -> None:
-    """Run the semantic checks; call after JSON-schema validation (the Snakefile does both)."""
+    """Run the semantic checks: the numbers (:func:`check_numbers`), then every registered
+    package's cross-key checks (:func:`repdiag.core.checks.semantic_checks`). Call after
+    JSON-schema validation (the Snakefile does both)."""
     check_numbers(config)
-    for target in semantic_checks():
-        module_name, func_name = target.split(":")
-        getattr(importlib.import_module(module_name), func_name)(config)
+    for reference in semantic_checks():
+        resolve(reference)(config)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

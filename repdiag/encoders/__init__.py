@@ -1,5 +1,6 @@
 """Encoders: one registry of sources (timm, open_clip, torchvision, hub, checkpoint, zoo, python),
-per-layer taps, and embedding extraction.
+per-layer taps, embedding extraction, and the Jacobian spectra of the taps with their cost planner
+(:mod:`repdiag.encoders.jacobian`).
 
 Public API::
 
@@ -17,7 +18,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from repdiag.encoders.registry import SOURCES, Encoder, build_encoder
+    from repdiag.encoders.registry import Encoder, build_encoder
+    from repdiag.encoders.sources import SOURCES
     from repdiag.encoders.taps import layer_outputs
 
 __all__ = ["SOURCES", "Encoder", "build_encoder", "layer_outputs"]
@@ -26,6 +28,7 @@ CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.encoders.entries:check_models",
     "repdiag.encoders.entries:check_embeddings_config",
     "repdiag.encoders.zoo.spec:check_zoo_config",
+    "repdiag.encoders.jacobian.options:check_jacobians_config",
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 
@@ -36,7 +39,7 @@ WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.registry:check_weights_avai
 """Pre-run checks of weights files, hub folders and library caches (core.config.check_before_run)."""
 
 _WHERE = {
-    "SOURCES": "repdiag.encoders.registry",
+    "SOURCES": "repdiag.encoders.sources",
     "Encoder": "repdiag.encoders.registry",
     "build_encoder": "repdiag.encoders.registry",
     "layer_outputs": "repdiag.encoders.taps",

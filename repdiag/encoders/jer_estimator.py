@@ -12,7 +12,7 @@ so the participation ratio of the eigenvalues of J^T J,
 is estimated from m probes by (mean_i ||J v_i||^2)^2 / mean_i ||J^T J v_i||^2: one
 Jacobian-vector product (two reverse passes, the double-backward trick) and one
 vector-Jacobian product per probe, all probes in one batched pass. It is the engine's ``pr2`` formula
-(:func:`repdiag.binding.jacobian.jer`), a ratio of consistent estimates (biased for small m,
+(:func:`repdiag.encoders.jacobian.jer.jer`), a ratio of consistent estimates (biased for small m,
 exact as m grows). The paper's JER is the singular-value ratio ``pr`` = (sum s)^2 / sum s^2;
 the two move together (both count how many directions carry the map), and the workflow's own
 engine, not this estimate, measures the JER an intervention produced.

@@ -33,6 +33,11 @@ import torch
 from torch import nn
 
 from repdiag.core.errors import EncoderError
+from repdiag.encoders.vit_shortcuts import (
+    cls_pooled_forward,
+    is_plain_timm_vit_block,
+    timm_vit_derived,
+)
 
 POOLINGS = ("cls", "mean")
 
@@ -187,78 +192,6 @@ def _final_is_last_stage_mean(model: nn.Module, last_stage: nn.Module) -> bool:
     )
 
 
-def _is_plain_timm_vit_block(block: nn.Module) -> bool:
-    """timm's own ViT ``Block`` with its own ``Attention`` (the forward ``cls_token_block`` mirrors)."""
-    from timm.models import vision_transformer as vit
-
-    attn = getattr(block, "attn", None)
-    return (
-        type(block) is vit.Block
-        and type(attn) is vit.Attention
-        and isinstance(attn.qkv, nn.Linear)
-        and not attn.qkv.weight.shape[0] % 3
-    )
-
-
-def cls_token_block(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``block(x)[:, 0]`` for a timm ViT block in eval mode, computing only the class-token rows.
-
-    The class token's output needs the keys and values of every token but the query, attention
-    output, projection and MLP of token 0 only: about 1/5 of the block's FLOPs at 65 tokens, and
-    the backward pass shrinks alike. Same maths as ``Block.forward``/``Attention.forward`` (timm 1.0).
-    """
-    attn = block.attn
-    batch, tokens = x.shape[:2]
-    h = block.norm1(x)
-    weight, bias = attn.qkv.weight, attn.qkv.bias
-    dim = weight.shape[0] // 3
-    q_bias, kv_bias = (None, None) if bias is None else (bias[:dim], bias[dim:])
-    q = nn.functional.linear(h[:, :1], weight[:dim], q_bias)
-    kv = nn.functional.linear(h, weight[dim:], kv_bias)
-    q = q.reshape(batch, 1, attn.num_heads, attn.head_dim).transpose(1, 2)
-    k, v = kv.reshape(batch, tokens, 2, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-    q, k = attn.q_norm(q), attn.k_norm(k)
-    out = nn.functional.scaled_dot_product_attention(q, k, v)
-    out = attn.norm(out.transpose(1, 2).reshape(batch, 1, dim))
-    if getattr(attn, "gate", None) is not None:
-        out = out * attn.gate(h[:, :1]).sigmoid()
-    y = x[:, :1] + block.drop_path1(block.ls1(attn.proj_drop(attn.proj(out))))
-    y = y + block.drop_path2(block.ls2(block.mlp(block.norm2(y))))
-    return y[:, 0]
-
-
-def _cls_pooled_forward(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    if block.training or x.ndim != 3:  # dropout/drop-path draws would differ: run the block
-        return block.forward(x)[:, 0]  # .forward: not through this pre-hook again
-    return cls_token_block(block, x)
-
-
-def _timm_vit_derived(model: nn.Module, last_block: str, has_head: bool) -> dict:
-    """``final`` (and a linear ``head``) as functions of the last block's class token, when exact:
-    timm's own ``VisionTransformer`` (subclasses such as DeiT-distilled pool other tokens too)
-    pooling the class token, a per-token final norm and no attention pooling. The block taps
-    must pool the class token too (the caller's ``pooling == "cls"``)."""
-    from timm.models import vision_transformer as vit
-
-    exact = (
-        type(model) is vit.VisionTransformer
-        and model.global_pool == "token"
-        and model.attn_pool is None
-        and isinstance(model.norm, nn.LayerNorm | nn.Identity)
-    )
-    if not exact:
-        return {}
-    derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
-        "final": (
-            last_block,
-            lambda cls: model.forward_head(model.norm(cls[:, None]), pre_logits=True),
-        )
-    }
-    if has_head and isinstance(model.head, nn.Linear):
-        derived["head"] = ("final", model.head)
-    return derived
-
-
 def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
     derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {}
     has_head = int(getattr(model, "num_classes", 0) or 0) > 0
@@ -267,13 +200,13 @@ def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
         _check_cls(pooling, has_cls, f"timm model {type(model).__name__}")
         pool = _pooler(pooling, int(model.num_prefix_tokens))
         modules = list(model.blocks)
-        shortcut = pooling == "cls" and all(_is_plain_timm_vit_block(m) for m in modules)
+        shortcut = pooling == "cls" and all(is_plain_timm_vit_block(m) for m in modules)
         blocks = [
-            BlockTap(n, m, pool, _cls_pooled_forward if shortcut else None)
+            BlockTap(n, m, pool, cls_pooled_forward if shortcut else None)
             for n, m in zip(_block_names("block", len(modules)), modules, strict=True)
         ]
         if shortcut and blocks:
-            derived = _timm_vit_derived(model, blocks[-1].name, has_head)
+            derived = timm_vit_derived(model, blocks[-1].name, has_head)
     else:
         channels_last = getattr(model, "output_fmt", "NCHW") == "NHWC"
         pool = _pooler(pooling, 0, channels_last=channels_last)

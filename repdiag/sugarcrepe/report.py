@@ -2,10 +2,11 @@
 zero-shot accuracy, the join into the models table, and the figure (no torch: analysis rules).
 
 The binding paper's natural-image check: within the CLIP family, the Jacobian effective rank
-(JER, read from ``results/jacobians/<model>.zarr`` exactly as the statistics stage reads it:
-``stats.jer_formula`` at ``stats.jer_at`` over ``stats.probe_set``) predicts SugarCrepe accuracy
-even after controlling for zero-shot accuracy. The partial correlation is
-``repdiag.binding.stats.partial_correlation``: r = corr(x - P_Z x, y - P_Z y), with Z = [1, zero-shot].
+(JER) predicts SugarCrepe accuracy even after controlling for zero-shot accuracy. Each model's JER
+is given (the workflow reads it from ``results/jacobians/<model>.zarr`` as the binding study's
+statistics stage does: ``stats.jer_formula`` at ``stats.jer_at`` over ``stats.probe_set``). The
+partial correlation is ``repdiag.common.statistics.partial_correlation``:
+r = corr(x - P_Z x, y - P_Z y), with Z = [1, zero-shot].
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding import stats
-from repdiag.binding.report import depth_table, jer_columns, read_jacobians
-from repdiag.binding.stats_options import StatsSettings
+from repdiag.common import statistics as stats
 from repdiag.common.figures import OKABE_ITO
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json
@@ -58,13 +57,6 @@ def read_result(path: str | Path) -> dict[str, Any]:
             f"{path} lacks {missing}: it was not written by sugarcrepe_score; rerun it"
         )
     return data
-
-
-def model_jer(path: str | Path, model: str, family: str, settings: StatsSettings) -> float:
-    """The model's headline JER (``settings.jer_column``) from its Jacobian store."""
-    ds = read_jacobians(path, settings.jer_formula)
-    profile = depth_table(ds, model, family, path=path, confidence=settings.confidence)
-    return jer_columns(profile, "final", settings.probe_set)[settings.jer_column]
 
 
 def _number(value: Any) -> float:
@@ -134,14 +126,16 @@ def wide(table: pd.DataFrame, category: str) -> pd.DataFrame:
     )
 
 
-def partial_correlations(table: pd.DataFrame, settings: StatsSettings) -> pd.DataFrame:
-    """Per target: r(JER, accuracy) (no control) and the partial r given zero-shot accuracy."""
+def partial_correlations(table: pd.DataFrame, **options: Any) -> pd.DataFrame:
+    """Per target: r(JER, accuracy) (no control) and the partial r given zero-shot accuracy.
+
+    ``options``: the bootstrap and minimum-size options of
+    :func:`repdiag.common.statistics.partial_table` (``n_boot``, ``seed``, ``confidence``,
+    ``min_models``)."""
     frames = []
     for category in targets(table):
         models = wide(table, category)
-        part = stats.partial_table(
-            models, "jer", "accuracy", [[], [ZERO_SHOT]], **settings.options()
-        )
+        part = stats.partial_table(models, "jer", "accuracy", [[], [ZERO_SHOT]], **options)
         if models[ZERO_SHOT].isna().all():
             part.loc[part["controls"] == ZERO_SHOT, "note"] = (
                 "no zero-shot accuracy: set sugarcrepe.zero_shot.folder or "

@@ -6,7 +6,7 @@ negative. With unit embeddings f(image) and g(text), an example is correct when
     cos(f(I), g(T+)) > cos(f(I), g(T-))        (strict: a tie counts as wrong)
 
 and a category's accuracy is the fraction of its examples that are correct, with the Wilson 95%
-interval (:func:`repdiag.binding.metrics.readouts.wilson_interval`). ``overall`` pools every example;
+interval (:func:`repdiag.common.intervals.wilson_interval`). ``overall`` pools every example;
 ``macro`` is the mean of the category accuracies, with the normal interval of a mean of
 independent proportions, sqrt(sum_k p_k (1 - p_k) / n_k) / K.
 
@@ -15,7 +15,7 @@ of its prompts (``templates`` filled with the class name); an image is classifie
 highest cosine similarity; top-1 accuracy with the Wilson interval.
 
 Image-text models: ``source: open_clip`` entries are built whole (image and text towers) from the
-same fields as :mod:`repdiag.encoders.registry` (``id``, ``pretrained``, ``kwargs``,
+same fields as :mod:`repdiag.encoders.sources` (``id``, ``pretrained``, ``kwargs``,
 ``preprocess``), with open_clip's own tokenizer and evaluation transform; ``source: python`` entries
 must return a module with ``encode_image(x)``, ``encode_text(tokens)`` and ``tokenize(texts)``.
 """
@@ -35,8 +35,7 @@ import torch.nn.functional as F
 from scipy.special import ndtri
 from torch import nn
 
-from repdiag.binding.metrics.readouts import CI_METHOD
-from repdiag.common.intervals import wilson_interval
+from repdiag.common.intervals import WILSON, wilson_interval
 from repdiag.core.errors import ConfigError, EncoderError
 from repdiag.core.runtime import Progress
 from repdiag.encoders.preprocess import Preprocess, from_open_clip
@@ -113,7 +112,7 @@ def _open_clip_model(key: str, entry: Mapping[str, Any], seed: int) -> ImageText
     """The whole open_clip model (both towers), as the encoder registry builds its image tower."""
     import open_clip
 
-    from repdiag.encoders.registry import create_open_clip, resolve_open_clip_pretrained
+    from repdiag.encoders.sources.open_clip import create_open_clip, resolve_open_clip_pretrained
 
     name, kwargs = str(entry["id"]), dict(entry.get("kwargs") or {})
     if name not in open_clip.list_models():
@@ -145,9 +144,9 @@ def _open_clip_model(key: str, entry: Mapping[str, Any], seed: int) -> ImageText
 
 def _python_model(key: str, entry: Mapping[str, Any]) -> ImageTextModel:
     """A ``package.module:callable`` module exposing ``encode_image``, ``encode_text``, ``tokenize``."""
-    from repdiag.encoders.registry import SOURCES
+    from repdiag.encoders.sources import SOURCES, BuildOptions
 
-    built = SOURCES.get("python")(key, entry, Path("results/zoo"))
+    built = SOURCES.get("python")(key, entry, BuildOptions(Path("results/zoo")))
     model = built.model
     lacking = [
         name
@@ -278,7 +277,7 @@ def proportion(hits: int, n: int, confidence: float = 0.95) -> dict[str, Any]:
         "ci_high": high,
         "n": int(n),
         "hits": int(hits),
-        "ci_method": CI_METHOD,
+        "ci_method": WILSON,
     }
 
 

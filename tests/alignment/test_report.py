@@ -130,11 +130,12 @@ def test_anchoring_match_needs_every_seed_within_the_margin():
 
 
 def test_cycle_proxy_is_judged_by_the_rank_correlation_interval():
-    from repdiag.alignment.report import spearman_interval
+    from repdiag.alignment.report import BOOTSTRAP
+    from repdiag.common.statistics import correlation
 
     x = np.linspace(0, 1, 40)
-    rho, low, _ = spearman_interval(x, x)
-    assert rho == pytest.approx(1.0) and low == pytest.approx(1.0)
+    rank = correlation(x, x, n_boot=BOOTSTRAP, seed=0, min_models=3)
+    assert rank.spearman_rho == pytest.approx(1.0) and rank.spearman_ci_low == pytest.approx(1.0)
     faithful = [
         fake_record("usae", 0.01, seed, cycle_r2=v, tr_intervention=v, cont_intervention=0.5)
         for seed, v in enumerate(np.linspace(0.1, 0.9, 30))

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from repdiag.binding.analysis.depth import depth_table
+from repdiag.binding.stats_options import StatsSettings
 from repdiag.core.store import write_json, write_store
 
 FAMILIES = (
@@ -28,6 +30,8 @@ FAMILIES = (
     "vision_language",
     "supervised",
 )
+SETTINGS = StatsSettings(n_bootstrap=200, covariates=("zero_shot_accuracy",))
+"""The analysis settings of the binding tests: few resamples, one covariate."""
 LAYERS = ("block00", "block01", "block02", "block03", "final")
 K_VALUES = (5, 10, 20)
 
@@ -182,3 +186,18 @@ def model_paths(root: Path, models: Mapping[str, Any]) -> tuple[dict[str, Path],
     metrics = {key: root / "results" / "metrics" / f"{key}.json" for key in models}
     jacobians = {key: root / "results" / "jacobians" / f"{key}.zarr" for key in models}
     return metrics, jacobians
+
+
+def depth_profile(per_image: np.ndarray) -> pd.DataFrame:
+    """The depth table of one model from per-image JER (layer, image), as aggregate builds it."""
+    n_layers, n_images = per_image.shape
+    ds = xr.Dataset(
+        {"jer_pr": (("layer", "image"), per_image)},
+        coords={
+            "layer": [f"block{i:02d}" for i in range(n_layers)],
+            "image": [f"query/q{i:05d}" for i in range(n_images)],
+            "probe_set": ("image", ["binding"] * n_images),
+        },
+    )
+    depth = depth_table(ds, "m", "vision_language")
+    return depth[(depth.formula == "pr") & (depth.probe_set == "binding")]

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from repdiag.binding.controls import CONTROLS, build_control
-from repdiag.binding.dataset import BindingParams, image_sets, render_binding_dataset
+from repdiag.binding.dataset import BindingParams, render_binding_dataset
 from repdiag.binding.metrics.model_metrics import compute_model_metrics
+from repdiag.binding.store import image_sets
 from repdiag.core.errors import RegistryError
 from repdiag.core.store import write_store
 from repdiag.encoders import build_encoder

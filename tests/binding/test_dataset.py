@@ -17,13 +17,10 @@ from repdiag.binding.dataset import (
     BindingParams,
     check_binding_config,
     chunk_encoding,
-    contact_sheet,
-    image_sets,
     matching_layout,
     n_arrangements,
     pair_layout,
     render_binding_dataset,
-    slot_attributes,
 )
 from repdiag.common.render import Jitter, slot_cell
 from repdiag.core.config import fill_defaults, semantic_checks
@@ -299,43 +296,7 @@ def test_changing_only_n_pairs_keeps_the_matching_task() -> None:
         np.testing.assert_array_equal(base[name].values, more[name].values)
 
 
-# --- image sets, store, contact sheet -----------------------------------------------------------
-
-
-def test_image_sets_flatten_in_the_documented_order() -> None:
-    ds = render_binding_dataset(dataclasses.replace(SMALL, n_queries=4, n_pairs=6))
-    sets = image_sets(ds)
-    ids, images = sets["candidate"]
-    assert images.shape == (4 * 8, 32, 32, 3) and images.dtype == np.uint8
-    k = list(ids).index("candidate/q00003/c5")
-    assert k == 3 * 8 + 5
-    np.testing.assert_array_equal(images[k], ds["candidate_image"].values[3, 5])
-    ids, images = sets["pair"]
-    k = list(ids).index("pair/p00004/m1")
-    assert k == 4 * 2 + 1
-    np.testing.assert_array_equal(images[k], ds["pair_image"].values[4, 1])
-    ids, images = sets["query"]
-    assert list(ids) == ["query/q00000", "query/q00001", "query/q00002", "query/q00003"]
-    np.testing.assert_array_equal(images, ds["query_image"].values)
-
-
-def test_slot_attributes_are_the_recorded_shape_of_every_slot_of_every_image() -> None:
-    ds = render_binding_dataset(dataclasses.replace(SMALL, n_queries=4, n_pairs=6))
-    ids, names, indicators = slot_attributes(ds)
-    sets = image_sets(ds)
-    np.testing.assert_array_equal(ids, np.concatenate([sets[s][0] for s in sets]))
-    slots, shapes = ds["slot"].values.astype(str), ds["shape_name"].values.astype(str)
-    assert names[: len(shapes)] == [f"{slots[0]}={shape}" for shape in shapes]
-    assert indicators.shape == (len(ids), len(slots) * len(shapes))
-    row = list(ids).index("candidate/q00003/c5")
-    recorded = ds["candidate_shape"].values[3, 5]
-    for slot, shape in enumerate(recorded):
-        block = indicators[row, slot * len(shapes) : (slot + 1) * len(shapes)]
-        assert block.sum() == (shape >= 0) and (shape < 0 or block[shape] == 1)
-    row = list(ids).index("pair/p00004/m1")
-    expected = ds["pair_shape"].values[4, 1]
-    got = indicators[row].reshape(len(slots), len(shapes)).argmax(1)
-    np.testing.assert_array_equal(got[expected >= 0], expected[expected >= 0])
+# --- the store -----------------------------------------------------------
 
 
 def test_store_round_trip_with_provenance(tmp_path: Path) -> None:
@@ -358,21 +319,6 @@ def test_store_round_trip_with_provenance(tmp_path: Path) -> None:
         np.testing.assert_array_equal(back[name].values, ds[name].values)
     assert back.attrs["provenance"]["config"] == params.to_config()
     assert back.attrs["provenance"]["seed"] == params.seed
-
-
-def test_contact_sheet_is_a_png_with_the_correct_candidates_framed(tmp_path: Path) -> None:
-    import matplotlib.image
-
-    ds = render_binding_dataset(dataclasses.replace(SMALL, n_queries=3, n_pairs=8))
-    path = tmp_path / "sheet.png"
-    contact_sheet(ds, path, n_queries=3)
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    pixels = (matplotlib.image.imread(path)[..., :3] * 255).round().astype(int)
-    frame = np.all(np.abs(pixels - np.array([0, 158, 115])) <= 2, axis=-1)  # the green frame
-    assert frame.sum() > 100
-    pair_frame = np.all(np.abs(pixels - np.array([213, 94, 0])) <= 2, axis=-1)  # different pairs
-    assert pair_frame.sum() > 100
-    assert list(tmp_path.iterdir()) == [path]
 
 
 # --- config checks ------------------------------------------------------------------------------

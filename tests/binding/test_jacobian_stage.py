@@ -1,4 +1,4 @@
-"""Jacobian stage: probe sets, the spectra store, the depth profile, config checks."""
+"""Jacobian stage: probe sets, the depth profile, running the stage into its store and JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 from scipy import stats
 from torch import nn
 
-from repdiag.binding.jacobian import Spectra, jer
 from repdiag.binding.jacobian_stage import (
     Probes,
     depth_drops,
@@ -19,13 +18,15 @@ from repdiag.binding.jacobian_stage import (
     mean_ci,
     noise_images,
     run_stage,
-    spectra_dataset,
     summary,
 )
 from repdiag.core.config import fill_defaults
 from repdiag.core.errors import ConfigError
 from repdiag.core.store import open_store, read_json
+from repdiag.encoders.jacobian.jer import jer
+from repdiag.encoders.jacobian.store import spectra_dataset
 from repdiag.encoders.preprocess import Preprocess
+from tests.encoders.jacobian.models import fake_spectra
 
 torch.set_num_threads(1)
 
@@ -39,18 +40,6 @@ def _write_pngs(folder, count):
         Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(
             folder / f"img{i}.png"
         )
-
-
-def _fake_spectra() -> Spectra:
-    spectra = Spectra(
-        block00=torch.tensor(
-            [[3.0, 2.0, 1.0], [1.0, 1.0, 0.0], [2.0, 2.0, 2.0]], dtype=torch.float64
-        ),
-        head=torch.tensor([[4.0, 3.0, 1.0, 0.5], [2.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]),
-    )
-    spectra.methods = {"block00": "exact", "head": "randomized"}
-    spectra.d_out, spectra.d_in = {"block00": 3, "head": 9}, 48
-    return spectra
 
 
 def test_noise_images_are_seeded_gaussian_pixels():
@@ -93,33 +82,6 @@ def test_load_probes_errors_name_the_key(tmp_path):
         load_probes({"binding": {"n": 0}, "noise": {"n": 0}}, preprocess)
 
 
-def test_spectra_dataset_pads_top_k_keeps_full_exact_spectra_and_round_trips(tmp_path):
-    ids = ["query/q00000", "noise/n00000", "noise/n00001"]
-    ds = spectra_dataset(
-        _fake_spectra(), ids, ["binding", "noise", "noise"], k=2, formulas=["pr", "entropy"]
-    )
-    assert ds["singular_values"].dims == ("layer", "image", "rank")
-    np.testing.assert_array_equal(
-        ds["singular_values"].sel(layer="block00").values, [[3, 2], [1, 1], [2, 2]]
-    )
-    np.testing.assert_allclose(
-        ds["jer_pr"].sel(layer="head").values, [49 / 25, 9 / 5, 1.0], rtol=1e-6
-    )
-    np.testing.assert_allclose(
-        ds["jer_entropy"].values, jer(ds["singular_values"].values, "entropy").numpy(), rtol=1e-6
-    )
-    np.testing.assert_array_equal(ds["n_singular"].values, [3, 0])
-    np.testing.assert_array_equal(ds["singular_values_full"].sel(layer="head").values, 0)
-    assert ds.attrs["methods"] == {"block00": "exact", "head": "randomized"} and ds.attrs["k"] == 2
-
-    from repdiag.core.store import write_store
-
-    write_store(tmp_path / "m.zarr", ds)
-    back = open_store(tmp_path / "m.zarr", required=["singular_values", "jer_pr"])
-    assert list(back["probe_set"].values) == ["binding", "noise", "noise"]
-    assert list(back["image"].values) == ids and back.attrs["d_out"] == {"block00": 3, "head": 9}
-
-
 def test_mean_ci_is_the_student_t_interval():
     values = np.array([1.0, 2.5, 2.0, 4.0, 3.5])
     low, high = stats.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=stats.sem(values))
@@ -137,7 +99,7 @@ def test_mean_ci_is_the_student_t_interval():
 
 def test_depth_profile_summarises_each_layer_probe_set_and_formula():
     ds = spectra_dataset(
-        _fake_spectra(), ["a", "b", "c"], ["binding", "noise", "noise"], k=3, formulas=["pr", "pr2"]
+        fake_spectra(), ["a", "b", "c"], ["binding", "noise", "noise"], k=3, formulas=["pr", "pr2"]
     )
     ds.attrs.update(
         {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
@@ -9,8 +11,9 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from repdiag.binding import plots
-from repdiag.binding.stats import pearson
+from repdiag.binding.dataset import BindingParams, render_binding_dataset
 from repdiag.common.figures import DPI, family_colour, save_figure
+from repdiag.common.statistics import pearson
 
 FAMILIES = [
     "variance_decorrelation",
@@ -166,3 +169,20 @@ def test_readout_figure(synthetic, tmp_path):
     assert labels == ["chance (0.125)", "cosine", "kNN", "local PCA"]
     assert ax.get_ylabel() == "binding accuracy (fraction correct)"
     save_and_check(fig, tmp_path, "readouts")
+
+
+def test_contact_sheet_is_a_png_with_the_correct_candidates_framed(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    ds = render_binding_dataset(
+        BindingParams(image_size=32, n_queries=3, n_candidates=8, n_pairs=8)
+    )
+    path = tmp_path / "sheet.png"
+    plots.contact_sheet(ds, path, n_queries=3)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = (matplotlib.image.imread(path)[..., :3] * 255).round().astype(int)
+    frame = np.all(np.abs(pixels - np.array([0, 158, 115])) <= 2, axis=-1)  # the green frame
+    assert frame.sum() > 100
+    pair_frame = np.all(np.abs(pixels - np.array([213, 94, 0])) <= 2, axis=-1)  # different pairs
+    assert pair_frame.sum() > 100
+    assert list(tmp_path.iterdir()) == [path]

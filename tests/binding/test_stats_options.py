@@ -40,3 +40,9 @@ def test_stats_settings_defaults_are_the_schemas():
         k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k != "seed"
     }
     assert StatsSettings.from_config({}, global_seed=7) == StatsSettings(seed=7)
+
+
+def test_the_library_default_of_min_models_is_the_settings_default():
+    from repdiag.common.statistics import DEFAULT_MIN_MODELS
+
+    assert StatsSettings().min_models == DEFAULT_MIN_MODELS

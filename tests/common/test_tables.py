@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repdiag.common.tables import write_csv
+from repdiag.common.tables import read_table, write_csv
+from repdiag.core.errors import StoreError
 
 
 def test_round_trip_with_nan_as_an_empty_cell(tmp_path):
@@ -60,3 +61,20 @@ def test_markdown_table_formats_numbers_and_escapes_pipes():
     ]
     assert format_number(math.inf) == "n/a" and format_number("text") == "text"
     assert format_number(2.5, ".0f") == "2"
+
+
+def test_read_table_reads_text_columns_as_text_and_names_a_missing_table(tmp_path):
+    frame = pd.DataFrame(
+        {
+            "metric": ["jer", "g_iso"],
+            "r": [0.5, math.nan],
+            "note": ["", "too few"],
+            "controls": ["", "zs"],
+        }
+    )
+    write_csv(frame, tmp_path / "t.csv")
+    back = read_table(tmp_path / "t.csv")
+    assert back["note"].tolist() == ["", "too few"] and back["controls"].tolist() == ["", "zs"]
+    assert back["r"].iloc[0] == 0.5 and math.isnan(back["r"].iloc[1])
+    with pytest.raises(StoreError, match=r"none\.csv does not exist: run the workflow rule"):
+        read_table(tmp_path / "none.csv")

@@ -179,39 +179,3 @@ def test_an_unknown_key_gets_did_you_mean(tmp_path) -> None:
     assert "allowed: alignment, binding_causal" in str(error.value) and str(path) in str(
         error.value
     )
-
-
-def test_pre_run_checks_are_registered_by_package_weights_first() -> None:
-    """Checks that import torch or read local files run before a real run's first job and in
-    `repdiag validate`, not on every parse (issue 36, cases 10 and 14)."""
-    import importlib
-
-    from repdiag.core.cli import resolve
-    from repdiag.core.config import CHECKED_PACKAGES, run_checks
-
-    every = run_checks()
-    assert every[0] == "repdiag.encoders.registry:check_weights_available"
-    assert "repdiag.encoders.zoo.prerun:check_zoo_backbones" in every
-    assert "repdiag.binding.prerun:check_jacobian_layers" in every
-    assert run_checks(weights=False) == every[1:]
-    assert run_checks(build=False) == every[:1]
-    for reference in every:
-        assert callable(resolve(reference)), reference
-    for package in CHECKED_PACKAGES:
-        module = importlib.import_module(package)
-        for kind in ("BUILD_CHECKS", "WEIGHTS_CHECKS"):
-            for reference in getattr(module, kind, ()):
-                assert reference.startswith(package + "."), reference
-
-
-def test_check_before_run_passes_the_models_with_jobs(monkeypatch) -> None:
-    import repdiag.encoders
-    from repdiag.core import config as config_module
-
-    seen = []
-    monkeypatch.setattr(config_module, "run_checks", lambda **kinds: ("builtins:print",))
-    monkeypatch.setattr("builtins.print", lambda config, models: seen.append((config, models)))
-    config_module.check_before_run({"a": 1}, ["m", "m", "n"])
-    config_module.check_before_run({"a": 1})
-    assert seen == [({"a": 1}, {"m", "n"}), ({"a": 1}, None)]
-    assert repdiag.encoders.WEIGHTS_CHECKS  # the registry the real run_checks reads

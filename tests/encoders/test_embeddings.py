@@ -65,7 +65,7 @@ def dataset() -> xr.Dataset:
 
 @pytest.fixture(scope="module")
 def image_sets(dataset):
-    from repdiag.binding.dataset import image_sets
+    from repdiag.binding.store import image_sets
 
     return image_sets(dataset)
 

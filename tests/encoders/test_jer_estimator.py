@@ -7,8 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from repdiag.binding.jacobian import jacobian_spectra, jer
+from repdiag.encoders.jacobian.engine import jacobian_spectra
+from repdiag.encoders.jacobian.jer import jer
 from repdiag.encoders.jer_estimator import estimate_pr2, probe_norms
+from tests.encoders.jacobian.models import engine
 
 N_PROBES = 4096  # relative error of each probe mean ~ sqrt(2 / (PR_2 m)): about 1-2 % here
 
@@ -51,7 +53,7 @@ def test_the_estimate_agrees_with_the_exact_engine(make, shape) -> None:
     """Per image within 6 % of the engine's exact ``pr2``, at 4096 probes."""
     model = make()
     x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    exact = jer(jacobian_spectra(model, x, method="exact")["output"], "pr2")
+    exact = jer(jacobian_spectra(model, x, **engine(method="exact"))["output"], "pr2")
     estimate = estimate_pr2(model, x, N_PROBES, torch.Generator().manual_seed(3))
     assert bool((exact > 1.5).all())  # not a degenerate rank-1 case
     torch.testing.assert_close(estimate, exact, rtol=0.06, atol=0)

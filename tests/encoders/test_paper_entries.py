@@ -29,10 +29,11 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from repdiag.binding.jacobian import jacobian_spectra
 from repdiag.encoders import build_encoder
 from repdiag.encoders.entries import check_models
+from repdiag.encoders.jacobian.engine import jacobian_spectra
 from repdiag.encoders.registry import check_weights_available
+from tests.encoders.jacobian.models import engine
 from tests.encoders.paper_hub import UPSTREAM_ENTRY_POINTS, checkpoint_state, write_hub_dirs
 
 torch.set_num_threads(1)
@@ -267,7 +268,7 @@ def test_paper_encoder_builds_with_random_weights(key, entries, hub_dirs, tmp_pa
         return
 
     spectra = jacobian_spectra(
-        encoder, x, layers=["final"], method="randomized", k=K, power_iters=0, seed=0
+        encoder, x, layers=["final"], **engine(method="randomized", k=K, power_iters=0, seed=0)
     )
     s = spectra["final"]
     assert spectra.methods["final"] == "randomized" and s.shape == (1, K)
@@ -294,9 +295,7 @@ def test_paper_control_builds_at_the_paper_size(key, entries):
         encoder,
         x,
         layers=["final"],
-        method=settings["method"],
-        k=settings["k"],
-        power_iters=settings["power_iters"],
+        **engine(method=settings["method"], k=settings["k"], power_iters=settings["power_iters"]),
     )
     s = spectra["final"]
     assert spectra.methods["final"] == "exact" and s.shape == (1, final.shape[1])

@@ -429,7 +429,7 @@ def test_real_runs_name_existing_cases() -> None:
 def test_bad_config_is_refused_by_the_snakefile_and_by_validate(
     workdir: Path, case: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from repdiag.core.cli import main
+    from repdiag.cli import main
 
     expected = BAD_CONFIGS[case][1]
     path = write_case(workdir, case)
@@ -464,7 +464,7 @@ def test_a_template_config_is_refused_by_both_entry_points(workdir: Path, tmp_pa
     the Snakefile runs, so the workflow cannot stop that code; it refuses the file right after
     (no job), and `repdiag validate` (which `make run` calls first) refuses it without running
     anything. The README's Security section says so."""
-    from repdiag.core.cli import main
+    from repdiag.cli import main
 
     marker = workdir / "yte_ran"
     text = TEST_YAML.replace(

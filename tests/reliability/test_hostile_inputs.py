@@ -87,7 +87,7 @@ def test_half_precision_weights_are_cast_to_float32_and_the_cast_logged(
 ) -> None:
     state = _damage(_resnet_state(), dtype)
     path = _save(state, tmp_path / "w.safetensors")
-    with caplog.at_level(logging.WARNING, logger="repdiag.encoders.registry"):
+    with caplog.at_level(logging.WARNING, logger="repdiag.encoders.weights"):
         encoder = build_encoder("half", _entry("checkpoint", path))
     got = encoder.model.state_dict()
     assert got["conv1.weight"].dtype == torch.float32
@@ -326,7 +326,7 @@ def test_a_jacobian_store_of_another_dtype_or_dims_is_refused_naming_the_array(
     tmp_path: Path, dtype: str, dims: tuple[str, ...], message: str
 ) -> None:
     """Valid checksums, wrong contract: the analysis must not read it as spectra."""
-    from repdiag.binding.report import read_jacobians
+    from repdiag.binding.analysis.depth import read_jacobians
     from repdiag.core.errors import StoreError
 
     good = _jacobian_store(tmp_path / "good.zarr", "float32", ("layer", "image", "rank"))
@@ -340,7 +340,7 @@ def test_a_binding_dataset_with_float_images_is_refused_naming_the_array(tmp_pat
     import numpy as np
     import xarray as xr
 
-    from repdiag.binding.dataset import open_binding_store
+    from repdiag.binding.store import open_binding_store
     from repdiag.core.errors import StoreError
     from repdiag.core.store import write_store
 

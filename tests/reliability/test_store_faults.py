@@ -35,11 +35,12 @@ from torch import nn
 from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.storage import LocalStore
 
-from repdiag.binding import jacobian as jac
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store, write_json, write_store, write_text
 from repdiag.encoders.embeddings import read_embeddings
+from repdiag.encoders.jacobian import cache as jac
 from repdiag.encoders.zoo import checkpoint
+from tests.encoders.jacobian.models import engine
 
 matplotlib.use("Agg")
 
@@ -51,6 +52,10 @@ from repdiag.common.figures import save_figure
 REPO = Path(__file__).resolve().parents[2]
 ENCODING = {"emb_final": {"chunks": (2, 4)}, "labels": {"chunks": (3,)}}
 ARRAYS = ("emb_final", "labels", "count", "image", "image_set")
+
+
+EXACT = engine(method="exact")
+"""The engine's settings at the schema's defaults, exact spectra."""
 
 
 def dataset(value: float = 1.0) -> xr.Dataset:
@@ -425,7 +430,7 @@ def _half_zip_then_enospc(file, *args, **kwargs):
 
 def test_disk_full_while_writing_a_jacobian_cache_chunk(tmp_path, monkeypatch):
     model, x = _small_mlp(), torch.randn(5, 6, dtype=torch.float64)
-    reference = jac.run_chunked(model, x, tmp_path / "reference", chunk_size=2, method="exact")
+    reference = jac.run_chunked(model, x, tmp_path / "reference", chunk_size=2, **EXACT)
     good = tmp_path / "reference" / "chunk_0001.npz"
     before = good.read_bytes()
     monkeypatch.setattr(jac.np, "savez", _half_zip_then_enospc)
@@ -445,11 +450,11 @@ def test_disk_full_while_writing_a_jacobian_cache_chunk(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jac.np, "savez", second_save_fails)
     with pytest.raises(OSError) as err:  # a fresh run: the error reaches the caller
-        jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
+        jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, **EXACT)
     assert err.value.errno == errno.ENOSPC
     assert listing(tmp_path / "run") == ["chunk_0000.npz"]  # no temporary, no partial chunk
     monkeypatch.undo()
-    resumed = jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
+    resumed = jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, **EXACT)
     assert torch.equal(resumed["output"], reference["output"])
 
 
@@ -616,9 +621,9 @@ def test_a_writer_killed_while_replacing_a_store(tmp_path):
 def test_an_unreadable_jacobian_cache_chunk_is_recomputed_and_logged(tmp_path, caplog, damage):
     """Issue 22, case 8: any failure to read a chunk counts as missing, never a stuck run."""
     model, x = _small_mlp(), torch.randn(5, 6, dtype=torch.float64)
-    reference = jac.run_chunked(model, x, tmp_path / "reference", chunk_size=2, method="exact")
+    reference = jac.run_chunked(model, x, tmp_path / "reference", chunk_size=2, **EXACT)
     run = tmp_path / "run"
-    jac.run_chunked(model, x, run, chunk_size=2, method="exact")
+    jac.run_chunked(model, x, run, chunk_size=2, **EXACT)
     chunk = run / "chunk_0001.npz"
     good = chunk.read_bytes()
     if damage == "not a zip":
@@ -635,8 +640,8 @@ def test_an_unreadable_jacobian_cache_chunk_is_recomputed_and_logged(tmp_path, c
         np.savez(chunk, meta=np.array('{"methods": {}}'), s__output=np.zeros(2))
     else:
         np.savez(chunk, meta=np.array("{}"), s__output=np.array([{"a": 1}], dtype=object))
-    with caplog.at_level(logging.WARNING, logger="repdiag.binding.jacobian"):
-        resumed = jac.run_chunked(model, x, run, chunk_size=2, method="exact")
+    with caplog.at_level(logging.WARNING, logger="repdiag.encoders.jacobian.cache"):
+        resumed = jac.run_chunked(model, x, run, chunk_size=2, **EXACT)
     assert torch.equal(resumed["output"], reference["output"])
     assert "chunk_0001.npz" in caplog.text and "recomputing" in caplog.text
     assert chunk.read_bytes() != b"" and jac._load_chunk(chunk, ["output"], 2) is not None
@@ -652,11 +657,11 @@ def test_the_jacobian_cache_key_and_chunks_carry_the_thread_count(tmp_path, capl
         torch.set_num_threads(1)
         key_1 = jac.cache_key(settings, "m", "i")
         model, x = _small_mlp(), torch.randn(4, 6, dtype=torch.float64)
-        jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
+        jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, **EXACT)
         torch.set_num_threads(2)
         key_2 = jac.cache_key(settings, "m", "i")
-        with caplog.at_level(logging.WARNING, logger="repdiag.binding.jacobian"):
-            jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, method="exact")
+        with caplog.at_level(logging.WARNING, logger="repdiag.encoders.jacobian.cache"):
+            jac.run_chunked(model, x, tmp_path / "run", chunk_size=2, **EXACT)
     finally:
         torch.set_num_threads(before)
     assert key_1 != key_2

@@ -7,10 +7,8 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
 from scipy import stats as sps
 
-from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.figures import save_figure
 from repdiag.common.intervals import wilson_interval
 from repdiag.core.errors import ConfigError, StoreError
@@ -19,15 +17,13 @@ from repdiag.sugarcrepe.data import CATEGORIES
 from repdiag.sugarcrepe.report import (
     TABLE_COLUMNS,
     join_models,
-    model_jer,
     partial_correlations,
     read_result,
     sugarcrepe_figure,
     sugarcrepe_table,
 )
-from tests.binding.stats_fakes import fake_jacobian_store
 
-SETTINGS = StatsSettings(n_bootstrap=200, seed=0)
+OPTIONS = {"n_boot": 200, "seed": 0, "confidence": 0.95, "min_models": 4}
 CONTRACT_COLUMNS = ["model", "category", "accuracy", "ci_low", "ci_high", "n", "zero_shot_accuracy"]
 
 
@@ -98,7 +94,7 @@ def test_no_results_is_a_config_error() -> None:
 def test_partial_correlation_matches_an_independent_computation(models) -> None:
     results, jer = models
     table = sugarcrepe_table(results, jer)
-    partial = partial_correlations(table, SETTINGS)
+    partial = partial_correlations(table, **OPTIONS)
     assert list(partial["category"].unique()) == ["macro", "overall", *CATEGORIES]
     macro = table[table["category"] == "macro"]
     x, y, z = (macro[c].to_numpy(float) for c in ("jer", "accuracy", "zero_shot_accuracy"))
@@ -134,7 +130,7 @@ def test_zero_shot_from_a_folder_wins_over_the_config_which_wins_over_nothing(mo
 def test_missing_zero_shot_and_too_few_models_leave_notes(models) -> None:
     results, jer = models
     no_zero_shot = [r | {"zero_shot": {"accuracy": None, "source": "missing"}} for r in results]
-    partial = partial_correlations(sugarcrepe_table(no_zero_shot, jer), SETTINGS)
+    partial = partial_correlations(sugarcrepe_table(no_zero_shot, jer), **OPTIONS)
     controlled = partial[partial["controls"] == "zero_shot_accuracy"]
     assert (
         controlled["r"].isna().all()
@@ -143,25 +139,11 @@ def test_missing_zero_shot_and_too_few_models_leave_notes(models) -> None:
     assert (
         partial.loc[partial["controls"] == "", "r"].notna().all()
     )  # the plain r needs no covariate
-    few = partial_correlations(sugarcrepe_table(results[:4], jer), SETTINGS)
+    few = partial_correlations(sugarcrepe_table(results[:4], jer), **OPTIONS)
     assert (
         few.loc[few["controls"] == "zero_shot_accuracy", "note"]
         .str.contains("too few models")
         .all()
-    )
-
-
-def test_model_jer_reads_the_store_like_the_statistics_stage(tmp_path) -> None:
-    path = tmp_path / "clip.zarr"
-    fake_jacobian_store(path, 0.5, np.random.default_rng(0))
-    ds = xr.open_zarr(path, zarr_format=3)
-    binding = ds["probe_set"].values == "binding"
-    expected = float(ds["jer_pr"].sel(layer="final").values[binding].mean())
-    assert model_jer(path, "clip", "vision_language", SETTINGS) == pytest.approx(expected, rel=1e-6)
-    noise = StatsSettings(probe_set="noise", jer_formula="entropy", jer_at="max")
-    per_layer = ds["jer_entropy"].values[:, ds["probe_set"].values == "noise"].mean(axis=1)
-    assert model_jer(path, "clip", "vision_language", noise) == pytest.approx(
-        per_layer.max(), rel=1e-6
     )
 
 
@@ -198,7 +180,7 @@ def test_figure_is_written_as_png_and_pdf(models, tmp_path, n_models: int) -> No
     results = [*results[: n_models - 1], results[-1] | {"zero_shot": {"accuracy": None}}]
     table = sugarcrepe_table(results, jer)
     figure = sugarcrepe_figure(
-        table, partial_correlations(table, SETTINGS), "macro", "JER pr (final)"
+        table, partial_correlations(table, **OPTIONS), "macro", "JER pr (final)"
     )
     texts = [ax.get_title() for ax in figure.axes]
     assert any(t.startswith("r = ") or t.startswith("r: n/a") for t in texts)

@@ -22,7 +22,8 @@ from repdiag.binding.dataset import CONTRACT
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.options import merge_options
 from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
-from repdiag.binding.metrics.readouts import CI_METHOD, binding_accuracy
+from repdiag.binding.metrics.readouts import binding_accuracy
+from repdiag.common.intervals import WILSON
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.runtime import Progress
 from repdiag.core.store import open_store
@@ -202,7 +203,7 @@ def layer_metrics(
             binding[name] = {
                 **dict.fromkeys(BINDING_FIELDS),
                 "n": int(query.shape[0]),
-                "ci_method": CI_METHOD,
+                "ci_method": WILSON,
                 "skipped": True,
                 "note": note,
             }

@@ -50,13 +50,12 @@ from typing import Any
 import numpy as np
 
 from repdiag.binding.metrics.geometry import knn_indices
-from repdiag.common.intervals import wilson_interval
+from repdiag.common.intervals import WILSON, wilson_interval
 from repdiag.core.registry import Registry
 
 Readout = Callable[..., np.ndarray]
 READOUTS: Registry[Readout] = Registry("readout")
 
-CI_METHOD = "wilson"
 # Query blocks are sized so that a (rows, n_reference) float64 block stays about this big.
 CHUNK_VALUES = 4_000_000
 EPS = 1e-12
@@ -261,5 +260,5 @@ def binding_accuracy(
         "n": n,
         "hits": n_hits,
         "chance": 1.0 / scores.shape[1],
-        "ci_method": CI_METHOD,
+        "ci_method": WILSON,
     }

@@ -11,11 +11,11 @@ import pytest
 import xarray as xr
 import zarr
 
+from repdiag.binding.analysis.aggregate import metrics_row
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.model_metrics import compute_model_metrics, select_layers
 from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
 from repdiag.binding.metrics.readouts import binding_accuracy
-from repdiag.binding.report import metrics_row
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import write_json, write_store
 

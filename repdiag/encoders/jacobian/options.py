@@ -1,4 +1,6 @@
-"""Options of the Jacobian stage: the config checks JSON schema cannot express.
+"""The ``jacobians`` config section: the engine's settings read from it, and the checks JSON
+schema cannot express. Defaults live in the schema only (schemas/jacobians.schema.yaml), filled in
+by :mod:`repdiag.core.config`; nothing here repeats one.
 
 Kept free of heavy imports: the Snakefile runs :func:`check_jacobians_config` on every parse.
 """
@@ -12,17 +14,6 @@ from typing import Any
 
 from repdiag.core.errors import ConfigError
 
-STORE_CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
-    "singular_values": ("float32", ("layer", "image", "rank")),
-    "singular_values_full": ("float32", ("layer", "image", "rank_full")),
-    "jer_pr": ("float32", ("layer", "image")),
-    "jer_pr2": ("float32", ("layer", "image")),
-    "jer_entropy": ("float32", ("layer", "image")),
-    "n_singular": ("int64", ("layer",)),
-}
-"""dtype and dims of ``results/jacobians/<model>.zarr`` (docs/contracts.md), checked on read."""
-
-
 TAP_NAME = re.compile(r"\A(block\d{2,}|stage\d+|final|head)\Z")
 """Every tap name an encoder can have (repdiag.encoders.taps): ``block00``, ``block01``, ...
 (transformer blocks), ``stage0``, ``stage1``, ... (CNN stages), ``final``, ``head``."""
@@ -31,6 +22,20 @@ TAP_NAMES_TEXT = (
     "taps are named block00, block01, ... (transformer blocks), stage0, stage1, ... (CNN "
     "stages), final (the model's embedding) and head (a projection after it)"
 )
+
+
+def engine_options(jacobians: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of :func:`~repdiag.encoders.jacobian.engine.jacobian_spectra` (``method``,
+    ``k``, ``power_iters``, ``seed``, ``batch_size``, ``precision``) from a resolved ``jacobians``
+    section (defaults filled from the schema)."""
+    return {
+        "method": jacobians["method"],
+        "k": int(jacobians["k"]),
+        "power_iters": int(jacobians["power_iters"]),
+        "seed": int(jacobians["seed"]),
+        "batch_size": jacobians["batch_size"],
+        "precision": str(jacobians["precision"]),
+    }
 
 
 def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
@@ -45,11 +50,11 @@ def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
 
 
 def check_jacobians_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``jacobians`` (registered in ``repdiag.binding.CONFIG_CHECKS``).
+    """Semantic checks of ``jacobians`` (registered in ``repdiag.encoders.CONFIG_CHECKS``).
 
     At least one probe image; tap names of the form every encoder's taps take (which taps a
-    model has is checked before a run, :func:`repdiag.binding.prerun.check_jacobian_layers`); no
-    more binding probes than rendered queries.
+    model has is checked before a run, by building it on the meta device); no more binding
+    probes than rendered queries.
     """
     jacobians = config.get("jacobians") or {}
     counts = probe_counts(jacobians)

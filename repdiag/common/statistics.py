@@ -1,10 +1,11 @@
 """Statistics across models: correlations with bootstrap intervals, OLS, partial correlation.
 
-Every function works on a table with one row per model (``results/tables/models.csv``). The
-binding paper (Chung and Kim 2026, Sec. 5) reports Pearson r with p-values over its 26 encoders,
-a bivariate OLS ``binding ~ JER + same_different`` (R^2 = 0.78), and a partial correlation that
-controls for zero-shot accuracy; this module computes the same quantities with scipy and
-statsmodels. Intervals resample *models* (rows) with replacement, seeded, and take percentiles.
+Every function works on a table with one row per model (``results/tables/models.csv`` and the
+studies' own tables). The binding paper (Chung and Kim 2026, Sec. 5) reports Pearson r with
+p-values over its 26 encoders, a bivariate OLS ``binding ~ JER + same_different`` (R^2 = 0.78), and
+a partial correlation that controls for zero-shot accuracy; this module computes the same
+quantities with scipy and statsmodels. Intervals resample *models* (rows) with replacement, seeded,
+and take percentiles.
 
 With fewer rows than ``min_models`` (or than a statistic needs) a function returns NaN values and
 a ``note`` saying why, never an exception: a run with three models still writes its tables.
@@ -14,19 +15,19 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from repdiag.binding.stats_options import DEFAULT_MIN_MODELS
-from repdiag.common.intervals import mean_interval
 from repdiag.core.errors import ConfigError
 
 NAN = float("nan")
+DEFAULT_MIN_MODELS = 4
+"""The fewest models a statistic is computed on unless told otherwise (``stats.min_models``'s
+default in the schema, tested)."""
 
 
 def too_few_note(n: int, needed: int, what: str) -> str:
@@ -63,13 +64,6 @@ def _round_off(values: np.ndarray) -> np.ndarray:
     """Sum of squares below which centred values are rounding noise (a constant row)."""
     scale = np.abs(values).max(axis=-1)
     return values.shape[-1] * (1e-10 * np.maximum(scale, 1e-300)) ** 2
-
-
-def l_iso_columns(table: pd.DataFrame) -> list[str]:
-    """The table's L.Iso columns (``l_iso_k<k>``) in increasing k."""
-    return sorted(
-        (c for c in table.columns if re.fullmatch(r"l_iso_k\d+", c)), key=lambda c: int(c[7:])
-    )
 
 
 def bootstrap_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -465,83 +459,3 @@ def partial_table(
     if not rows:
         rows.append({"x": x, "y": y, "controls": "", "n": len(table), "note": empty_note})
     return pd.DataFrame(rows, columns=columns)
-
-
-# --------------------------------------------------------------------------- families
-
-
-def family_table(
-    table: pd.DataFrame,
-    metrics: Sequence[str],
-    *,
-    confidence: float = 0.95,
-    family_column: str = "family",
-) -> pd.DataFrame:
-    """Per family and metric: number of models, mean, SD and t-interval of the mean."""
-    require_columns(table, [family_column, "model", *metrics], "the models table")
-    rows = []
-    for family, group in table.groupby(family_column, sort=True):
-        for metric in metrics:
-            values = group[metric].to_numpy(float)
-            n = int(np.isfinite(values).sum())
-            mean, sd, low, high = mean_interval(values, confidence)
-            note = "" if n >= 2 else f"{n} model(s) in this family: no interval"
-            rows.append(
-                {
-                    "family": family,
-                    "metric": metric,
-                    "n": n,
-                    "mean": mean,
-                    "sd": sd,
-                    "ci_low": low,
-                    "ci_high": high,
-                    "confidence": confidence,
-                    "models": ";".join(group["model"].astype(str)),
-                    "note": note,
-                }
-            )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "family",
-            "metric",
-            "n",
-            "mean",
-            "sd",
-            "ci_low",
-            "ci_high",
-            "confidence",
-            "models",
-            "note",
-        ],
-    )
-
-
-# --------------------------------------------------------------------------- robustness
-
-
-def robustness_table(
-    table: pd.DataFrame,
-    variants: Sequence[Mapping[str, str]],
-    targets: Sequence[str],
-    **options: Any,
-) -> pd.DataFrame:
-    """Correlations of every metric variant with every target.
-
-    ``variants`` are mappings with ``group`` (e.g. ``l_iso``), ``variant`` (e.g. ``k=10``) and
-    ``metric`` (the column). Variants or targets absent from ``table`` are skipped.
-    """
-    frames = []
-    for target in targets:
-        if target not in table.columns:
-            continue
-        present = [v for v in variants if v["metric"] in table.columns]
-        if not present:
-            continue
-        frame = correlation_table(table, target, [v["metric"] for v in present], **options)
-        frame.insert(0, "variant", [v["variant"] for v in present])
-        frame.insert(0, "group", [v["group"] for v in present])
-        frames.append(frame)
-    if not frames:
-        return pd.DataFrame(columns=["group", "variant", "metric", "target", "n", "note"])
-    return pd.concat(frames, ignore_index=True)

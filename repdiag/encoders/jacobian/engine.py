@@ -1,9 +1,10 @@
-"""Per-layer Jacobian spectra of a vision encoder and the Jacobian effective rank (JER).
+"""Per-layer Jacobian spectra of a vision encoder.
 
 For an input x (a preprocessed image) and a readout r(x) in R^d (a layer tap), J(x) = dr/dx is a
 d x d_in matrix. Its singular values s_1 >= s_2 >= ... describe how many input directions the
 readout is sensitive to; the binding paper (Chung and Kim 2026, Eq. 1, Sec. 4.1) summarises them
-by JER(x) = (sum_i s_i)^2 / sum_i s_i^2 over the top k = 32 singular values.
+by JER(x) = (sum_i s_i)^2 / sum_i s_i^2 over the top k singular values (:mod:`.jer`; k is
+``jacobians.k`` of the config, whose default is the paper's).
 
 Two ways to get the spectrum, both batched over directions and images with ``torch.func``:
 
@@ -20,96 +21,37 @@ The initial J Omega for every randomized layer comes from one forward-mode pass 
 products give all layers at once); VJPs reuse one recorded forward per layer. Attention runs
 through the math SDPA kernel, which has forward-mode and batching rules; patch embeddings run as
 matmuls and global average pooling as a mean over the spatial dimensions (which, unlike
-``adaptive_avg_pool2d`` on a channels-last feature map, has forward-mode batching rules).
-``batch_size`` bounds the number of Jacobian-vector products evaluated together, hence memory.
-``precision`` (``fp32``, ``tf32``, ``bf16``; :func:`repdiag.core.gpu.numerics`) sets TF32 and,
-on CUDA, deterministic algorithms for the computation; ``bf16`` runs the model under bfloat16
-autocast while the engine's own linear algebra (QR, SVD, the chain rule) stays in float32.
+``adaptive_avg_pool2d`` on a channels-last feature map, has forward-mode batching rules;
+:mod:`.rewrites`). ``batch_size`` bounds the number of Jacobian-vector products evaluated
+together, hence memory. ``precision`` (``fp32``, ``tf32``, ``bf16``;
+:func:`repdiag.core.gpu.numerics`) sets TF32 and, on CUDA, deterministic algorithms for the
+computation; ``bf16`` runs the model under bfloat16 autocast while the engine's own linear algebra
+(QR, SVD, the chain rule) stays in float32.
 
-:func:`run_chunked` is the restartable driver used by the workflow: images are processed in
-chunks whose results are cached (atomically) outside the declared output, so a killed job resumes
-where it stopped and gives the same result as an uninterrupted run.
+The settings (``method``, ``k``, ``power_iters``, ``seed``, ``precision``) have no defaults here:
+they come from the resolved ``jacobians`` config (:func:`.options.engine_options`), whose
+defaults are the schema's. :func:`.cache.run_chunked` is the restartable driver of the workflow.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import logging
 import math
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.overrides import TorchFunctionMode
 
 from repdiag.core import gpu
 from repdiag.core.errors import ConfigError
-from repdiag.core.registry import Registry
-from repdiag.core.runtime import Progress
-from repdiag.core.store import atomic_path
-
-log = logging.getLogger(__name__)
+from repdiag.encoders.jacobian.rewrites import jacobian_mode
 
 METHODS = ("auto", "exact", "randomized")
 # Jacobian-vector products per pass when not given: on CPU small batches keep the backward's
 # elementwise work in cache (measured fastest at 16-32 for a width-192 ViT); GPUs want large ones.
 DEFAULT_BATCH_SIZE = {"cpu": 32, "cuda": 512}
-
-# ----------------------------------------------------------------------------------------------
-# JER formulas
-# ----------------------------------------------------------------------------------------------
-
-FORMULAS: Registry[Callable[[torch.Tensor], torch.Tensor]] = Registry("JER formula")
-
-
-@FORMULAS.register("pr")
-def _participation_of_singular_values(s: torch.Tensor) -> torch.Tensor:
-    """(sum s)^2 / sum s^2: the paper's JER (Chung and Kim 2026, Eq. 1)."""
-    return s.sum(-1) ** 2 / (s**2).sum(-1)
-
-
-@FORMULAS.register("pr2")
-def _participation_of_eigenvalues(s: torch.Tensor) -> torch.Tensor:
-    """(sum s^2)^2 / sum s^4: participation ratio of the eigenvalues s^2 of J J^T."""
-    power = s**2
-    return power.sum(-1) ** 2 / (power**2).sum(-1)
-
-
-@FORMULAS.register("entropy")
-def _entropy_effective_rank(s: torch.Tensor) -> torch.Tensor:
-    """exp(-sum p log p) with p = s / sum s (Roy and Vetterli 2007); 0 log 0 = 0."""
-    p = s / s.sum(-1, keepdim=True)
-    return torch.exp(-torch.special.xlogy(p, p).sum(-1))
-
-
-def jer(
-    singular_values: torch.Tensor | np.ndarray,
-    formula: str = "pr",
-    top_k: int | None = None,
-) -> torch.Tensor:
-    """Effective rank of each spectrum in ``singular_values`` (..., rank): one value per image.
-
-    ``formula``: ``pr`` (sum s)^2/sum s^2 (the paper's JER), ``pr2`` (sum s^2)^2/sum s^4 or
-    ``entropy`` exp(H(s/sum s)). ``top_k`` keeps the k leading values first (the paper's JER is
-    over the top k = 32, so it is at most k). A spectrum of zeros (a constant readout) has rank 0.
-    """
-    fn = FORMULAS.get(formula)
-    s = torch.as_tensor(singular_values)
-    if not s.is_floating_point():
-        s = s.double()
-    s = s.abs()
-    if top_k is not None:
-        s = s.sort(dim=-1, descending=True).values[..., :top_k]
-    zero = s.sum(-1) == 0
-    values = fn(torch.where(zero[..., None], torch.ones_like(s), s))
-    return torch.where(zero, torch.zeros_like(values), values)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,181 +141,6 @@ class Readout:
         return {name: outputs[name].reshape(outputs[name].shape[0], -1) for name in layers}
 
 
-def _pair(value: Any) -> tuple[Any, Any]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-
-
-def _is_global(output_size: Any) -> bool:
-    return all(size == 1 for size in _pair(output_size))
-
-
-class _JacobianRewrites(TorchFunctionMode):
-    """Run some ops of the differentiated function as the same maths in ops torch.func handles
-    better (class switches ``patchify`` and ``global_pool``, both on; the benchmarks turn them off
-    to measure the baseline):
-
-    * patch-embedding convolutions (kernel = stride, no padding, dilation or groups) as the
-      identical patches @ W^T product. oneDNN's CPU kernel for their input gradient under vmap is
-      slow (157 ms vs 23 ms as a matmul for 192 cotangents of a 64 px, patch 8 ViT); the Jacobian
-      of a ViT spends ~6% there otherwise. A matmul on a GPU too, where it is one GEMM.
-    * global average pooling (``adaptive_avg_pool2d`` to 1 x 1, as timm's and torchvision's
-      pooling layers call it) as ``mean`` over the two spatial dimensions. On a channels-last
-      feature map (ConvNeXt's blocks end in a permute, GPUs run CNNs channels-last) the forward-mode
-      derivative of ``adaptive_avg_pool2d`` calls ``as_strided_``, which has no batching rule: every
-      vmapped JVP then loops over the directions one at a time (torch 2.14).
-
-    Under autocast (``precision: bf16``) two more run as their decompositions, whose vmapped
-    backward on bfloat16 CPU inputs otherwise fails (torch 2.14: "expected scalar type BFloat16
-    but found Float"): attention (:func:`_attention`: matmuls in bfloat16, the softmax in
-    float32, as the math SDPA kernel computes it) and eval-mode batch norm (:func:`_batch_norm`:
-    the affine map of the running statistics, in float32).
-    """
-
-    patchify = True
-    global_pool = True
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is nn.functional.conv2d and self.patchify:
-            names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-            call = {**dict(zip(names, args, strict=False)), **kwargs}
-            if self._is_patchify(call):
-                return self._as_matmul(call["input"], call["weight"], call.get("bias"))
-        elif func is nn.functional.adaptive_avg_pool2d and self.global_pool:
-            call = {**dict(zip(("input", "output_size"), args, strict=False)), **kwargs}
-            x = call["input"]
-            if isinstance(x, torch.Tensor) and x.ndim in (3, 4) and _is_global(call["output_size"]):
-                return x.mean(dim=(-2, -1), keepdim=True)
-        elif func is nn.functional.batch_norm:
-            names = ("input", "running_mean", "running_var", "weight", "bias", "training")
-            call = {**dict(zip(names, args, strict=False)), **kwargs}
-            x = call["input"]
-            if (
-                torch.is_autocast_enabled(x.device.type)
-                and not call.get("training", False)
-                and call.get("running_mean") is not None
-                and call.get("running_var") is not None
-            ):
-                eps = kwargs.get("eps", args[7] if len(args) > 7 else 1e-5)
-                return _batch_norm(x, call, eps)
-        elif func is nn.functional.scaled_dot_product_attention:
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-            call = {**dict(zip(names, args, strict=False)), **kwargs}
-            q = call["query"]
-            if (
-                torch.is_autocast_enabled(q.device.type)
-                and not call.get("dropout_p", 0.0)
-                and not call.pop("enable_gqa", False)
-            ):
-                return _attention(**call)
-        return func(*args, **kwargs)
-
-    @staticmethod
-    def _is_patchify(call: Mapping[str, Any]) -> bool:
-        x, weight = call["input"], call["weight"]
-        kernel = tuple(weight.shape[-2:])
-        return (
-            x.ndim == 4
-            and _pair(call.get("stride", 1)) == kernel
-            and call.get("padding", 0) in (0, (0, 0), [0, 0], "valid")
-            and _pair(call.get("dilation", 1)) == (1, 1)
-            and call.get("groups", 1) == 1
-        )
-
-    @staticmethod
-    def _as_matmul(
-        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-    ) -> torch.Tensor:
-        n, c, height, width = x.shape
-        ph, pw = weight.shape[-2:]
-        rows, cols = height // ph, width // pw
-        patches = (
-            x[..., : rows * ph, : cols * pw]
-            .reshape(n, c, rows, ph, cols, pw)
-            .permute(0, 2, 4, 1, 3, 5)
-            .reshape(n, rows * cols, c * ph * pw)
-        )
-        y = patches @ weight.reshape(weight.shape[0], -1).T
-        if bias is not None:
-            y = y + bias
-        return y.reshape(n, rows, cols, -1).permute(0, 3, 1, 2)
-
-
-def _attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """softmax(q k^T scale + mask) v without dropout, the softmax in float32 (what the math SDPA
-    kernel computes), in ops with autocast, forward-mode and batching rules."""
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query @ key.transpose(-2, -1)
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
-    if is_causal:
-        rows, cols = scores.shape[-2:]
-        keep = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            scores = scores + attn_mask
-    return scores.softmax(dim=-1).to(value.dtype) @ value
-
-
-def _batch_norm(x: torch.Tensor, call: Mapping[str, Any], eps: float) -> torch.Tensor:
-    """Eval-mode batch norm, (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1),
-    in float32 or wider."""
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    scale = torch.rsqrt(call["running_var"].to(dtype) + eps)
-    if call.get("weight") is not None:
-        scale = scale * call["weight"].to(dtype)
-    y = (x.to(dtype) - call["running_mean"].to(dtype).reshape(shape)) * scale.reshape(shape)
-    if call.get("bias") is not None:
-        y = y + call["bias"].to(dtype).reshape(shape)
-    return y
-
-
-@contextlib.contextmanager
-def _jacobian_mode(module: nn.Module | None, rewrites: bool = False) -> Iterator[None]:
-    """Eval mode, frozen parameters, grad enabled, math attention for a block.
-
-    The math SDPA kernel (and no nn.MultiheadAttention fast path) decomposes attention into ops
-    that have forward-mode and batching rules; ``rewrites`` (used by the engine on every device)
-    runs patch embeddings as matmuls and global average pooling as a mean
-    (:class:`_JacobianRewrites`). Restores the module's training flag and ``requires_grad`` flags.
-    """
-    mha_fastpath = torch.backends.mha.get_fastpath_enabled()
-    saved: list[tuple[nn.Parameter, bool]] = []
-    training = module.training if module is not None else False
-    try:
-        if module is not None:
-            module.eval()
-            saved = [(p, p.requires_grad) for p in module.parameters()]
-            for p, _ in saved:
-                p.requires_grad_(False)
-        torch.backends.mha.set_fastpath_enabled(False)
-        rewrite = _JacobianRewrites() if rewrites else contextlib.nullcontext()
-        with torch.enable_grad(), sdpa_kernel([SDPBackend.MATH]), warnings.catch_warnings():
-            # torch scripts its forward-mode decompositions on first use, with a deprecation warning
-            warnings.filterwarnings(
-                "ignore", message=r".*torch\.jit\.script", category=FutureWarning
-            )
-            with rewrite:
-                yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(mha_fastpath)
-        for p, flag in saved:
-            p.requires_grad_(flag)
-        if module is not None:
-            module.train(training)
-
-
 # ----------------------------------------------------------------------------------------------
 # The engine
 # ----------------------------------------------------------------------------------------------
@@ -388,7 +155,7 @@ def choose_method(method: str, d_out: int, k: int, power_iters: int) -> str:
     return "exact" if d_out <= k * (2 * power_iters + 2) else "randomized"
 
 
-def _methods(
+def layer_methods(
     readout: Readout,
     layers: Sequence[str],
     method: str,
@@ -471,7 +238,7 @@ def _exact_spectra(
         uses[readout.derived[child][0]] += 1
     for name in derived:
         parent, fn = readout.derived[name]
-        values[name], local = _row_jacobians(fn, values[parent])
+        values[name], local = row_jacobians(fn, values[parent])
         rows[name] = local @ rows[parent]
         uses[parent] -= 1
         if not uses[parent]:
@@ -493,7 +260,7 @@ def _r_factor(matrices: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-def _row_jacobians(
+def row_jacobians(
     fn: Callable[[torch.Tensor], torch.Tensor], v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``fn(v)`` (n, d_out) and its Jacobian for each row of ``v``: (n, d_out, d_in)."""
@@ -565,13 +332,14 @@ def jacobian_spectra(
     model: Any,
     images: torch.Tensor | np.ndarray,
     layers: Sequence[str] | None = None,
-    method: str = "auto",
-    k: int = 32,
-    power_iters: int = 5,
-    seed: int = 0,
+    *,
+    method: str,
+    k: int,
+    power_iters: int,
+    seed: int,
     batch_size: int | None = None,
     device: str | torch.device | None = None,
-    precision: str = "fp32",
+    precision: str,
 ) -> Spectra:
     """Singular values of J(x) = d readout / d x for each image and layer, sorted descending.
 
@@ -579,11 +347,11 @@ def jacobian_spectra(
     ``layer_outputs(x, layers=...)``; ``images``: preprocessed inputs (N, ...). ``layers``: the
     taps to differentiate (default all). ``method``: ``exact`` (all min(d, d_in) values),
     ``randomized`` (top k by Halko et al.'s subspace iteration with ``power_iters`` rounds and
-    seeded directions) or ``auto`` (exact when d <= k(2q+2), per layer; see ``.methods``).
-    ``batch_size``: Jacobian-vector products evaluated together (bounds memory; default 32 on
-    CPU, 512 on GPU).
+    directions seeded by ``seed``) or ``auto`` (exact when d <= k(2q+2), per layer; see
+    ``.methods``). ``batch_size``: Jacobian-vector products evaluated together (bounds memory;
+    ``None``: :data:`DEFAULT_BATCH_SIZE` of the device).
     ``device``: where to compute (moves the model there); default: the model's device.
-    ``precision``: ``fp32`` (full float32: no TF32; the default), ``tf32`` (TF32 matmuls and
+    ``precision``: ``fp32`` (full float32: no TF32), ``tf32`` (TF32 matmuls and
     cuDNN convolutions on CUDA; on CPU the same as ``fp32``) or ``bf16`` (the model under
     bfloat16 autocast); set with deterministic algorithms on CUDA by
     :func:`repdiag.core.gpu.numerics`, whose record is ``.numerics``.
@@ -616,10 +384,10 @@ def jacobian_spectra(
     readout.mixed_precision(precision, x_all.device)
     with (
         gpu.numerics(precision, x_all.device) as record,
-        _jacobian_mode(readout.module, rewrites=True),
+        jacobian_mode(readout.module, rewrites=True),
     ):
         d_out = _output_dims(readout, layers, x_all)
-        methods = _methods(readout, layers, method, d_out, k, power_iters)
+        methods = layer_methods(readout, layers, method, d_out, k, power_iters)
         spectra = _exact_all(readout, methods, d_out, x_all, batch_size)
         randomized = [name for name in layers if methods[name] == "randomized"]
         if randomized:
@@ -680,152 +448,3 @@ def _randomized_all(
         ).items():
             parts[name].append(s.cpu())
     return {name: torch.cat(chunks) for name, chunks in parts.items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# Restartable chunked driver
-# ----------------------------------------------------------------------------------------------
-
-
-def _digest_update(digest: Any, tensor: torch.Tensor) -> None:
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    digest.update(f"{flat.dtype}{tuple(tensor.shape)}".encode())
-    digest.update(flat.view(torch.uint8).numpy().tobytes())
-
-
-def tensor_digest(tensor: torch.Tensor) -> str:
-    """sha256 of a tensor's dtype, shape and bytes."""
-    digest = hashlib.sha256()
-    _digest_update(digest, torch.as_tensor(tensor))
-    return digest.hexdigest()
-
-
-def model_fingerprint(model: Any) -> str:
-    """sha256 of every parameter and buffer (names, dtypes, shapes, values) of the model's module."""
-    module = Readout(model).module
-    digest = hashlib.sha256(type(model).__qualname__.encode())
-    if module is not None:
-        for name, tensor in sorted(module.state_dict().items()):
-            digest.update(name.encode())
-            _digest_update(digest, tensor)
-    return digest.hexdigest()
-
-
-def cache_key(settings: Mapping[str, Any], model_digest: str, images_digest: str) -> str:
-    """Name of the cache folder: a hash of everything that determines the spectra, bit for bit.
-
-    That includes torch's intra-op thread count: CPU reductions are split by thread, so spectra
-    computed with another ``--cores`` differ in the last bits and must not be mixed in one store.
-    """
-    payload = json.dumps(
-        {
-            "settings": settings,
-            "model": model_digest,
-            "images": images_digest,
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def _save_chunk(path: Path, spectra: Spectra, n_images: int) -> None:
-    meta = {
-        "methods": spectra.methods,
-        "d_out": spectra.d_out,
-        "d_in": spectra.d_in,
-        "n": n_images,
-        "threads": torch.get_num_threads(),
-    }
-    arrays = {f"s__{name}": values.numpy() for name, values in spectra.items()}
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, meta=np.array(json.dumps(meta)), **arrays)
-
-
-def _load_chunk(path: Path, layers: Sequence[str], n_images: int) -> Spectra | None:
-    """A cached chunk, or None when it is absent or unusable (then it is recomputed).
-
-    Any failure to read it (a cut or corrupt zip, bad JSON, a missing key, wrong dtype) counts
-    as missing: the chunk is logged by name and recomputed, never a stuck run.
-    """
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            spectra = Spectra((name, torch.from_numpy(data[f"s__{name}"])) for name in layers)
-        methods = {name: str(meta["methods"][name]) for name in layers}
-        d_out = {name: int(meta["d_out"][name]) for name in layers}
-        d_in, n, threads = int(meta["d_in"]), int(meta["n"]), meta.get("threads")
-    except Exception as err:  # zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, ...
-        log.warning(
-            "ignoring unreadable cached chunk %s (%s: %s); recomputing it",
-            path.name,
-            type(err).__name__,
-            err,
-        )
-        return None
-    if n != n_images or any(len(values) != n_images for values in spectra.values()):
-        log.warning("ignoring cached chunk %s: it holds another number of images", path.name)
-        return None
-    if threads != torch.get_num_threads():
-        log.warning(
-            "ignoring cached chunk %s: computed with %s threads, this run has %d (results "
-            "differ in the last bits across thread counts); recomputing it",
-            path.name,
-            threads,
-            torch.get_num_threads(),
-        )
-        return None
-    spectra.methods, spectra.d_out, spectra.d_in = methods, d_out, d_in
-    return spectra
-
-
-def _merge(chunks: Sequence[Spectra]) -> Spectra:
-    first = chunks[0]
-    merged = Spectra((name, torch.cat([chunk[name] for chunk in chunks])) for name in first)
-    merged.methods, merged.d_out, merged.d_in = first.methods, first.d_out, first.d_in
-    return merged
-
-
-def run_chunked(
-    model: Any,
-    images: torch.Tensor,
-    cache_dir: str | Path,
-    *,
-    chunk_size: int = 8,
-    layers: Sequence[str] | None = None,
-    label: str = "Jacobian spectra",
-    **engine: Any,
-) -> Spectra:
-    """:func:`jacobian_spectra` over chunks of ``chunk_size`` images, each cached in ``cache_dir``.
-
-    A finished chunk is written atomically to ``cache_dir/chunk_XXXX.npz`` and reused by a later
-    call, so a killed run resumes with the missing chunks only. Chunks do not depend on each other
-    (same directions for every image), so the result equals an uninterrupted run bit for bit.
-    ``cache_dir`` must be specific to the model, images and settings (see :func:`cache_key`).
-    """
-    if chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1 (got {chunk_size})")
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    layers = Readout(model).check(layers)
-    n_total = len(images)
-    progress = Progress(n_total, label)
-    chunks, reused = [], 0
-    for index, start in enumerate(range(0, n_total, chunk_size)):
-        part = images[start : start + chunk_size]
-        path = cache_dir / f"chunk_{index:04d}.npz"
-        spectra = _load_chunk(path, layers, len(part))
-        if spectra is None:
-            spectra = jacobian_spectra(model, part, layers=layers, **engine)
-            _save_chunk(path, spectra, len(part))
-        else:
-            reused += 1
-        chunks.append(spectra)
-        progress.update(len(part))
-    if reused:
-        log.info("%s: reused %d cached chunks of %d from %s", label, reused, len(chunks), cache_dir)
-    return _merge(chunks)

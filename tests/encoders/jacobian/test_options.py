@@ -1,13 +1,14 @@
-"""Jacobian options: schema defaults and cross-key checks (repdiag.binding.jacobian_options)."""
+"""The ``jacobians`` config: schema defaults, the engine settings read from it, cross-key checks
+(repdiag.encoders.jacobian.options)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from repdiag.binding.jacobian_options import check_jacobians_config
 from repdiag.core.config import fill_defaults
 from repdiag.core.errors import ConfigError
+from repdiag.encoders.jacobian.options import check_jacobians_config, engine_options
 
 torch.set_num_threads(1)
 
@@ -32,6 +33,42 @@ def test_config_defaults_and_semantic_checks():
         check_jacobians_config(empty)
 
 
+def test_engine_settings_come_from_the_resolved_section_and_nowhere_else():
+    """The engine has no defaults of its own: its settings are the section's, whose defaults are
+    the schema's (the paper's k = 32 and q = 5, full float32)."""
+    import inspect
+
+    from repdiag.encoders.jacobian.cache import run_chunked
+    from repdiag.encoders.jacobian.engine import jacobian_spectra
+    from repdiag.encoders.jacobian.plan_project import plan_model
+
+    filled = fill_defaults({"jacobians": {}})["jacobians"]
+    assert engine_options(filled) == {
+        "method": "auto",
+        "k": 32,
+        "power_iters": 5,
+        "seed": 0,
+        "batch_size": None,
+        "precision": "fp32",
+    }
+    set_here = fill_defaults({"jacobians": {"k": 8, "method": "exact", "batch_size": 64}})
+    assert engine_options(set_here["jacobians"]) == {
+        "method": "exact",
+        "k": 8,
+        "power_iters": 5,
+        "seed": 0,
+        "batch_size": 64,
+        "precision": "fp32",
+    }
+    for fn, names in (
+        (jacobian_spectra, ("method", "k", "power_iters", "seed", "precision")),
+        (run_chunked, ("chunk_size",)),
+        (plan_model, ("method", "k", "power_iters", "batch_size", "chunk_size")),
+    ):
+        parameters = inspect.signature(fn).parameters
+        assert all(parameters[name].default is inspect.Parameter.empty for name in names), fn
+
+
 @pytest.mark.parametrize("name", ["nonexistent_layer", "block5", "Final", "stage", "layer4"])
 def test_a_layer_name_no_encoder_has_is_refused_naming_the_key(name):
     """Issue 36, case 10: taps are named by repdiag.encoders.taps only."""
@@ -43,7 +80,7 @@ def test_a_layer_name_no_encoder_has_is_refused_naming_the_key(name):
 def test_the_tap_name_pattern_admits_every_name_the_taps_give():
     import timm
 
-    from repdiag.binding.jacobian_options import TAP_NAME
+    from repdiag.encoders.jacobian.options import TAP_NAME
     from repdiag.encoders.taps import tap_plan
 
     config = fill_defaults({"jacobians": {"layers": ["block00", "block123", "stage3", "head"]}})

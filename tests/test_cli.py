@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from repdiag.core.cli import main
+from repdiag.cli import main
 from repdiag.core.store import write_store
 
 
@@ -105,8 +105,8 @@ def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsy
     binding_causal), built from their specs (no checkpoint needed), and 7 controls."""
     import re
 
-    from repdiag.binding import plan as planner
     from repdiag.core.config import load_config
+    from repdiag.encoders.jacobian import plan_project as planner
 
     assert main(["plan", "config.yaml", "--rate", "1e12", "--totals"]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""repdiag.binding.stats: correlations, intervals, OLS and partial correlations against
+"""repdiag.common.statistics: correlations, intervals, OLS and partial correlations against
 closed forms and independent computations."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from repdiag.binding import stats
+from repdiag.common import statistics as stats
 from repdiag.core.errors import ConfigError
 
 TOL = 1e-8
@@ -197,17 +197,3 @@ def test_partial_table_with_one_covariate_matches_the_textbook_formula():
     assert frame.loc[0, "controls"] == "zs"
     empty = stats.partial_table(table, "jer", "binding", [], empty_note="none configured")
     assert empty.loc[0, "note"] == "none configured"
-
-
-def test_family_means_and_t_intervals():
-    table = pd.DataFrame(
-        {"model": list("abcd"), "family": ["x", "x", "x", "y"], "jer": [1.0, 2.0, 4.0, 3.0]}
-    )
-    frame = stats.family_table(table, ["jer"]).set_index("family")
-    values = np.array([1.0, 2.0, 4.0])
-    half = sps.t.ppf(0.975, 2) * values.std(ddof=1) / math.sqrt(3)
-    assert frame.loc["x", "mean"] == pytest.approx(values.mean(), abs=TOL)
-    assert frame.loc["x", "ci_high"] - frame.loc["x", "mean"] == pytest.approx(half, abs=TOL)
-    assert frame.loc["y", "n"] == 1 and math.isnan(frame.loc["y", "ci_low"])
-    assert "no interval" in frame.loc["y", "note"]
-    assert frame.loc["x", "models"] == "a;b;c"

@@ -1,22 +1,16 @@
-"""`repdiag ...` entry points for use outside the workflow."""
+"""`repdiag ...` entry points for use outside the workflow: the core's `inspect` and `validate`,
+and the subcommands packages provide (:data:`repdiag.studies.COMMANDS`). Top level, above every
+layer, like :mod:`repdiag.studies`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Callable
 
+from repdiag.core.checks import resolve
 from repdiag.core.errors import ConfigError, RepdiagError
-
-# Subcommands that a study provides: ``name: ("module:function", help)``. The core imports no
-# study, so each is resolved by name when it runs; ``function(argv)`` parses its own arguments.
-STUDY_COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": (
-        "repdiag.binding.plan:command",
-        "Jacobian work, memory per pass and projected time of a config (offline, no weights)",
-    ),
-}
+from repdiag.studies import COMMANDS
 
 
 def _inspect(args: argparse.Namespace) -> None:
@@ -35,7 +29,8 @@ NO_WEIGHTS_HINT = (
 def _validate(args: argparse.Namespace) -> None:
     """Schema and cross-key checks, architectures built on the meta device, then (unless
     ``--no-weights``) every model's weights files, hub folders and library caches."""
-    from repdiag.core.config import check_before_run, load_config
+    from repdiag.core.checks import check_before_run
+    from repdiag.core.config import load_config
 
     config = load_config(args.config)
     try:
@@ -51,13 +46,7 @@ def _validate(args: argparse.Namespace) -> None:
     print(f"{args.config}: valid ({len(config['models'])} models; {checked})")
 
 
-def resolve(reference: str) -> Callable:
-    """The function a ``"package.module:function"`` reference names."""
-    module, _, name = reference.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _study(reference: str) -> Callable[[argparse.Namespace], None]:
+def _command(reference: str) -> Callable[[argparse.Namespace], None]:
     def run(args: argparse.Namespace) -> None:
         resolve(reference)(args.args)
 
@@ -65,7 +54,9 @@ def _study(reference: str) -> Callable[[argparse.Namespace], None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="repdiag", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="repdiag", description="`repdiag ...` entry points for use outside the workflow."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     inspect = commands.add_parser("inspect", help="summarise zarr stores written by the workflow")
     inspect.add_argument("stores", nargs="+", help="paths such as results/embeddings/clip.zarr")
@@ -88,13 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         "another machine (a real run still checks them before its first job)",
     )
     validate.set_defaults(func=_validate)
-    for name, (reference, help_text) in STUDY_COMMANDS.items():
-        study = commands.add_parser(name, help=help_text, add_help=False)
-        study.add_argument("args", nargs=argparse.REMAINDER, help=f"options: repdiag {name} --help")
-        study.set_defaults(func=_study(reference))
+    for name, (reference, help_text) in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text, add_help=False)
+        command.add_argument(
+            "args", nargs=argparse.REMAINDER, help=f"options: repdiag {name} --help"
+        )
+        command.set_defaults(func=_command(reference))
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in STUDY_COMMANDS:  # its options, even leading ones, are the study's
-        args = argparse.Namespace(func=_study(STUDY_COMMANDS[argv[0]][0]), args=argv[1:])
+    if argv and argv[0] in COMMANDS:  # its options, even leading ones, are the command's
+        args = argparse.Namespace(func=_command(COMMANDS[argv[0]][0]), args=argv[1:])
     else:
         args = parser.parse_args(argv)
     try:

@@ -1,0 +1,246 @@
+"""``results/summary.md``: the headline numbers of a run as markdown, generated from the tables,
+and the zoo's loss curves as one table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from repdiag.binding import APART_FAMILIES
+from repdiag.binding.analysis.columns import l_iso_columns, metric_label
+from repdiag.binding.analysis.statistics import LEARNED, TRAINED, WITH_CONTROLS, trained_models
+from repdiag.binding.dose import dose_markdown
+from repdiag.binding.stats_options import READOUTS, StatsSettings
+from repdiag.common import statistics as stats
+from repdiag.common.tables import format_number as _fmt
+from repdiag.common.tables import markdown_table
+
+
+def zoo_curves(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """``results/zoo/<objective>/curve.csv`` files (step, loss) as one long table."""
+    frames = []
+    for path in paths:
+        path = Path(path)
+        frame = pd.read_csv(path)
+        stats.require_columns(frame, ["step", "loss"], f"zoo curve {path}")
+        frames.append(frame.assign(objective=path.parent.name)[["objective", "step", "loss"]])
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["objective", "step", "loss"])
+    )
+
+
+def _with_interval(row: pd.Series, column: str) -> str:
+    value = row.get(column, math.nan)
+    low, high = row.get(f"{column}_ci_low", math.nan), row.get(f"{column}_ci_high", math.nan)
+    if not np.isfinite(float(value)):
+        return "n/a"
+    if not (np.isfinite(float(low)) and np.isfinite(float(high))):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{low:.2f}, {high:.2f}]"
+
+
+def model_results(
+    table: pd.DataFrame, depth: pd.DataFrame, settings: StatsSettings
+) -> pd.DataFrame:
+    """One row per model and control, formatted for reading: the learning check, binding for
+    every readout and Same/Different with their intervals, JER at the final tap and at every tap
+    (mean over the probe images, ``settings.jer_formula`` on ``settings.probe_set``), G.PR,
+    G.Iso and the smallest-k L.Iso."""
+    profile = depth[
+        (depth["formula"] == settings.jer_formula) & (depth["probe_set"] == settings.probe_set)
+    ]
+    l_iso = l_iso_columns(table)
+    rows = []
+    for _, row in table.iterrows():
+        layers = profile[profile["model"] == row["model"]].sort_values("layer_index")
+        learned = row.get("learned", math.nan)
+        rows.append(
+            {
+                "model": row["model"],
+                "family": row["family"],
+                "learned": "" if pd.isna(learned) else ("yes" if learned else "**no**"),
+                **{
+                    f"binding {readout}": _with_interval(row, f"binding_{readout}")
+                    for readout in READOUTS
+                },
+                "Same/Different": _with_interval(row, "same_different"),
+                "JER final": _fmt(row.get("jer", math.nan), ".1f"),
+                "JER by tap": " → ".join(_fmt(v, ".1f") for v in layers["jer_mean"]) or "n/a",
+                "G.PR": _fmt(row.get("g_pr", math.nan)),
+                "G.Iso": _fmt(row.get("g_iso", math.nan), ".2f"),
+                **({metric_label(l_iso[0]): _fmt(row[l_iso[0]], ".2f")} if l_iso else {}),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+MODEL_COLUMNS = (
+    "model",
+    "family",
+    "binding",
+    "binding_knn",
+    "binding_local_pca",
+    "same_different",
+    "jer",
+    "g_pr",
+    "g_iso",
+    "learned",
+)
+FILES = [
+    "## Files",
+    "",
+    "Tables in `results/tables/` (models, correlations, ols, ols_summary.txt, partial, families, "
+    "robustness, dose_series, paper_comparison, depth_profiles, spectra); figures in `results/figures/` "
+    "(metric_scatter, jacobian_spectra, depth_profiles, readouts); the HTML report is built with "
+    "`snakemake --report results/report.html`.",
+    "",
+]
+
+
+def summary_markdown(
+    table: pd.DataFrame,
+    tables: Mapping[str, Any],
+    settings: StatsSettings,
+    zoo: pd.DataFrame | None = None,
+) -> str:
+    """``results/summary.md``: the headline numbers of this run, generated from the tables."""
+    everything, table = table, trained_models(table)
+    controls = everything[everything["family"].isin(APART_FAMILIES)]
+    lines = header_lines(table, len(controls), settings)
+    lines += headline_lines(table, tables, settings)
+    if "dose_series" in tables:
+        lines += [""]
+        lines += dose_markdown(
+            everything, tables["dose_series"], settings.binding_column, settings.confidence
+        )
+        lines.pop()
+    lines += ["", "## Paper comparison", ""]
+    comparison = tables["paper_comparison"][["claim", "paper_text", "run_text", "n_models"]]
+    lines += [markdown_table(comparison), ""]
+    lines += model_sections(everything, table, controls, tables, settings)
+    if zoo is not None and len(zoo):
+        lines += zoo_section(zoo)
+    return "\n".join(lines + FILES)
+
+
+def header_lines(table: pd.DataFrame, n_controls: int, settings: StatsSettings) -> list[str]:
+    """What was analysed and how, a note when there are too few models, the learning check."""
+    n = len(table)
+    lines = [
+        "# repdiag binding study: summary",
+        "",
+        f"{n} trained models in {table['family'].nunique()} families and {n_controls} controls, "
+        "binding-supervised upper bounds or dose-series runs (kept out of every correlation and "
+        "fit across families); binding "
+        f"readout `{settings.readout}`, "
+        f"JER formula `{settings.jer_formula}` at the `{settings.jer_at}` layer on the "
+        f"`{settings.probe_set}` probe images; {settings.n_bootstrap} bootstrap resamples of models, "
+        f"seed {settings.seed}, {settings.confidence:.0%} intervals.",
+        "",
+    ]
+    if n < settings.min_models:
+        lines += [f"**Note:** {stats.too_few_note(n, settings.min_models, 'the statistics')}.", ""]
+    if "learned" in table and table["learned"].notna().any():
+        checked = table[table["learned"].notna()]
+        failed = checked.loc[checked["learned"] == 0, "model"].tolist()
+        lines += [
+            f"Learning check (zoo runs, repdiag.encoders.zoo.learning): "
+            f"{len(checked) - len(failed)} of {len(checked)} trained runs learned"
+            + (f"; not learned: {', '.join(failed)}." if failed else "."),
+            "",
+        ]
+    return lines
+
+
+def headline_lines(
+    table: pd.DataFrame, tables: Mapping[str, Any], settings: StatsSettings
+) -> list[str]:
+    """JER vs binding (trained models, then the runs that learned and with the controls), the
+    paper's bivariate fit and the geometry correlations, one bullet each."""
+    all_corr = tables["correlations"]
+    models_column = all_corr.get("models", pd.Series(TRAINED, index=all_corr.index))
+    corr = all_corr[models_column == TRAINED]
+    lines = []
+    jer = corr[corr["metric"] == "jer"]
+    if len(jer):
+        row = jer.iloc[0]
+        lines.append(
+            f"- JER vs binding: Pearson r = {_fmt(row['pearson_r'])} (p = {_fmt(row['pearson_p'], '.3g')}, "
+            f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}]), "
+            f"Spearman rho = {_fmt(row['spearman_rho'])}. {row['note'] or ''}".rstrip()
+        )
+    for models, label in (
+        (LEARNED, "the runs that learned"),
+        (WITH_CONTROLS, "trained models and controls"),
+    ):
+        other = all_corr[(models_column == models) & (all_corr["metric"] == "jer")]
+        if len(other):
+            row = other.iloc[0]
+            lines.append(
+                f"- The same over {label} (n = {int(row['n'])}): r = {_fmt(row['pearson_r'])}, "
+                f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
+                f"{_fmt(row['pearson_ci_high'])}]."
+            )
+    ols = tables["ols"]
+    fit = ols[ols["formula"] == "binding ~ jer + same_different"]
+    if len(fit):
+        lines.append(
+            f"- OLS binding ~ JER + Same/Different: R^2 = {_fmt(fit['r2'].iloc[0])}, adjusted "
+            f"R^2 = {_fmt(fit['adj_r2'].iloc[0])} (n = {int(fit['n'].iloc[0])}). {fit['note'].iloc[0] or ''}".rstrip()
+        )
+    geometry = corr[corr["metric"].isin(["g_pr", "g_iso", *l_iso_columns(table)])]
+    if len(geometry):
+        parts = [
+            f"{metric_label(m)} r = {_fmt(r)}"
+            for m, r in zip(geometry["metric"], geometry["pearson_r"], strict=True)
+        ]
+        lines.append("- Geometry vs binding: " + ", ".join(parts) + ".")
+    return lines
+
+
+def model_sections(
+    everything: pd.DataFrame,
+    table: pd.DataFrame,
+    controls: pd.DataFrame,
+    tables: Mapping[str, Any],
+    settings: StatsSettings,
+) -> list[str]:
+    """The trained models and the controls at the final layer, then (with the depth profiles)
+    every model and control with intervals and JER by tap."""
+    columns = [c for c in MODEL_COLUMNS if c in table]
+    lines = ["## Models (final layer)", "", markdown_table(table[columns]), ""]
+    if len(controls):
+        lines += ["## Controls and upper bounds (final layer; not in any fit)", ""]
+        lines += [markdown_table(controls[columns]), ""]
+    if "depth_profiles" in tables:
+        lines += [
+            f"## Every model and control ({settings.confidence:.0%} intervals; JER by tap from "
+            "the first tap to the last)",
+            "",
+            markdown_table(model_results(everything, tables["depth_profiles"], settings)),
+            "",
+        ]
+    return lines
+
+
+def zoo_section(zoo: pd.DataFrame) -> list[str]:
+    """Steps and first and final loss of each zoo objective."""
+    last = (
+        zoo.sort_values("step")
+        .groupby("objective")
+        .agg(steps=("step", "max"), first_loss=("loss", "first"), final_loss=("loss", "last"))
+        .reset_index()
+    )
+    return [
+        "## Zoo training (results/zoo/<objective>/curve.csv)",
+        "",
+        markdown_table(last, ".4g"),
+        "",
+    ]

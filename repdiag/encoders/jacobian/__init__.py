@@ -1,0 +1,12 @@
+"""Jacobian spectra of an encoder's taps: the engine, JER, the restartable chunk cache, the
+spectra store and the cost planner (``repdiag plan``).
+
+Modules: :mod:`.engine` (per-layer singular values of J(x), exact or randomized), :mod:`.rewrites`
+(ops run in forms ``torch.func`` handles), :mod:`.jer` (effective-rank formulas), :mod:`.cache`
+(the restartable chunked driver), :mod:`.store` (``results/jacobians/<model>.zarr``: contract,
+writer, reader), :mod:`.options` (the ``jacobians`` config: engine settings and cross-key
+checks), :mod:`.plan_count`, :mod:`.plan_project` and :mod:`.plan_print` (the planner: counting
+on the meta device, the projection of a config's cost, its printout).
+
+Kept free of imports: :mod:`.options` is read on every parse of the workflow.
+"""

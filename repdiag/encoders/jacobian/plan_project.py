@@ -1,0 +1,424 @@
+"""Cost planner of the Jacobian stage: the work, memory per pass and projected time of a config's
+Jacobian spectra, offline and without weights (``repdiag plan <config>``, :mod:`.plan_print`).
+
+Every model of the config is built with random weights on the meta device (shapes, no data, no
+memory; :func:`repdiag.encoders.registry.build_encoder` with ``meta=True``) and the unit costs of
+one probe image are counted there (:mod:`.plan_count`). The units are combined with the engine's
+algorithm (:mod:`.engine`: methods per tap by :func:`~.engine.layer_methods`, chains by
+:meth:`~.engine.Readout.chains`), per image, with k directions, q power iterations, n images per
+pass and c = ceil(k / chunk) vmap calls of ``chunk = max(1, batch // n)`` directions:
+
+* exact tap l (a root): ``d_l`` VJPs, ``fwd_l + d_l vjp_l`` FLOPs;
+* tap t derived from an exact tap p (chain rule, no product through the network): the counted
+  row Jacobian of its small function plus ``2 d_t d_p w`` for ``local @ rows_p``, where
+  ``w = d_root`` when the root's rows are carried in their R factor (``d_in > 2 d_root``), else
+  ``d_in``;
+* the shared sketch J Omega of the randomized taps R: k JVPs, ``c call_R + k jvp_R``;
+* randomized tap l: ``q k`` JVPs and ``(q + 1) k`` VJPs,
+  ``fwd_l + q (c call_l + k jvp_l) + (q + 1) k vjp_l``; with the sketch, k (2q + 2) products,
+  the figure ``auto`` compares with d_l;
+* ``(d_out)``: the engine's forward of every tap on one image per call (chunk_size images).
+
+QR and SVD FLOPs are given apart (``linalg``). Memory per pass (an estimate):
+``P + n A_l + p G_l + rows``, with P the parameters and buffers, A_l and G_l as counted
+(:class:`~.plan_count.LiveBytes`), p = min(chunk, directions) n products in flight and rows the
+Jacobian rows (exact: ``n d_l d_in``) or directions (randomized: ``n k (d_in + d_l)``) kept, in the
+model's dtype. The time is the total (linalg included) over a FLOP rate: by default the float32
+matmul rate measured here; a lower bound, since real kernels reach a fraction of peak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from repdiag.core.errors import RepdiagError
+from repdiag.encoders.jacobian.engine import (
+    DEFAULT_BATCH_SIZE,
+    Readout,
+    layer_methods,
+    row_jacobians,
+)
+from repdiag.encoders.jacobian.options import probe_counts
+from repdiag.encoders.jacobian.plan_count import (
+    TapUnits,
+    count_flops,
+    qr_flops,
+    spectrum_flops,
+)
+from repdiag.encoders.jacobian.rewrites import jacobian_mode
+from repdiag.encoders.registry import build_encoder, offline
+
+
+class NotPlanned(RepdiagError):
+    """A model the planner cannot count; the message says why."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Plan records
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TapCost:
+    """Per probe image: products through the network, counted and linear-algebra FLOPs; memory
+    of one pass in bytes. ``method``: exact, randomized, chain (exact, derived from ``parent``)
+    or sketch (the shared J Omega of the randomized taps)."""
+
+    name: str
+    method: str
+    d_out: int
+    jvps: int
+    vjps: int
+    flops: float
+    linalg_flops: float
+    memory_bytes: float
+    parent: str | None = None
+
+    @property
+    def products(self) -> int:
+        return self.jvps + self.vjps
+
+
+@dataclasses.dataclass
+class ModelPlan:
+    """One model: its taps' costs per image and the number of probe images."""
+
+    key: str
+    kind: str
+    input_shape: tuple[int, ...]
+    taps: list[TapCost]
+    images: int
+    param_bytes: int
+
+    @property
+    def flops_per_image(self) -> float:
+        return sum(tap.flops for tap in self.taps)
+
+    @property
+    def linalg_per_image(self) -> float:
+        return sum(tap.linalg_flops for tap in self.taps)
+
+    @property
+    def products_per_image(self) -> int:
+        return sum(tap.products for tap in self.taps)
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max((tap.memory_bytes for tap in self.taps), default=0.0)
+
+    @property
+    def total_flops(self) -> float:
+        return (self.flops_per_image + self.linalg_per_image) * self.images
+
+
+@dataclasses.dataclass
+class Plan:
+    """Every planned model, the ones left out (``{key: why}``) and the settings used."""
+
+    models: list[ModelPlan]
+    skipped: dict[str, str]
+    settings: dict[str, Any]
+    rate: float
+    rate_source: str
+
+    @property
+    def total_flops(self) -> float:
+        return sum(model.total_flops for model in self.models)
+
+    @property
+    def seconds(self) -> float:
+        return self.total_flops / self.rate
+
+
+# ----------------------------------------------------------------------------------------------
+# The plan of one model
+# ----------------------------------------------------------------------------------------------
+
+
+def _module_bytes(module: nn.Module | None) -> tuple[int, int]:
+    """(bytes of parameters and buffers, element size of the first floating one)."""
+    if module is None:
+        return 0, 4
+    tensors = [*module.parameters(), *module.buffers()]
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    floating = [t for t in tensors if t.is_floating_point()]
+    return int(size), floating[0].element_size() if floating else 4
+
+
+def plan_model(
+    model: Any,
+    input_shape: Sequence[int],
+    *,
+    method: str,
+    k: int,
+    power_iters: int,
+    batch_size: int,
+    chunk_size: int,
+    images: int = 1,
+    layers: Sequence[str] | None = None,
+    key: str = "model",
+    kind: str = "",
+) -> ModelPlan:
+    """Per-image Jacobian work of ``model`` (an encoder with taps or a module, ideally on meta)
+    at inputs of ``input_shape`` (C, H, W), for the engine's settings (module docstring)."""
+    readout = Readout(model)
+    layers = readout.check(layers)
+    module = readout.module
+    param_bytes, itemsize = _module_bytes(module)
+    tensors = [*module.parameters(), *module.buffers()] if module is not None else []
+    device = tensors[0].device if tensors else torch.device("cpu")  # no tensors: any device
+    x = torch.zeros((1, *input_shape), device=device)
+    d_in = math.prod(input_shape)
+    common = {
+        "d_in": d_in,
+        "itemsize": itemsize,
+        "param_bytes": param_bytes,
+        "batch_size": batch_size,
+        "chunk_size": chunk_size,
+    }
+    # the engine's rewrites (patch embeddings as matmuls, global pooling as a mean) count the
+    # same FLOPs, and test_plan checks against the engine run with them: plain mode here
+    with jacobian_mode(module):
+        with torch.no_grad():
+            outputs = readout(x, layers)
+        d_out = {name: int(outputs[name].reshape(1, -1).shape[1]) for name in layers}
+        del outputs
+        methods = layer_methods(readout, layers, method, d_out, k, power_iters)
+        exact = [name for name in layers if methods[name] == "exact"]
+        randomized = [name for name in layers if methods[name] == "randomized"]
+        chains = readout.chains(exact)
+        followers = {child for children in chains.values() for child in children}
+        units = TapUnits(model, readout, x)
+        costs: dict[str, TapCost] = {}
+        for name in exact:
+            if name not in followers:
+                costs.update(
+                    _exact_costs(readout, units, name, chains.get(name, []), x, d_out, **common)
+                )
+        taps = [costs[name] for name in layers if name in costs]
+        if randomized:
+            taps += _randomized_costs(units, randomized, d_out, k, power_iters, **common)
+        # jacobian_spectra's one forward of every tap on one image (d_out), per call of chunk images
+        setup = units(tuple(layers)).fwd / chunk_size
+        taps.append(TapCost("(d_out)", "setup", 0, 0, 0, setup, 0.0, float(param_bytes)))
+    order = {name: i for i, name in enumerate(["(d_out)", "(sketch)", *layers])}
+    taps.sort(key=lambda tap: order.get(tap.name, len(order)))
+    return ModelPlan(
+        key, kind or type(model).__name__, tuple(input_shape), taps, images, param_bytes
+    )
+
+
+def _exact_costs(
+    readout: Readout,
+    units: TapUnits,
+    root: str,
+    chain: Sequence[str],
+    x: torch.Tensor,
+    d_out: Mapping[str, int],
+    *,
+    d_in: int,
+    itemsize: int,
+    param_bytes: int,
+    batch_size: int,
+    chunk_size: int,
+) -> dict[str, TapCost]:
+    """``root``: d VJPs; each tap of ``chain``: its row Jacobian and ``local @ rows_parent``."""
+    d = d_out[root]
+    unit = units((root,))
+    n = min(max(1, batch_size // max(d_out[t] for t in (root, *chain))), chunk_size)
+    in_flight = min(max(1, batch_size // n), d) * n
+    memory = param_bytes + n * unit.saved + in_flight * unit.peak + n * d * d_in * itemsize
+    costs = {
+        root: TapCost(
+            root, "exact", d, 0, d, unit.fwd + d * unit.vjp, spectrum_flops(d, d_in), float(memory)
+        )
+    }
+    width = d if d_in > 2 * d else d_in  # the root's rows, carried in their R factor when wide
+    values = {root: torch.zeros((1, d), device=x.device)}
+    for name in chain:
+        parent, fn = readout.derived[name]
+        with torch.no_grad():
+            values[name] = fn(values[parent]).reshape(1, -1)
+        local = count_flops(lambda fn=fn, parent=parent: row_jacobians(fn, values[parent]))
+        d_c, d_p = d_out[name], d_out[parent]
+        flops = local + 2.0 * d_c * d_p * width
+        costs[name] = TapCost(
+            name,
+            "chain",
+            d_c,
+            0,
+            0,
+            float(flops),
+            spectrum_flops(d_c, width),
+            float(memory),
+            parent=parent,
+        )
+    return costs
+
+
+def _randomized_costs(
+    units: TapUnits,
+    layers: Sequence[str],
+    d_out: Mapping[str, int],
+    k: int,
+    power_iters: int,
+    *,
+    d_in: int,
+    itemsize: int,
+    param_bytes: int,
+    batch_size: int,
+    chunk_size: int,
+) -> list[TapCost]:
+    """The shared sketch (k JVPs of every randomized tap) and each tap's subspace iteration."""
+    n = min(max(1, batch_size // k), chunk_size)
+    chunk = max(1, batch_size // n)
+    chunks = math.ceil(k / chunk)
+    in_flight = min(chunk, k) * n
+    q = power_iters
+    taps, sketch_peak = [], 0.0
+    for name in layers:
+        d = d_out[name]
+        unit = units((name,))
+        if q and math.isnan(unit.jvp):
+            raise NotPlanned(f"tap {name} is randomized but has an op without forward-mode AD")
+        flops = unit.fwd + q * (chunks * unit.jvp_call + k * unit.jvp) + (q + 1) * k * unit.vjp
+        linalg = (
+            qr_flops(d, k)  # orth of the sketch
+            + q * (qr_flops(d_in, k) + qr_flops(d, k))  # orth(J^T Q), orth(J Z)
+            + spectrum_flops(k, d_in)  # the top k of B = Q^T J
+        )
+        memory = (
+            param_bytes + n * unit.saved + in_flight * unit.peak + n * k * (d_in + d) * itemsize
+        )
+        sketch_peak = max(sketch_peak, unit.peak)
+        taps.append(
+            TapCost(name, "randomized", d, q * k, (q + 1) * k, flops, linalg, float(memory))
+        )
+    together = units(tuple(layers))
+    if math.isnan(together.jvp):
+        raise NotPlanned(
+            f"taps {list(layers)} are randomized but have an op without forward-mode AD"
+        )
+    directions = n * k * (d_in + sum(d_out[name] for name in layers)) * itemsize
+    sketch = TapCost(
+        "(sketch)",
+        "sketch",
+        sum(d_out[name] for name in layers),
+        k,
+        0,
+        chunks * together.jvp_call + k * together.jvp,
+        0.0,
+        float(param_bytes + in_flight * sketch_peak + directions),
+    )
+    return [sketch, *taps]
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole config
+# ----------------------------------------------------------------------------------------------
+
+
+def measure_rate(size: int = 2048, repeats: int = 3, device: str | None = None) -> float:
+    """float32 matmul FLOP/s here: best of ``repeats`` ``size`` x ``size`` products (2 n^3 each)."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    best = math.inf
+    for _ in range(repeats + 1):  # the first is a warm-up
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / best
+
+
+def plan_config(
+    config: Mapping[str, Any],
+    *,
+    rate: float | None = None,
+    device: str = "cpu",
+    models: Sequence[str] | None = None,
+) -> Plan:
+    """The cost plan of every model (or ``models``) of a loaded config (defaults filled).
+
+    ``device`` chooses the default ``batch_size`` when the config leaves it null
+    (:data:`~.engine.DEFAULT_BATCH_SIZE`). ``rate`` in FLOP/s; default: :func:`measure_rate` on
+    this machine. A model that cannot be built or counted is left out (``Plan.skipped``).
+    """
+    settings = plan_settings(config["jacobians"], device)
+    planned, skipped, seen = [], {}, {}
+    entries = config.get("models") or {}
+    for key in models or list(entries):
+        try:
+            plan = _plan_entry(key, entries[key], config, settings, seen)
+            planned.append(plan)
+        except Exception as err:  # any model that cannot be built or counted is left out
+            skipped[key] = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    if rate is None:
+        rate, source = measure_rate(), f"measured here (float32 matmul, {_device_name()})"
+    else:
+        source = "given"
+    return Plan(planned, skipped, settings, float(rate), source)
+
+
+def plan_settings(jacobians: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """The settings a plan is made for, from a resolved ``jacobians`` section, for ``device``."""
+    return {
+        "method": jacobians["method"],
+        "k": int(jacobians["k"]),
+        "power_iters": int(jacobians["power_iters"]),
+        "batch_size": int(jacobians.get("batch_size") or DEFAULT_BATCH_SIZE[device]),
+        "chunk_size": int(jacobians["chunk_size"]),
+        "layers": list(jacobians.get("layers") or []),
+        "images": sum(probe_counts(jacobians).values()),
+        "device": device,
+        # FLOPs do not depend on it; the rate does (--rate: the device's peak at this precision)
+        "precision": str(jacobians["precision"]),
+    }
+
+
+def _plan_entry(
+    key: str,
+    entry: Mapping[str, Any],
+    config: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    seen: dict[tuple, ModelPlan],
+) -> ModelPlan:
+    """The plan of ``models.<key>``, built on the meta device; a model of an architecture in
+    ``seen`` (e.g. two seeds) costs the same and is not counted again."""
+    engine = {
+        name: settings[name] for name in ("method", "k", "power_iters", "batch_size", "chunk_size")
+    }
+    engine.update(images=settings["images"], layers=settings["layers"] or None, key=key)
+    default_pooling = config["embeddings"]["pooling"]
+    encoder = build_encoder(key, entry, default_pooling=default_pooling, meta=True, config=config)
+    how = encoder.origin
+    shape = (3, int(encoder.preprocess.input_size), int(encoder.preprocess.input_size))
+    signature = (str(encoder.model), encoder.pooling, shape)
+    if signature in seen:
+        return dataclasses.replace(seen[signature], key=key, kind=how)
+    try:
+        plan = plan_model(encoder, shape, kind=how, **engine)
+    except Exception:
+        if entry.get("source") != "python":
+            raise
+        # a control whose forward makes tensors of its own: counted on one real image
+        with offline():
+            encoder = build_encoder(key, entry)
+        plan = plan_model(encoder, shape, kind=f"{how} (counted on CPU)", **engine)
+    seen[signature] = plan
+    return plan
+
+
+def _device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"

@@ -1,0 +1,191 @@
+"""What the engine runs its differentiated functions under: eval mode, frozen parameters, the
+math attention kernel and a few ops rewritten into forms with forward-mode and batching rules
+(:func:`jacobian_mode`, :class:`_JacobianRewrites`)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+
+
+def _is_global(output_size: Any) -> bool:
+    return all(size == 1 for size in _pair(output_size))
+
+
+class _JacobianRewrites(TorchFunctionMode):
+    """Run some ops of the differentiated function as the same maths in ops torch.func handles
+    better (class switches ``patchify`` and ``global_pool``, both on; the benchmarks turn them off
+    to measure the baseline):
+
+    * patch-embedding convolutions (kernel = stride, no padding, dilation or groups) as the
+      identical patches @ W^T product. oneDNN's CPU kernel for their input gradient under vmap is
+      slow (157 ms vs 23 ms as a matmul for 192 cotangents of a 64 px, patch 8 ViT); the Jacobian
+      of a ViT spends ~6% there otherwise. A matmul on a GPU too, where it is one GEMM.
+    * global average pooling (``adaptive_avg_pool2d`` to 1 x 1, as timm's and torchvision's
+      pooling layers call it) as ``mean`` over the two spatial dimensions. On a channels-last
+      feature map (ConvNeXt's blocks end in a permute, GPUs run CNNs channels-last) the forward-mode
+      derivative of ``adaptive_avg_pool2d`` calls ``as_strided_``, which has no batching rule: every
+      vmapped JVP then loops over the directions one at a time (torch 2.14).
+
+    Under autocast (``precision: bf16``) two more run as their decompositions, whose vmapped
+    backward on bfloat16 CPU inputs otherwise fails (torch 2.14: "expected scalar type BFloat16
+    but found Float"): attention (:func:`_attention`: matmuls in bfloat16, the softmax in
+    float32, as the math SDPA kernel computes it) and eval-mode batch norm (:func:`_batch_norm`:
+    the affine map of the running statistics, in float32).
+    """
+
+    patchify = True
+    global_pool = True
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is nn.functional.conv2d and self.patchify:
+            names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            if self._is_patchify(call):
+                return self._as_matmul(call["input"], call["weight"], call.get("bias"))
+        elif func is nn.functional.adaptive_avg_pool2d and self.global_pool:
+            call = {**dict(zip(("input", "output_size"), args, strict=False)), **kwargs}
+            x = call["input"]
+            if isinstance(x, torch.Tensor) and x.ndim in (3, 4) and _is_global(call["output_size"]):
+                return x.mean(dim=(-2, -1), keepdim=True)
+        elif func is nn.functional.batch_norm:
+            names = ("input", "running_mean", "running_var", "weight", "bias", "training")
+            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            x = call["input"]
+            if (
+                torch.is_autocast_enabled(x.device.type)
+                and not call.get("training", False)
+                and call.get("running_mean") is not None
+                and call.get("running_var") is not None
+            ):
+                eps = kwargs.get("eps", args[7] if len(args) > 7 else 1e-5)
+                return _batch_norm(x, call, eps)
+        elif func is nn.functional.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            q = call["query"]
+            if (
+                torch.is_autocast_enabled(q.device.type)
+                and not call.get("dropout_p", 0.0)
+                and not call.pop("enable_gqa", False)
+            ):
+                return _attention(**call)
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _is_patchify(call: Mapping[str, Any]) -> bool:
+        x, weight = call["input"], call["weight"]
+        kernel = tuple(weight.shape[-2:])
+        return (
+            x.ndim == 4
+            and _pair(call.get("stride", 1)) == kernel
+            and call.get("padding", 0) in (0, (0, 0), [0, 0], "valid")
+            and _pair(call.get("dilation", 1)) == (1, 1)
+            and call.get("groups", 1) == 1
+        )
+
+    @staticmethod
+    def _as_matmul(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        n, c, height, width = x.shape
+        ph, pw = weight.shape[-2:]
+        rows, cols = height // ph, width // pw
+        patches = (
+            x[..., : rows * ph, : cols * pw]
+            .reshape(n, c, rows, ph, cols, pw)
+            .permute(0, 2, 4, 1, 3, 5)
+            .reshape(n, rows * cols, c * ph * pw)
+        )
+        y = patches @ weight.reshape(weight.shape[0], -1).T
+        if bias is not None:
+            y = y + bias
+        return y.reshape(n, rows, cols, -1).permute(0, 3, 1, 2)
+
+
+def _attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T scale + mask) v without dropout, the softmax in float32 (what the math SDPA
+    kernel computes), in ops with autocast, forward-mode and batching rules."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
+    if is_causal:
+        rows, cols = scores.shape[-2:]
+        keep = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return scores.softmax(dim=-1).to(value.dtype) @ value
+
+
+def _batch_norm(x: torch.Tensor, call: Mapping[str, Any], eps: float) -> torch.Tensor:
+    """Eval-mode batch norm, (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1),
+    in float32 or wider."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    scale = torch.rsqrt(call["running_var"].to(dtype) + eps)
+    if call.get("weight") is not None:
+        scale = scale * call["weight"].to(dtype)
+    y = (x.to(dtype) - call["running_mean"].to(dtype).reshape(shape)) * scale.reshape(shape)
+    if call.get("bias") is not None:
+        y = y + call["bias"].to(dtype).reshape(shape)
+    return y
+
+
+@contextlib.contextmanager
+def jacobian_mode(module: nn.Module | None, rewrites: bool = False) -> Iterator[None]:
+    """Eval mode, frozen parameters, grad enabled, math attention for a block.
+
+    The math SDPA kernel (and no nn.MultiheadAttention fast path) decomposes attention into ops
+    that have forward-mode and batching rules; ``rewrites`` (used by the engine on every device)
+    runs patch embeddings as matmuls and global average pooling as a mean
+    (:class:`_JacobianRewrites`). Restores the module's training flag and ``requires_grad`` flags.
+    """
+    mha_fastpath = torch.backends.mha.get_fastpath_enabled()
+    saved: list[tuple[nn.Parameter, bool]] = []
+    training = module.training if module is not None else False
+    try:
+        if module is not None:
+            module.eval()
+            saved = [(p, p.requires_grad) for p in module.parameters()]
+            for p, _ in saved:
+                p.requires_grad_(False)
+        torch.backends.mha.set_fastpath_enabled(False)
+        rewrite = _JacobianRewrites() if rewrites else contextlib.nullcontext()
+        with torch.enable_grad(), sdpa_kernel([SDPBackend.MATH]), warnings.catch_warnings():
+            # torch scripts its forward-mode decompositions on first use, with a deprecation warning
+            warnings.filterwarnings(
+                "ignore", message=r".*torch\.jit\.script", category=FutureWarning
+            )
+            with rewrite:
+                yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(mha_fastpath)
+        for p, flag in saved:
+            p.requires_grad_(flag)
+        if module is not None:
+            module.train(training)

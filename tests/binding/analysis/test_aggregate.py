@@ -1,0 +1,79 @@
+"""The models table: metrics, Jacobian stores, covariates and zoo records joined into one row per
+model (repdiag.binding.analysis.aggregate)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from repdiag.binding.analysis.aggregate import aggregate, dose_of
+from repdiag.binding.stats_options import StatsSettings
+from repdiag.core.errors import StoreError
+from repdiag.core.store import open_store
+from tests.binding.stats_fakes import LAYERS, SETTINGS, model_paths
+
+
+def test_aggregate_joins_metrics_jacobians_and_covariates(fake_run):
+    root, models, _ = fake_run
+    metrics_paths, jacobian_paths = model_paths(root, models)
+    result = aggregate(models, metrics_paths, jacobian_paths, SETTINGS)
+    table = result.models.set_index("model")
+    assert list(table.index) == list(models)
+    # JER at the final layer is the mean over the binding probe images of the stored values.
+    ds = open_store(jacobian_paths["m03"])
+    binding = ds["probe_set"].values == "binding"
+    expected = float(ds["jer_pr"].sel(layer="final").values[binding].mean())
+    assert table.loc["m03", "jer_pr_final"] == pytest.approx(expected, rel=1e-6)
+    per_layer = ds["jer_entropy"].values[:, binding].mean(axis=1)
+    assert table.loc["m03", "jer_entropy_max"] == pytest.approx(per_layer.max(), rel=1e-6)
+    assert (table["jer"] == table["jer_pr_final"]).all()
+    raw = json.loads(metrics_paths["m03"].read_text())["per_layer"]["final"]
+    assert table.loc["m03", "binding_knn"] == raw["binding"]["knn"]["accuracy"]
+    assert table.loc["m03", "l_iso_k10"] == raw["geometry"]["l_iso"]["10"]
+    assert table.loc["m03", "same_different"] == raw["same_different"]["accuracy"]
+    assert table.loc["m03", "same_different_ci_low"] == raw["same_different"]["ci_low"]
+    assert (
+        table.loc["m03", "zero_shot_accuracy"] == models["m03"]["covariates"]["zero_shot_accuracy"]
+    )
+    assert table.loc["m03", "family"] == "contrastive"
+    # Depth table: one row per layer, formula and probe set (+ all); spectra start at 1.
+    depth = result.depth
+    assert len(depth[(depth.model == "m03") & (depth.formula == "pr")]) == len(LAYERS) * 3
+    spectra = result.spectra[(result.spectra.model == "m03") & (result.spectra.layer == "final")]
+    assert spectra.sort_values("rank")["sv_normalised"].iloc[0] == pytest.approx(1.0)
+    assert spectra["sv_normalised"].is_monotonic_decreasing
+
+
+def test_aggregate_errors_name_the_file(fake_run, tmp_path):
+    root, models, _ = fake_run
+    metrics_paths, jacobian_paths = model_paths(root, models)
+    with pytest.raises(StoreError, match="probe set 'folder'"):
+        aggregate(models, metrics_paths, jacobian_paths, StatsSettings(probe_set="folder"))
+    broken = tmp_path / "m00.json"
+    data = json.loads(metrics_paths["m00"].read_text())
+    del data["final_layer"]
+    broken.write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=r"m00\.json: key 'final_layer'"):
+        aggregate(models, {**metrics_paths, "m00": broken}, jacobian_paths, SETTINGS)
+    with pytest.raises(StoreError, match="does not exist"):
+        aggregate(
+            models, metrics_paths, {**jacobian_paths, "m00": tmp_path / "none.zarr"}, SETTINGS
+        )
+
+
+def test_dose_of_a_zoo_run():
+    presence = {"objective": "supervised", "family": "supervised"}
+    assert dose_of({**presence, "hparams": {"label": "shape_presence", "slot_weight": 0.0}}) == 0.0
+    dosed = {"objective": "supervised", "family": "binding_dose", "steps_trained": 0}
+    assert dose_of({**dosed, "hparams": {"label": "shape_presence", "slot_weight": 0.3}}) == 0.3
+    control = {
+        "objective": "supervised",
+        "family": "control",
+        "hparams": {"label": "shape_presence"},
+    }
+    assert math.isnan(dose_of(control))
+    slots = {"objective": "supervised", "family": "binding_supervised"}
+    assert math.isnan(dose_of({**slots, "hparams": {"label": "slot_shape"}}))
+    assert math.isnan(dose_of({"objective": "simclr", "family": "contrastive", "hparams": {}}))

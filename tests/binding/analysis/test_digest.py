@@ -1,0 +1,35 @@
+"""``results/summary.md``: every model and control with intervals and JER by tap
+(repdiag.binding.analysis.digest)."""
+
+from __future__ import annotations
+
+from repdiag.binding.analysis.aggregate import aggregate
+from repdiag.binding.analysis.digest import model_results, summary_markdown
+from repdiag.binding.analysis.statistics import statistics_tables
+from tests.binding.stats_fakes import SETTINGS, model_paths
+
+
+def test_the_summary_lists_every_model_with_intervals_and_jer_by_tap(fake_run):
+    root, models, _ = fake_run
+    result = aggregate(models, *model_paths(root, models), SETTINGS)
+    table = result.models.copy()
+    table.loc[table["model"] == "m05", "family"] = "control"
+    tables = statistics_tables(table, result.depth, SETTINGS)
+    rows = model_results(table, result.depth, SETTINGS).set_index("model")
+    assert list(rows.index) == list(table["model"])  # controls too
+    first = table.iloc[0]
+    low, high = first["binding_cosine_ci_low"], first["binding_cosine_ci_high"]
+    assert rows.loc[first["model"], "binding cosine"] == (
+        f"{first['binding_cosine']:.3f} [{low:.2f}, {high:.2f}]"
+    )
+    profile = result.depth.query(
+        "model == @first.model and formula == @SETTINGS.jer_formula "
+        "and probe_set == @SETTINGS.probe_set"
+    ).sort_values("layer_index")
+    assert len(profile) >= 2
+    expected = " → ".join(f"{v:.1f}" for v in profile["jer_mean"])
+    assert rows.loc[first["model"], "JER by tap"] == expected
+    assert rows.loc[first["model"], "JER final"] == f"{first['jer']:.1f}"
+    text = summary_markdown(table, {**tables, "depth_profiles": result.depth}, SETTINGS)
+    assert "## Every model and control" in text and expected in text
+    assert "## Every model and control" not in summary_markdown(table, tables, SETTINGS)

@@ -1,0 +1,126 @@
+"""Every table of the analysis from the models table: correlations, fits, partial correlations,
+families, robustness, and controls kept out of them (repdiag.binding.analysis.statistics)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from repdiag.binding.analysis.aggregate import aggregate
+from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
+from repdiag.binding.analysis.statistics import family_table, statistics_tables
+from repdiag.common.claims import study_claims
+from repdiag.common.tables import read_table, write_csv
+from tests.binding.stats_fakes import SETTINGS, model_paths
+
+TOL = 1e-8
+
+
+def test_statistics_tables_and_paper_comparison(fake_run, tmp_path):
+    root, models, _ = fake_run
+    result = aggregate(models, *model_paths(root, models), SETTINGS)
+    tables = statistics_tables(result.models, result.depth, SETTINGS)
+    correlations = tables["correlations"].set_index("metric")
+    for metric in ("g_pr", "g_iso", "l_iso_k5", "l_iso_k10", "l_iso_k20", "jer", "same_different"):
+        assert metric in correlations.index
+    r = np.corrcoef(result.models["jer"], result.models["binding"])[0, 1]
+    assert correlations.loc["jer", "pearson_r"] == pytest.approx(r, abs=TOL)
+    assert r > 0.8  # the fabricated models bind better when their spectra are flatter
+    robustness = tables["robustness"]
+    assert set(robustness["target"]) == {"binding_cosine", "binding_knn", "binding_local_pca"}
+    variants = set(robustness["metric"])
+    assert {
+        "l_iso_k5",
+        "l_iso_k10",
+        "l_iso_k20",
+        "effective_rank",
+        "participation_ratio",
+    } <= variants
+    assert {f"jer_{f}_{a}" for f in ("pr", "pr2", "entropy") for a in ("final", "max")} <= variants
+    assert set(tables["ols"]["formula"]) >= {"binding ~ jer + same_different", "binding ~ jer"}
+    assert list(tables["partial"]["controls"]) == ["same_different", "zero_shot_accuracy"]
+    comparison = tables["paper_comparison"].set_index("claim")
+    row = comparison.loc["Pearson r(JER, binding accuracy)"]
+    assert row["paper_value"] == 0.69 and row["run_value"] == pytest.approx(r, abs=TOL)
+    assert row["n_models"] == 8
+    r2 = tables["ols"].query("formula == 'binding ~ jer + same_different'")["r2"].iloc[0]
+    assert comparison.loc["R^2 of binding ~ JER + Same/Different (OLS)", "run_value"] == r2
+    assert comparison.loc["number of models", "run_value"] == 8
+    # every claim of binding/claims.yaml is evaluated, in the file's order
+    assert tuple(tables["paper_comparison"]["claim_id"]) == study_claims("binding").ids
+    p_row = comparison.loc["p-value of r(JER, binding accuracy)"]
+    assert p_row["holds"] == (p_row["run_value"] < 0.001)  # the only banded claims: p-values
+    assert comparison["holds"].notna().sum() == 2
+    # Round trip through CSV, then the digest quotes the same numbers.
+    for name in ("correlations", "ols", "paper_comparison"):
+        write_csv(tables[name], tmp_path / f"{name}.csv")
+    read_back = {
+        name: read_table(tmp_path / f"{name}.csv")
+        for name in ("correlations", "ols", "paper_comparison")
+    }
+    zoo = zoo_curves(sorted(root.glob("results/zoo/*/curve.csv")))
+    text = summary_markdown(result.models, read_back, SETTINGS, zoo)
+    assert f"Pearson r = {r:.3f}" in text
+    assert f"R^2 = {r2:.3f}" in text
+    assert "nan" not in text.lower().replace("n/a", "")
+    assert "## Zoo training" in text and "obj07" in text
+
+
+def test_controls_stay_out_of_the_correlations_and_fits(fake_run):
+    """Models of family control are listed and reported as their own row, never fitted."""
+    root, models, _ = fake_run
+    result = aggregate(models, *model_paths(root, models), SETTINGS)
+    table = result.models.copy()
+    table.loc[table["model"].isin(["m00", "m05"]), "family"] = "control"
+    tables = statistics_tables(table, result.depth, SETTINGS)
+    corr = tables["correlations"]
+    trained = table[table["family"] != "control"]
+    jer = corr[(corr["metric"] == "jer") & (corr["models"] == "trained")].iloc[0]
+    assert jer["n"] == 6
+    assert jer["pearson_r"] == pytest.approx(
+        np.corrcoef(trained["jer"], trained["binding"])[0, 1], abs=TOL
+    )
+    both = corr[(corr["metric"] == "jer") & (corr["models"] == "trained + controls")].iloc[0]
+    assert both["n"] == 8
+    assert both["pearson_r"] == pytest.approx(
+        np.corrcoef(table["jer"], table["binding"])[0, 1], abs=TOL
+    )
+    assert set(tables["ols"]["n"]) == {6}
+    assert "control" in set(tables["families"]["family"])
+    comparison = tables["paper_comparison"].set_index("claim")
+    assert comparison.loc["number of models", "run_value"] == 6
+    text = summary_markdown(table, tables, SETTINGS)
+    assert "6 trained models" in text and "2 controls" in text
+    assert "## Controls and upper bounds (final layer" in text
+
+
+def test_too_few_models_writes_tables_with_a_note(fake_run):
+    root, models, _ = fake_run
+    three = dict(list(models.items())[:3])
+    result = aggregate(three, *model_paths(root, three), SETTINGS)
+    tables = statistics_tables(result.models, result.depth, SETTINGS)
+    for name in ("correlations", "ols", "partial", "robustness", "paper_comparison"):
+        frame = tables[name]
+        assert len(frame) > 0
+        assert frame["note"].str.contains("too few models").all(), name
+    assert tables["ols_summary"].startswith("NOTE: too few models")
+    assert tables["correlations"]["pearson_r"].isna().all()
+    assert "too few models" in summary_markdown(result.models, tables, SETTINGS)
+
+
+def test_family_means_and_t_intervals():
+    table = pd.DataFrame(
+        {"model": list("abcd"), "family": ["x", "x", "x", "y"], "jer": [1.0, 2.0, 4.0, 3.0]}
+    )
+    frame = family_table(table, ["jer"]).set_index("family")
+    values = np.array([1.0, 2.0, 4.0])
+    half = sps.t.ppf(0.975, 2) * values.std(ddof=1) / math.sqrt(3)
+    assert frame.loc["x", "mean"] == pytest.approx(values.mean(), abs=TOL)
+    assert frame.loc["x", "ci_high"] - frame.loc["x", "mean"] == pytest.approx(half, abs=TOL)
+    assert frame.loc["y", "n"] == 1 and math.isnan(frame.loc["y", "ci_low"])
+    assert "no interval" in frame.loc["y", "note"]
+    assert frame.loc["x", "models"] == "a;b;c"

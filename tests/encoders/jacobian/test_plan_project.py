@@ -1,0 +1,134 @@
+"""The plan of a model and of a config (repdiag.encoders.jacobian.plan_project): closed forms on
+an MLP, counted runs of the engine on two small models, models left out of a config's plan."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from repdiag.encoders.jacobian import plan_count, plan_project
+from repdiag.encoders.jacobian.engine import jacobian_spectra
+from repdiag.encoders.jacobian.plan_count import flop_counter
+from repdiag.encoders.jacobian.plan_project import plan_model
+from tests.encoders.jacobian.models import (
+    D_IN,
+    D_OUT,
+    FWD,
+    HIDDEN,
+    by_name,
+    encoder,
+    engine,
+    hub_and_control_config,
+    mlp,
+    planning,
+    tiny_resnet,
+    tiny_vit,
+)
+
+torch.set_num_threads(1)
+
+
+def test_exact_plan_of_an_mlp_is_d_out_vjps():
+    plan = plan_model(mlp("meta"), (D_IN,), **planning(method="exact", batch_size=16, chunk_size=4))
+    taps = by_name(plan)
+    assert (taps["output"].vjps, taps["output"].jvps) == (D_OUT, 0)
+    assert taps["output"].flops == FWD + D_OUT * FWD
+    assert taps["(d_out)"].flops == FWD / 4  # one forward on one image per call of 4 images
+    assert plan.param_bytes == 4 * (D_IN * HIDDEN + HIDDEN + HIDDEN * D_OUT + D_OUT)
+    # rows of J kept: n images x d_out x d_in floats, n = batch // d_out (at least 1)
+    assert taps["output"].memory_bytes > plan.param_bytes + 1 * D_OUT * D_IN * 4
+    assert taps["output"].linalg_flops == plan_count.svdvals_flops(D_OUT, D_IN)
+
+
+@pytest.mark.parametrize("k, q, batch", [(4, 1, 16), (8, 2, 4), (3, 0, 64)])
+def test_randomized_plan_of_an_mlp_follows_subspace_iteration(k, q, batch):
+    plan = plan_model(
+        mlp("meta"),
+        (D_IN,),
+        **planning(method="randomized", k=k, power_iters=q, batch_size=batch, chunk_size=8),
+    )
+    taps = by_name(plan)
+    n = min(max(1, batch // k), 8)  # images per pass
+    calls = math.ceil(k / max(1, batch // n))  # vmap chunks of k directions
+    assert (taps["(sketch)"].jvps, taps["(sketch)"].vjps) == (k, 0)
+    assert taps["(sketch)"].flops == calls * 2 * FWD + k * FWD
+    assert (taps["output"].jvps, taps["output"].vjps) == (q * k, (q + 1) * k)
+    assert taps["output"].products + taps["(sketch)"].products == k * (2 * q + 2)
+    expected = FWD + q * (calls * 2 * FWD + k * FWD) + (q + 1) * k * FWD
+    assert taps["output"].flops == expected
+
+
+def test_auto_keeps_derived_taps_exact_by_the_chain_rule():
+    with torch.device("meta"):
+        model = encoder(tiny_vit(), "cls")
+    plan = plan_model(
+        model, (3, 32, 32), **planning(k=8, power_iters=1, batch_size=64)
+    )  # 32 <= k(2q+2)
+    taps = by_name(plan)
+    assert [taps[name].method for name in ("block00", "block01", "final", "head")] == [
+        "exact",
+        "exact",
+        "chain",
+        "chain",
+    ]
+    assert (taps["final"].parent, taps["head"].parent) == ("block01", "final")
+    assert taps["final"].products == taps["head"].products == 0
+    assert taps["block01"].vjps == 32
+
+
+# ----------------------------------------------- the plan against counted runs of the engine
+
+# The planner counts pieces of the network on the meta device and multiplies them by the
+# engine's numbers of products; the check runs the engine itself on one random CPU image under
+# the same counter. Both count the same dispatched ops, so they must agree to rounding: a missed
+# forward or a wrong product count would be off by at least one forward pass (over 1% here).
+CHECKS = [
+    (tiny_vit, "cls", "auto", 8, 1),
+    (tiny_vit, "cls", "randomized", 4, 1),
+    (tiny_resnet, "mean", "exact", 4, 1),
+    (tiny_resnet, "mean", "randomized", 2, 1),
+]
+
+
+@pytest.mark.parametrize("make, pooling, method, k, q", CHECKS)
+def test_planned_flops_equal_a_counted_run_of_the_engine(make, pooling, method, k, q):
+    torch.manual_seed(0)
+    real = encoder(make(), pooling)
+    with flop_counter() as counter:
+        spectra = jacobian_spectra(
+            real,
+            torch.randn(1, 3, 32, 32),
+            **engine(method=method, k=k, power_iters=q, batch_size=16),
+        )
+    with torch.device("meta"):
+        meta = encoder(make(), pooling)
+    plan = plan_model(
+        meta,
+        (3, 32, 32),
+        **planning(method=method, k=k, power_iters=q, batch_size=16, chunk_size=1),
+    )
+    methods = {t.name: t.method for t in plan.taps if t.method not in ("setup", "sketch")}
+    assert {name: "exact" if m == "chain" else m for name, m in methods.items()} == (
+        spectra.methods
+    )
+    assert plan.flops_per_image == pytest.approx(counter.get_total_flops(), rel=1e-9)
+
+
+def test_an_unknown_hub_entry_without_its_checkout_is_not_planned():
+    config = hub_and_control_config()
+    plan = plan_project.plan_config(config, rate=1e12)
+    assert [m.key for m in plan.models] == ["ctrl"]
+    assert "needs its local checkout" in plan.skipped["odd"]
+    mlp_plan = plan.models[0]
+    assert mlp_plan.images == 3
+    assert plan.total_flops == pytest.approx(
+        3 * (mlp_plan.flops_per_image + mlp_plan.linalg_per_image)
+    )
+    assert plan.seconds == pytest.approx(plan.total_flops / 1e12)
+
+
+def test_measured_rate_is_a_plausible_flop_rate():
+    rate = plan_project.measure_rate(size=128, repeats=1, device="cpu")
+    assert 1e6 < rate < 1e15

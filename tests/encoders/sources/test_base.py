@@ -1,0 +1,31 @@
+"""What the source builders share (repdiag.encoders.sources.base): the registry, the meta-device
+mode's default device, close names."""
+
+from __future__ import annotations
+
+import torch
+
+from repdiag.encoders import SOURCES
+from repdiag.encoders.sources.base import BuildOptions, close_names
+
+
+def test_registry_lists_every_source():
+    assert SOURCES.names() == sorted(
+        ["timm", "open_clip", "torchvision", "hub", "checkpoint", "zoo", "python"]
+    )
+
+
+def test_meta_mode_makes_every_new_tensor_a_shape_only(tmp_path):
+    with BuildOptions(tmp_path, meta=True).device():
+        made = torch.nn.Linear(4, 3)
+    with BuildOptions(tmp_path).device():
+        real = torch.nn.Linear(4, 3)
+    assert made.weight.device.type == "meta" and made.weight.shape == (3, 4)
+    assert real.weight.device.type == "cpu"
+
+
+def test_close_names_suggest_the_nearest_spellings():
+    assert close_names("resnet_18", ["resnet18", "resnet34", "vit"]) == (
+        "; did you mean resnet18, resnet34?"
+    )
+    assert close_names("zzz", ["resnet18"]) == ""

@@ -1,0 +1,45 @@
+"""Weights read safely (repdiag.encoders.weights): pickles refused without being unpickled,
+truncated safetensors refused, every error naming the model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from repdiag.core.errors import EncoderError
+from repdiag.encoders import build_encoder
+from repdiag.encoders.weights import check_safetensors, load_safetensors, model_error
+
+torch.set_num_threads(1)
+
+
+def test_pickle_checkpoints_are_refused_without_unpickling(tmp_path):
+    path = tmp_path / "model.safetensors"
+    torch.save({"w": torch.zeros(2)}, path)  # a torch.save zip archive under a safetensors name
+    entry = {"source": "checkpoint", "id": "resnet18", "family": "other", "weights": str(path)}
+    with pytest.raises(
+        EncoderError,
+        match=r"model 'pk': .*model.safetensors is a pickle \(torch.save\) file; it is refused",
+    ):
+        build_encoder("pk", entry)
+    path.write_bytes(b"\x80\x04\x95" + b"\x00" * 40)  # a raw pickle (protocol 4)
+    with pytest.raises(EncoderError, match="is a pickle"):
+        build_encoder("pk", entry)
+    path.write_bytes((10**6).to_bytes(8, "little") + b'{"w": ')  # header longer than the file
+    with pytest.raises(
+        EncoderError, match=r"model 'pk': .* is not a valid safetensors file \(truncated"
+    ):
+        build_encoder("pk", entry)
+
+
+def test_a_good_file_is_read_and_errors_name_the_model(tmp_path):
+    path = tmp_path / "w.safetensors"
+    save_file({"w": torch.arange(4.0)}, str(path))
+    assert check_safetensors(path, "m") == path
+    assert torch.equal(load_safetensors(path, "m")["w"], torch.arange(4.0))
+    assert str(model_error("m", "broken")) == "model 'm': broken"
+    with pytest.raises(
+        EncoderError, match=r"model 'm': weights file .*absent.safetensors does not"
+    ):
+        check_safetensors(tmp_path / "absent.safetensors", "m")

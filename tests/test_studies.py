@@ -1,0 +1,49 @@
+"""The one list of studies: packages, workflow targets and subcommands agree with the package and
+the workflow."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from repdiag.studies import CHECKED_PACKAGES, COMMANDS, STUDIES, TARGETS, target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_study_is_a_package_with_config_checks_and_a_target():
+    for study in STUDIES:
+        package = importlib.import_module(f"repdiag.{study}")
+        assert f"repdiag.{study}" in CHECKED_PACKAGES
+        assert all(check.startswith(f"repdiag.{study}.") for check in package.CONFIG_CHECKS)
+    assert CHECKED_PACKAGES[0] == "repdiag.encoders"  # models first: the studies name them
+    assert {t.study for t in TARGETS} == set(STUDIES)
+
+
+def test_targets_are_named_once_and_the_main_study_goes_first():
+    names = [t.name for t in TARGETS]
+    assert len(names) == len(set(names))
+    assert target("binding").priority > max(t.priority for t in TARGETS if t.name != "binding")
+    assert [t.name for t in TARGETS if t.on_request] == ["binding_causal", "identifiability_check"]
+    with pytest.raises(KeyError, match="no workflow target 'nope'"):
+        target("nope")
+
+
+def test_the_workflow_spells_no_study_list_of_its_own():
+    """The Snakefile makes one rule per target from TARGETS; no stage file lists the studies."""
+    workflow = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    for path in workflow:
+        text = path.read_text()
+        for name in (t.name for t in TARGETS):
+            assert not re.search(rf"^rule {name}:", text, re.M), (path, name)
+        assert "BINDING_PRIORITY" not in text and "ON_REQUEST" not in text, path
+
+
+def test_commands_name_a_function_of_a_package():
+    for name, (reference, help_text) in COMMANDS.items():
+        module, _, function = reference.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), name
+        assert help_text, name
