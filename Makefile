@@ -61,9 +61,11 @@ format: setup
 	$(BIN)/ruff format repdiag workflow_scripts tests benchmarks
 	$(BIN)/snakefmt Snakefile rules
 
-# docs/configuration.md from the schemas' descriptions (a test fails when it is stale).
+# docs/configuration.md from the schemas' descriptions, docs/contracts.md's store tables from the
+# contracts the readers check (a test fails when either is stale).
 docs: setup
 	$(BIN)/python -m repdiag.core.schema_docs
+	$(BIN)/python -m repdiag.contracts
 
 clean-results:
 	rm -rf results .snakemake/incomplete

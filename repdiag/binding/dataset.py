@@ -49,8 +49,27 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "query_shape": ("int8", ("query", "slot")),
     "candidate_shape": ("int8", ("query", "candidate", "slot")),
     "pair_shape": ("int8", ("pair", "member", "slot")),
+    "query_colour": ("uint8", ("query", "slot", "channel")),
+    "candidate_colour": ("uint8", ("query", "candidate", "slot", "channel")),
+    "pair_colour": ("uint8", ("pair", "member", "slot", "channel")),
 }
-"""dtype and dims of the store's arrays (docs/contracts.md), checked whenever it is read."""
+"""dtype and dims of the store's arrays, checked whenever it is read (docs/contracts.md is
+generated from it and :data:`MEANING`: ``python -m repdiag.contracts``)."""
+
+MEANING: dict[str, str] = {
+    "query_image": "query scenes, query palette",
+    "candidate_image": "candidates, target palette",
+    "correct_index": "index of the candidate with the query's arrangement",
+    "pair_image": "Same/Different pairs, member = 0, 1",
+    "pair_same": "1 same arrangement, 0 different",
+    "query_shape": "index into `shape_name` of the shape in each slot, -1 empty",
+    "candidate_shape": "the same for each candidate",
+    "pair_shape": "the same for each pair member",
+    "query_colour": "RGB of the object in each slot",
+    "candidate_colour": "the same for each candidate",
+    "pair_colour": "the same for each pair member",
+}
+"""What each array of :data:`CONTRACT` holds."""
 
 DEFAULT_QUERY_PALETTE: tuple[RGB, ...] = (
     (230, 25, 75),
@@ -397,19 +416,7 @@ def pair_layout(params: BindingParams, rng: np.random.Generator) -> dict[str, np
     }
 
 
-DIMS = {
-    "query_image": ("query", "y", "x", "channel"),
-    "candidate_image": ("query", "candidate", "y", "x", "channel"),
-    "correct_index": ("query",),
-    "query_shape": ("query", "slot"),
-    "candidate_shape": ("query", "candidate", "slot"),
-    "query_colour": ("query", "slot", "channel"),
-    "candidate_colour": ("query", "candidate", "slot", "channel"),
-    "pair_image": ("pair", "member", "y", "x", "channel"),
-    "pair_same": ("pair",),
-    "pair_shape": ("pair", "member", "slot"),
-    "pair_colour": ("pair", "member", "slot", "channel"),
-}
+DIMS = {name: dims for name, (_, dims) in CONTRACT.items()}
 
 
 def _labels(values: Iterable[str]) -> np.ndarray:

@@ -30,7 +30,18 @@ STORE_CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "jer_entropy": ("float32", ("layer", "image")),
     "n_singular": ("int64", ("layer",)),
 }
-"""dtype and dims of ``results/jacobians/<model>.zarr`` (docs/contracts.md), checked on read."""
+"""dtype and dims of ``results/jacobians/<model>.zarr``, checked on read (docs/contracts.md is
+generated from it and :data:`MEANING`: ``python -m repdiag.contracts``)."""
+
+MEANING: dict[str, str] = {
+    "singular_values": "top-k singular values of each image's Jacobian, descending, zero-padded",
+    "singular_values_full": "the whole spectrum where a layer was computed exactly, zero-padded",
+    "jer_pr": "participation ratio (sum s)^2 / sum s^2 of the top k",
+    "jer_pr2": "the same of the squared values, (sum s^2)^2 / sum s^4",
+    "jer_entropy": "exp of the entropy of s / sum s",
+    "n_singular": "valid length of `singular_values_full` (0 for randomized layers)",
+}
+"""What each array of :data:`STORE_CONTRACT` holds."""
 
 
 def _padded(values: torch.Tensor, width: int) -> np.ndarray:
