@@ -1,4 +1,4 @@
-# The analysis across models (repdiag.binding.report, repdiag.binding.stats, repdiag.binding.plots): one table of every
+# The analysis across models (repdiag.binding.analysis, repdiag.common.statistics, repdiag.binding.plots): one table of every
 # model, the statistics of the binding paper, its figures and a digest, all annotated for
 # `snakemake --report results/report.html`.
 

@@ -270,3 +270,36 @@ def test_the_size_checker_finds_a_long_function_and_a_long_module(tmp_path):
     assert _oversized([path], tmp_path) == [f"long.py:5 long: {MAX_FUNCTION_LINES + 1}"]
     path.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     assert _oversized([path], tmp_path) == [f"long.py: {MAX_MODULE_LINES + 1}"]
+
+
+def _dangling(text: str) -> set[str]:
+    """Dotted ``repdiag.…`` names in ``text`` that import nothing: the longest importable module
+    prefix, then attributes; a name whose module imports but lacks the attribute is dangling."""
+    import importlib
+
+    found = set()
+    for reference in set(re.findall(r"repdiag(?:\.\w+)+", text)):
+        parts = reference.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                target = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attribute in parts[cut:]:
+                target = getattr(target, attribute, None)
+            if target is None:
+                found.add(reference)
+            break
+    return found
+
+
+def test_docs_rules_and_schemas_name_only_code_that_exists():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages += [*sorted((ROOT / "rules").glob("*.smk")), *sorted((ROOT / "schemas").glob("*.yaml"))]
+    pages += [ROOT / "tests" / "reliability" / "README.md"]
+    dangling = {str(p.relative_to(ROOT)): _dangling(p.read_text()) for p in pages}
+    assert {page: names for page, names in dangling.items() if names} == {}
+    assert _dangling("repdiag.binding.report and repdiag.core.config.nothing") == {
+        "repdiag.binding.report",
+        "repdiag.core.config.nothing",
+    }
