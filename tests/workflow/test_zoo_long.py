@@ -1,0 +1,101 @@
+"""config/zoo_long.yaml, the family comparison at a GPU budget: what it holds, and the config run
+end to end at a tiny size (its keys and stages unchanged; sizes, steps and seeds cut)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from repdiag.core.config import load_config
+from repdiag.core.store import read_json
+from tests.conftest import REPO, copy_workflow, snakemake
+
+CONFIG = REPO / "config" / "zoo_long.yaml"
+OBJECTIVES = ("barlow_twins", "vicreg", "simmim", "dino", "simclr", "clip", "supervised")
+TINY_STEPS = 3
+# the smallest config that runs every stage: config/test.yaml's sizes (32 px, a few images)
+TINY = {
+    "datasets": {"binding": {"image_size": 32, "n_queries": 24, "n_pairs": 24}},
+    "jacobians": {"k": 8, "power_iters": 1, "batch_size": 64, "chunk_size": 2,
+                  "probes": {"binding": {"n": 2}, "noise": {"n": 2}}},
+    "metrics": {"reference": {"max_size": 200}, "readouts": {"knn": {"k": 3},
+                "local_pca": {"k": 5, "dim": 2}}, "geometry": {"l_iso_k": [3, 5]},
+                "probe": {"folds": 2, "inner_folds": 2}},
+    "stats": {"n_bootstrap": 200},
+}  # fmt: skip
+KEPT_CONTROLS = ("random_resnet",)  # the untrained backbone: the zoo's floor
+
+
+def _merge(base: dict, update: dict) -> dict:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def tiny(config: dict) -> dict:
+    """``config`` at a size that runs in a few minutes: TINY's sizes, seed 0 of every objective
+    and the untrained backbone, TINY_STEPS steps at batch 8 on a narrow backbone on the CPU."""
+    small = _merge(copy.deepcopy(config), TINY)
+    keep = [key for key, entry in small["models"].items() if key.endswith("_s0")]
+    keep += KEPT_CONTROLS
+    small["models"] = {key: small["models"][key] for key in keep}
+    zoo = small["zoo"]
+    zoo.update(image_size=32, device="cpu", threads=1)
+    zoo["backbones"]["resnet"]["timm_kwargs"] = {"channels": [8, 8, 16, 16], "stem_width": 8}
+    zoo["objectives"] = {
+        run: {**spec, "steps": min(spec["steps"], TINY_STEPS), "batch_size": 8}
+        for run, spec in zoo["objectives"].items()
+        if run in small["models"]
+    }
+    return small
+
+
+def test_zoo_long_is_the_default_zoo_at_a_larger_budget() -> None:
+    long, default = load_config(CONFIG), load_config(REPO / "config.yaml")
+    runs = long["zoo"]["objectives"]
+    for objective in OBJECTIVES:
+        seeds = [run for run in runs if run in (f"{objective}_s{seed}" for seed in range(3))]
+        assert len(seeds) == 3, objective
+        for run in seeds:
+            spec, base = runs[run], default["zoo"]["objectives"][f"{objective}_s0"]
+            assert spec["objective"] == objective and spec["backbone"] == "resnet"
+            assert spec["steps"] > base["steps"] and spec["batch_size"] > base["batch_size"]
+            assert long["models"][run]["family"] == default["models"][f"{objective}_s0"]["family"]
+    # same benchmark, scenes and backbone as the default: only the budget differs
+    assert long["datasets"] == default["datasets"]
+    assert long["zoo"]["scenes"] == default["zoo"]["scenes"]
+    assert long["zoo"]["backbones"]["resnet"] == default["zoo"]["backbones"]["resnet"]
+    controls = {k for k, m in default["models"].items() if m["family"] == "control"}
+    assert controls <= set(long["models"])
+    assert long["zoo"]["device"] == "auto"
+
+
+@pytest.mark.workflow
+@pytest.mark.xdist_group("workflow/test_zoo_long")
+def test_zoo_long_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
+    workdir = copy_workflow(tmp_path / "wf")
+    config = tiny(yaml.safe_load(CONFIG.read_text()))
+    (workdir / "config" / "test.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    snakemake(workdir, "binding")
+    results = workdir / "results"
+    models = pd.read_csv(results / "tables" / "models.csv")
+    assert set(models["model"]) == set(config["models"])
+    assert set(models.loc[models["family"] != "control", "family"]) >= {
+        "variance_decorrelation",
+        "masked_modeling",
+        "clustering_distillation",
+        "contrastive",
+        "vision_language",
+        "supervised",
+    }
+    for run, spec in config["zoo"]["objectives"].items():
+        meta = read_json(results / "zoo" / run / "meta.json")
+        assert meta["steps_trained"] == spec["steps"], run
+    assert "binding" in (results / "summary.md").read_text().lower()
