@@ -16,14 +16,16 @@ import numpy as np
 import zarr
 
 VOLATILE = re.compile(r"(^created$|time_s$|per_s$|seconds)")
+ACROSS_COMMITS = re.compile(rf"{VOLATILE.pattern}|^git_commit$")
+"""VOLATILE and the commit a store's provenance records: two commits' runs compared."""
 
 
-def strip_volatile(value: Any) -> Any:
-    """``value`` without the dict keys that record wall time, rates or creation time."""
+def strip_volatile(value: Any, ignore: re.Pattern = VOLATILE) -> Any:
+    """``value`` without the dict keys that ``ignore`` matches (wall time, rates, creation time)."""
     if isinstance(value, dict):
-        return {k: strip_volatile(v) for k, v in value.items() if not VOLATILE.search(str(k))}
+        return {k: strip_volatile(v, ignore) for k, v in value.items() if not ignore.search(str(k))}
     if isinstance(value, list):
-        return [strip_volatile(v) for v in value]
+        return [strip_volatile(v, ignore) for v in value]
     return value
 
 
@@ -49,13 +51,15 @@ def assert_same_arrays(ref: Path, new: Path) -> None:
         _same_array(f"{new}/{name}", array[...], new_arrays[name][...])
 
 
-def assert_same_store(ref: Path, new: Path) -> None:
+def assert_same_store(ref: Path, new: Path, ignore: re.Pattern = VOLATILE) -> None:
     """:func:`assert_same_arrays`, and the same group and array attributes (times left out)."""
     assert_same_arrays(ref, new)
     ref_group, new_group = zarr.open_group(ref, mode="r"), zarr.open_group(new, mode="r")
     for name, array in ref_group.arrays():
-        assert strip_volatile(dict(array.attrs)) == strip_volatile(dict(new_group[name].attrs))
-    assert strip_volatile(dict(ref_group.attrs)) == strip_volatile(dict(new_group.attrs)), new
+        ref_attrs, new_attrs = dict(array.attrs), dict(new_group[name].attrs)
+        assert strip_volatile(ref_attrs, ignore) == strip_volatile(new_attrs, ignore), name
+    ref_attrs, new_attrs = dict(ref_group.attrs), dict(new_group.attrs)
+    assert strip_volatile(ref_attrs, ignore) == strip_volatile(new_attrs, ignore), new
 
 
 def assert_same_safetensors(ref: Path, new: Path) -> None:
@@ -67,21 +71,37 @@ def assert_same_safetensors(ref: Path, new: Path) -> None:
         _same_array(f"{new}:{name}", tensor, new_tensors[name])
 
 
-def assert_same_output(ref: Path, new: Path) -> None:
+def assert_same_output(ref: Path, new: Path, ignore: re.Pattern = VOLATILE) -> None:
     """Fail with the first difference between two outputs (files, stores or folders)."""
     assert new.exists(), f"{new} is missing"
     if ref.suffix == ".zarr":
-        assert_same_store(ref, new)
+        assert_same_store(ref, new, ignore)
     elif ref.is_dir():  # entry by entry, so that a store inside is compared as a store
         ref_names = sorted(p.name for p in ref.iterdir())
         new_names = sorted(p.name for p in new.iterdir())
         assert ref_names == new_names, (new, ref_names, new_names)
         for name in ref_names:
-            assert_same_output(ref / name, new / name)
+            assert_same_output(ref / name, new / name, ignore)
     elif ref.suffix == ".json":
         ref_data, new_data = json.loads(ref.read_text()), json.loads(new.read_text())
-        assert strip_volatile(ref_data) == strip_volatile(new_data), new
+        assert strip_volatile(ref_data, ignore) == strip_volatile(new_data, ignore), new
     elif ref.suffix == ".safetensors":
         assert_same_safetensors(ref, new)
     else:
         assert ref.read_bytes() == new.read_bytes(), new
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.outputs BEFORE AFTER``: every output under two workflow folders'
+    ``results/`` equal, left out only what ACROSS_COMMITS matches (a refactor's before/after
+    check: run one config at both commits, then compare)."""
+    import sys
+
+    before, after = (Path(arg) / "results" for arg in (argv or sys.argv[1:]))
+    assert_same_output(before, after, ACROSS_COMMITS)
+    print(f"{after}: every output equals {before}'s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
