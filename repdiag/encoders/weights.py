@@ -222,6 +222,21 @@ def load_into(
     module.load_state_dict({k: state[k] for k in own if k in state}, strict=True)
 
 
+def load_entry_weights(
+    module: nn.Module, state: Mapping[str, torch.Tensor], key: str, entry: Mapping[str, Any]
+) -> None:
+    """:func:`load_into` with a model entry's own settings: ``state_dict_prefix``, ``strict``
+    (default true) and its ``weights`` file named in every error."""
+    load_into(
+        module,
+        state,
+        key,
+        prefix=entry.get("state_dict_prefix") or "",
+        strict=entry.get("strict", True),
+        where=str(entry["weights"]),
+    )
+
+
 def hf_cached(repo_id: str, filenames: Iterable[str]) -> str | None:
     try:
         from huggingface_hub import try_to_load_from_cache

@@ -43,3 +43,19 @@ def test_a_good_file_is_read_and_errors_name_the_model(tmp_path):
         EncoderError, match=r"model 'm': weights file .*absent.safetensors does not"
     ):
         check_safetensors(tmp_path / "absent.safetensors", "m")
+
+
+def test_entry_weights_follow_the_entry_prefix_and_strictness(tmp_path):
+    from torch import nn
+
+    from repdiag.encoders.weights import load_entry_weights
+
+    source = nn.Linear(2, 3)
+    state = {f"encoder.{k}": v for k, v in source.state_dict().items()}
+    state["encoder.extra"] = torch.zeros(1)
+    target = nn.Linear(2, 3)
+    entry = {"weights": "w.safetensors", "state_dict_prefix": "encoder.", "strict": False}
+    load_entry_weights(target, state, "m", entry)
+    assert torch.equal(target.weight, source.weight) and torch.equal(target.bias, source.bias)
+    with pytest.raises(EncoderError, match=r"model 'm': w.safetensors hold 1 weights the model"):
+        load_entry_weights(target, state, "m", {**entry, "strict": True})

@@ -23,7 +23,7 @@ from torch import nn
 
 from repdiag.encoders.preprocess import from_torchvision
 from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built
-from repdiag.encoders.weights import load_into, load_weights_file, model_error
+from repdiag.encoders.weights import load_entry_weights, load_weights_file, model_error
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +91,7 @@ def build_hub(key: str, entry: Mapping[str, Any], options: BuildOptions) -> Buil
         return Built(model, from_torchvision(None), origin=origin)
     if entry.get("weights"):
         state = load_weights_file(entry["weights"], key)
-        load_into(
-            model,
-            state,
-            key,
-            prefix=entry.get("state_dict_prefix") or "",
-            strict=entry.get("strict", True),
-            where=str(entry["weights"]),
-        )
+        load_entry_weights(model, state, key, entry)
     else:
         log.warning("model %s: hub entry without weights: random initialisation", key)
     return Built(model, from_torchvision(None), origin=origin)

@@ -20,7 +20,7 @@ from repdiag.encoders.weights import (
     check_float_slots,
     hf_cache_dir,
     hf_cached,
-    load_into,
+    load_entry_weights,
     load_safetensors,
     load_weights_file,
     model_error,
@@ -134,12 +134,5 @@ def build_checkpoint(key: str, entry: Mapping[str, Any], options: BuildOptions) 
         raise model_error(
             key, f"timm could not build {name!r} ({type(err).__name__}: {err})"
         ) from err
-    load_into(
-        model,
-        state,
-        key,
-        prefix=entry.get("state_dict_prefix") or "",
-        strict=entry.get("strict", True),
-        where=str(entry["weights"]),
-    )
+    load_entry_weights(model, state, key, entry)
     return Built(model, from_timm(model), origin=f"timm {name}")
