@@ -16,6 +16,7 @@ from torch import nn
 
 from repdiag.core.registry import Registry
 from repdiag.encoders.preprocess import Preprocess
+from repdiag.encoders.weights import model_error
 
 META = torch.device("meta")
 
@@ -55,3 +56,18 @@ def close_names(name: str, names: Iterable[str]) -> str:
     """``; did you mean a, b?`` with the names close to ``name``, or nothing."""
     close = difflib.get_close_matches(name, list(names), n=5, cutoff=0.6)
     return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def call_module_builder(
+    key: str, build: Callable[..., Any], kwargs: Mapping[str, Any], call: str, name: str
+) -> nn.Module:
+    """``build(**kwargs)`` for user or hub code: any exception, or a result that is not an
+    ``nn.Module``, becomes an error naming the model (``call`` shows the call, ``name`` the
+    callable)."""
+    try:
+        model = build(**kwargs)
+    except Exception as err:  # user code: any exception type
+        raise model_error(key, f"{call} failed ({type(err).__name__}: {err})") from err
+    if not isinstance(model, nn.Module):
+        raise model_error(key, f"{name} returned {type(model).__name__}, not an nn.Module")
+    return model

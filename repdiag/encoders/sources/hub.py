@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from repdiag.encoders.preprocess import from_torchvision
-from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built
+from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built, call_module_builder
 from repdiag.encoders.weights import load_entry_weights, load_weights_file, model_error
 
 log = logging.getLogger(__name__)
@@ -102,17 +102,9 @@ def _from_entry_point(key: str, repo: Path, name: str, kwargs: dict[str, Any]) -
     if "pretrained" in inspect.signature(entry_point).parameters:
         kwargs["pretrained"] = False  # the entry point's own loader would download and unpickle
     with _on_sys_path(repo):
-        try:
-            model = entry_point(**kwargs)
-        except Exception as err:
-            raise model_error(
-                key, f"hub entry point {name}({kwargs}) failed ({type(err).__name__}: {err})"
-            ) from err
-    if not isinstance(model, nn.Module):
-        raise model_error(
-            key, f"hub entry point {name} returned {type(model).__name__}, not an nn.Module"
+        return call_module_builder(
+            key, entry_point, kwargs, f"hub entry point {name}({kwargs})", f"hub entry point {name}"
         )
-    return model
 
 
 def _known_architecture(key: str, entry: Mapping[str, Any]) -> nn.Module:

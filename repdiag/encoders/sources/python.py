@@ -15,7 +15,7 @@ from torch import nn
 
 from repdiag.core.errors import EncoderError
 from repdiag.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess, from_timm
-from repdiag.encoders.sources.base import META, SOURCES, BuildOptions, Built
+from repdiag.encoders.sources.base import META, SOURCES, BuildOptions, Built, call_module_builder
 from repdiag.encoders.weights import model_error
 
 
@@ -52,14 +52,4 @@ def _call(key: str, target: str, kwargs: dict[str, Any]) -> nn.Module:
         obj = getattr(obj, part)
     if not callable(obj):
         raise model_error(key, f"{target} is not callable")
-    try:
-        model = obj(**kwargs)
-    except Exception as err:  # user code: any exception type
-        raise model_error(
-            key, f"{target}(**{kwargs}) failed ({type(err).__name__}: {err})"
-        ) from err
-    if not isinstance(model, nn.Module):
-        raise model_error(
-            key, f"{target}(**kwargs) returned {type(model).__name__}, not an nn.Module"
-        )
-    return model
+    return call_module_builder(key, obj, kwargs, f"{target}(**{kwargs})", f"{target}(**kwargs)")

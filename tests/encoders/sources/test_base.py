@@ -29,3 +29,24 @@ def test_close_names_suggest_the_nearest_spellings():
         "; did you mean resnet18, resnet34?"
     )
     assert close_names("zzz", ["resnet18"]) == ""
+
+
+def test_call_module_builder_names_the_model_the_call_and_a_wrong_result():
+    import pytest
+    from torch import nn
+
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.sources.base import call_module_builder
+
+    assert isinstance(
+        call_module_builder("m", nn.Linear, {"in_features": 2, "out_features": 1}, "c", "n"),
+        nn.Linear,
+    )
+
+    def broken(**kwargs):
+        raise RuntimeError("boom")
+
+    with pytest.raises(EncoderError, match=r"model 'm': f\(\) failed \(RuntimeError: boom\)"):
+        call_module_builder("m", broken, {}, "f()", "f")
+    with pytest.raises(EncoderError, match=r"model 'm': f returned int, not an nn.Module"):
+        call_module_builder("m", lambda: 3, {}, "f()", "f")
