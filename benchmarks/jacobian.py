@@ -227,7 +227,7 @@ def matmul_rate(device: torch.device, n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / best
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2)
     parser.add_argument("--depth", type=int, default=6)
@@ -246,7 +246,113 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--layers", nargs="*", default=None, help="only these taps (default: all)")
     parser.add_argument("--skip", nargs="*", default=[], help="methods to skip: naive loop")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def benchmark_methods(
+    taps: ViTTaps, engine_taps: RegistryTaps, args: argparse.Namespace, bs: int
+) -> dict[str, Callable[[torch.Tensor], dict]]:
+    """The two baselines and the engine's three methods, each images -> spectra by layer;
+    ``--skip`` drops baselines by short name."""
+    k, q, seed = args.k, args.power_iters, 0
+
+    def engine(method: str) -> Callable[[torch.Tensor], dict]:
+        return lambda x: jacobian_spectra(
+            engine_taps,
+            x,
+            taps.layers,
+            method=method,
+            k=k,
+            power_iters=q,
+            seed=seed,
+            batch_size=bs,
+            precision="fp32",
+        )
+
+    methods: dict[str, Callable[[torch.Tensor], dict]] = {
+        "naive_autograd": lambda x: naive_spectra(taps, x),
+        "loop_randomized": lambda x: loop_spectra(taps, x, k, q, seed),
+        **{f"engine_{method}": engine(method) for method in ("exact", "randomized", "auto")},
+    }
+    skip = {"naive": "naive_autograd", "loop": "loop_randomized"}
+    for name in args.skip:
+        methods.pop(skip.get(name, name), None)
+    return methods
+
+
+def time_methods(methods: dict, images: torch.Tensor, repeats: int, device, rate: float):
+    """FLOPs per image (counted on one image) and the best wall time per method over
+    interleaved rounds: other jobs on a shared machine only slow a run down, and they hit
+    one-op-at-a-time baselines hardest. Returns (rows by method, best matmul rate seen)."""
+    rows: dict[str, dict] = {}
+    for name, fn in methods.items():
+        flops = count_flops(lambda fn=fn: fn(images[:1]))
+        rows[name] = {"gflop_per_image": flops / 1e9, "walls": []}
+    for round_index in range(repeats):
+        for name, fn in methods.items():
+            result, wall, mem = measure(lambda fn=fn: fn(images), device)
+            row = rows[name]
+            row["walls"].append(wall)
+            row.setdefault("spectra", result)
+            row["peak_mib"] = max(row.get("peak_mib", 0.0), mem)
+            print(
+                f"  round {round_index + 1} {name:18s} {wall / len(images):8.2f} s/image",
+                flush=True,
+            )
+        rate = max(rate, matmul_rate(device))
+    for name, row in rows.items():
+        row["s_per_image"] = min(row["walls"]) / len(images)
+        row["gflops_achieved"] = row["gflop_per_image"] / row["s_per_image"]
+        print(
+            f"{name:18s} {row['s_per_image']:8.2f} s/image  peak {row['peak_mib']:7.0f} MiB  "
+            f"{row['gflop_per_image']:8.1f} GFLOP/image  {row['gflops_achieved']:6.1f} GFLOP/s"
+        )
+    print(f"float32 matmul rate (best of all rounds): {rate / 1e9:.0f} GFLOP/s; roofline fraction:")
+    for name, row in rows.items():
+        row["roofline"] = row["gflops_achieved"] * 1e9 / rate
+        print(f"  {name:18s} {row['roofline']:.0%}")
+    return rows, rate
+
+
+def add_jer_errors(rows: dict[str, dict], layers: list[str], k: int) -> None:
+    """Each method's largest relative JER error against the exact engine (or the naive loop),
+    and the method the engine chose per layer; the spectra leave the rows."""
+    all_spectra = {name: row.pop("spectra") for name, row in rows.items()}
+    exact_ref = all_spectra.get("engine_exact", all_spectra.get("naive_autograd"))
+    for name, row in rows.items():
+        spectra = all_spectra[name]
+        if exact_ref is not None:
+            exact_jer = {layer: jer(exact_ref[layer], top_k=k) for layer in layers}
+            row["max_jer_rel_err"] = max(
+                ((jer(spectra[layer], top_k=k) - exact_jer[layer]).abs() / exact_jer[layer])
+                .max()
+                .item()
+                for layer in layers
+            )
+        if hasattr(spectra, "methods"):
+            row["methods"] = spectra.methods
+
+
+def speed_ratios(rows: dict[str, dict], plain_peak_mib: float) -> dict[str, float]:
+    """Baseline time over engine time for each pair that ran, and each engine method's peak
+    memory over a plain forward and backward pass at the same batch."""
+    ratios = {}
+    pairs = {
+        "exact_speedup_vs_naive": ("naive_autograd", "engine_exact"),
+        "randomized_speedup_vs_loop": ("loop_randomized", "engine_randomized"),
+        "auto_speedup_vs_naive": ("naive_autograd", "engine_auto"),
+    }
+    for ratio, (baseline, ours) in pairs.items():
+        if baseline in rows and ours in rows:
+            ratios[ratio] = rows[baseline]["s_per_image"] / rows[ours]["s_per_image"]
+    for name in ("engine_exact", "engine_randomized", "engine_auto"):
+        if name in rows and plain_peak_mib > 0:
+            ratios[f"{name}_peak_vs_plain_fwd_bwd"] = rows[name]["peak_mib"] / plain_peak_mib
+    return ratios
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -259,7 +365,6 @@ def main(argv: list[str] | None = None) -> dict:
     images = torch.randn(
         args.images, 3, args.size, args.size, generator=torch.Generator().manual_seed(1)
     ).to(device)
-    k, q, seed = args.k, args.power_iters, 0
     bs = args.batch_size or DEFAULT_BATCH_SIZE[device.type]
     rate = matmul_rate(device)
     print(
@@ -267,130 +372,31 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(
         f"model: ViT depth {args.depth} width {args.width} {args.size}px patch {args.patch}; "
-        f"{len(taps.layers)} layers; {args.images} images; k={k} q={q} batch_size={bs}"
+        f"{len(taps.layers)} layers; {args.images} images; k={args.k} q={args.power_iters} "
+        f"batch_size={bs}"
     )
-
-    methods: dict[str, Callable[[torch.Tensor], dict]] = {
-        "naive_autograd": lambda x: naive_spectra(taps, x),
-        "loop_randomized": lambda x: loop_spectra(taps, x, k, q, seed),
-        "engine_exact": lambda x: jacobian_spectra(
-            engine_taps,
-            x,
-            taps.layers,
-            method="exact",
-            k=k,
-            power_iters=q,
-            seed=seed,
-            batch_size=bs,
-            precision="fp32",
-        ),
-        "engine_randomized": lambda x: jacobian_spectra(
-            engine_taps,
-            x,
-            taps.layers,
-            method="randomized",
-            k=k,
-            power_iters=q,
-            seed=seed,
-            batch_size=bs,
-            precision="fp32",
-        ),
-        "engine_auto": lambda x: jacobian_spectra(
-            engine_taps,
-            x,
-            taps.layers,
-            method="auto",
-            k=k,
-            power_iters=q,
-            seed=seed,
-            batch_size=bs,
-            precision="fp32",
-        ),
-    }
-    skip = {"naive": "naive_autograd", "loop": "loop_randomized"}
-    for name in args.skip:
-        methods.pop(skip.get(name, name), None)
-
-    rows: dict[str, dict] = {}
+    methods = benchmark_methods(taps, engine_taps, args, bs)
     with jacobian_mode(taps.model):
         _, fb_wall, fb_mem = measure(
             lambda: plain_forward_backward(taps, images[:1].expand(bs, -1, -1, -1)), device
         )
         print(f"plain forward+backward at batch {bs}: {fb_wall:.2f} s, peak {fb_mem:.0f} MiB")
-        for name, fn in methods.items():
-            flops = count_flops(lambda fn=fn: fn(images[:1]))
-            rows[name] = {"gflop_per_image": flops / 1e9, "walls": []}
-        # interleaved rounds, best wall time per method: other jobs on a shared machine only slow
-        # a run down, and they hit one-op-at-a-time baselines hardest
-        for round_index in range(args.repeats):
-            for name, fn in methods.items():
-                result, wall, mem = measure(lambda fn=fn: fn(images), device)
-                row = rows[name]
-                row["walls"].append(wall)
-                row.setdefault("spectra", result)
-                row["peak_mib"] = max(row.get("peak_mib", 0.0), mem)
-                print(
-                    f"  round {round_index + 1} {name:18s} {wall / args.images:8.2f} s/image",
-                    flush=True,
-                )
-            rate = max(rate, matmul_rate(device))
-    for name, row in rows.items():
-        row["s_per_image"] = min(row["walls"]) / args.images
-        row["gflops_achieved"] = row["gflop_per_image"] / row["s_per_image"]
-        print(
-            f"{name:18s} {row['s_per_image']:8.2f} s/image  peak {row['peak_mib']:7.0f} MiB  "
-            f"{row['gflop_per_image']:8.1f} GFLOP/image  {row['gflops_achieved']:6.1f} GFLOP/s"
-        )
-    print(f"float32 matmul rate (best of all rounds): {rate / 1e9:.0f} GFLOP/s; roofline fraction:")
-    for name, row in rows.items():
-        row["roofline"] = row["gflops_achieved"] * 1e9 / rate
-        print(f"  {name:18s} {row['roofline']:.0%}")
-
+        rows, rate = time_methods(methods, images, args.repeats, device, rate)
+    add_jer_errors(rows, taps.layers, args.k)
     report = {
         "device": str(device),
         "threads": torch.get_num_threads(),
         "matmul_gflops": rate / 1e9,
         "plain_fwd_bwd": {"s": fb_wall, "peak_mib": fb_mem, "batch": bs},
         "args": vars(args) | {"json": None},
+        **rows,
+        "ratios": speed_ratios(rows, fb_mem),
     }
-    all_spectra = {name: row.pop("spectra") for name, row in rows.items()}
-    exact_ref = all_spectra.get("engine_exact", all_spectra.get("naive_autograd"))
-    for name, row in rows.items():
-        spectra = all_spectra[name]
-        if exact_ref is not None:
-            exact_jer = {layer: jer(exact_ref[layer], top_k=k) for layer in taps.layers}
-            row["max_jer_rel_err"] = max(
-                ((jer(spectra[layer], top_k=k) - exact_jer[layer]).abs() / exact_jer[layer])
-                .max()
-                .item()
-                for layer in taps.layers
-            )
-        if hasattr(spectra, "methods"):
-            row["methods"] = spectra.methods
-    for name, row in rows.items():
-        report[name] = row
-    ratios = {}
-    if "naive_autograd" in rows and "engine_exact" in rows:
-        ratios["exact_speedup_vs_naive"] = (
-            rows["naive_autograd"]["s_per_image"] / rows["engine_exact"]["s_per_image"]
-        )
-    if "loop_randomized" in rows and "engine_randomized" in rows:
-        ratios["randomized_speedup_vs_loop"] = (
-            rows["loop_randomized"]["s_per_image"] / rows["engine_randomized"]["s_per_image"]
-        )
-    if "engine_auto" in rows and "naive_autograd" in rows:
-        ratios["auto_speedup_vs_naive"] = (
-            rows["naive_autograd"]["s_per_image"] / rows["engine_auto"]["s_per_image"]
-        )
-    for name in ("engine_exact", "engine_randomized", "engine_auto"):
-        if name in rows and fb_mem > 0:
-            ratios[f"{name}_peak_vs_plain_fwd_bwd"] = rows[name]["peak_mib"] / fb_mem
-    report["ratios"] = ratios
     print(
         "max relative JER error vs exact top-k:",
         {name: f"{row.get('max_jer_rel_err', float('nan')):.2e}" for name, row in rows.items()},
     )
-    print("ratios:", {name: round(value, 2) for name, value in ratios.items()})
+    print("ratios:", {name: round(value, 2) for name, value in report["ratios"].items()})
     if args.json:
         write_text(args.json, json.dumps(report, indent=2, default=str) + "\n")
     return report
