@@ -1,0 +1,100 @@
+"""docs/tables.py: the docs' result tables are the run's own, and every marked block of the docs
+names a section that a real run's summary.md has."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _tables_module():
+    spec = importlib.util.spec_from_file_location("docs_tables", REPO / "docs" / "tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _tables_module()
+
+SUMMARY = """# title
+
+intro line
+
+## First section
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+text between
+
+| c |
+|---|
+| 3 |
+
+## Second (with brackets; and more)
+
+| d |
+|---|
+| 4 |
+"""
+
+
+def test_sections_hold_their_tables_in_order() -> None:
+    sections = tables.summary_tables(SUMMARY)
+    assert list(sections) == ["First section", "Second (with brackets; and more)"]
+    assert sections["First section"] == [
+        "| a | b |\n|---|---|\n| 1 | 2 |\n",
+        "| c |\n|---|\n| 3 |\n",
+    ]
+    assert sections["Second (with brackets; and more)"] == ["| d |\n|---|\n| 4 |\n"]
+
+
+def test_refill_replaces_only_the_marked_blocks() -> None:
+    page = (
+        "before\n<!-- summary: First section table 2 -->\n| stale |\n<!-- /summary -->\n"
+        "middle\n<!-- summary: Second (with brackets; and more) -->\n<!-- /summary -->\nafter\n"
+    )
+    out = tables.refill(page, tables.summary_tables(SUMMARY), "summary.md")
+    assert out == (
+        "before\n<!-- summary: First section table 2 -->\n| c |\n|---|\n| 3 |\n<!-- /summary -->\n"
+        "middle\n<!-- summary: Second (with brackets; and more) -->\n| d |\n|---|\n| 4 |\n"
+        "<!-- /summary -->\nafter\n"
+    )
+    assert tables.refill(out, tables.summary_tables(SUMMARY), "summary.md") == out  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [("Missing", "has no section '## Missing'"), ("First section table 3", "has 2 tables, not 3")],
+)
+def test_a_block_the_run_lacks_is_named_and_nothing_is_written(
+    tmp_path: Path, marker: str, message: str
+) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.md").write_text(SUMMARY)
+    page = tmp_path / "page.md"
+    good = "<!-- summary: First section -->\n<!-- /summary -->\n"
+    page.write_text(good + f"<!-- summary: {marker} -->\n<!-- /summary -->\n")
+    before = page.read_text()
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        tables.refill_pages(tmp_path, [page])
+    assert page.read_text() == before
+
+
+@pytest.mark.workflow
+def test_every_block_of_the_docs_is_found_in_a_real_run(workflow_run: Path, tmp_path: Path) -> None:
+    """The marker titles follow summary.md's section titles: a renamed section fails here."""
+    pages = [shutil.copy(page, tmp_path / page.name) for page in tables.PAGES]
+    markers = sum(len(tables.BLOCK.findall(Path(page).read_text())) for page in pages)
+    assert markers >= 3
+    tables.refill_pages(workflow_run, [Path(page) for page in pages])
+    for page in pages:
+        for match in tables.BLOCK.finditer(Path(page).read_text()):
+            assert match["body"].startswith("| "), (page, match["section"])
