@@ -56,7 +56,7 @@ def _planned(workdir: Path, *args: str) -> list[tuple[str, str]]:
 def test_fixture_run_trains_probes_and_writes_the_table(smoke_run: Path) -> None:
     cifar = _smoke_cifar(smoke_run)
     names = run_names(cifar)
-    assert len(names) == 9
+    assert len(names) == 6  # 2 architectures x 3 regimes
     for name in names:
         record = json.loads((smoke_run / "results" / "cifar" / f"{name}.json").read_text())
         assert record["run"] == name and record["data"]["layout"] == "pickle"
@@ -71,7 +71,11 @@ def test_fixture_run_trains_probes_and_writes_the_table(smoke_run: Path) -> None
     runs = pd.read_csv(smoke_run / "results" / "tables" / "cifar_simclr_runs.csv")
     assert sorted(runs["run"]) == sorted(names)
     table = pd.read_csv(smoke_run / "results" / "tables" / "cifar_simclr.csv")
-    assert table["kind"].value_counts().to_dict() == {"accuracy": 9, "gap": 9, "spread": 3}
+    assert table["kind"].value_counts().to_dict() == {
+        "accuracy": 6,
+        "gap": 3,
+        "spread": 3,
+    }  # 1 architecture pair
     acc = table[table["kind"] == "accuracy"].set_index(["regime", "architecture"])
     for _, run in runs.iterrows():
         assert acc.loc[(run["regime"], run["architecture"]), "mean"] == pytest.approx(
@@ -94,7 +98,7 @@ def test_only_the_regimes_using_a_changed_key_rerun(smoke_run: Path) -> None:
         runs = {run for rule, run in _planned(smoke_run, "cifar", *SMOKE) if rule == "cifar_simclr"}
     finally:
         path.write_text(original)
-    assert runs == {f"{a}__{r}__s0" for a in ("resnet18", "vit", "mlp") for r in ("all", "no_crop")}
+    assert runs == {f"{a}__{r}__s0" for a in ("resnet18", "mlp") for r in ("all", "no_crop")}
 
 
 def test_missing_data_directory_fails_before_any_job(tmp_path: Path) -> None:
