@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from repdiag.binding.analysis.digest import with_interval
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "docs" / "binding.md", ROOT / "README.md")
 BLOCK = re.compile(
@@ -66,16 +68,12 @@ def refill_pages(run: Path, pages: list[Path]) -> list[Path]:
     if not source.is_file():
         raise SystemExit(f"{source} not found: run the binding study there first")
     sections = summary_tables(source.read_text())
-    new = {page: refill(page.read_text(), sections, str(source)) for page in pages}
-    changed = [page for page, text in new.items() if text != page.read_text()]
+    old = {page: page.read_text() for page in pages}
+    new = {page: refill(text, sections, str(source)) for page, text in old.items()}
+    changed = [page for page in pages if new[page] != old[page]]
     for page in changed:
         page.write_text(new[page])
     return changed
-
-
-def interval(row: pd.Series, column: str) -> str:
-    low, high = row[f"{column}_ci_low"], row[f"{column}_ci_high"]
-    return f"{row[column]:.3f} [{low:.2f}, {high:.2f}]"
 
 
 def steps_table(run: Path) -> str:
@@ -102,9 +100,9 @@ def steps_table(run: Path) -> str:
                 f"({learning['trivial_loss']:.2f})",
                 "slot probe (init)": f"{learning['slot_probe_accuracy']:.2f} "
                 f"({learning['slot_probe_accuracy_random_init']:.2f})",
-                "binding cosine": interval(model, "binding_cosine"),
-                "binding kNN": interval(model, "binding_knn"),
-                "Same/Different": interval(model, "same_different"),
+                "binding cosine": with_interval(model, "binding_cosine"),
+                "binding kNN": with_interval(model, "binding_knn"),
+                "Same/Different": with_interval(model, "same_different"),
                 "JER final": f"{model['jer_pr_final']:.1f}",
                 "wall s": f"{meta['wall_time_s']:.0f}",
             }

@@ -98,3 +98,24 @@ def test_every_block_of_the_docs_is_found_in_a_real_run(workflow_run: Path, tmp_
     for page in pages:
         for match in tables.BLOCK.finditer(Path(page).read_text()):
             assert match["body"].startswith("| "), (page, match["section"])
+
+
+@pytest.mark.workflow
+def test_the_steps_table_has_one_row_per_zoo_run_with_its_values(workflow_run: Path) -> None:
+    import json
+
+    import pandas as pd
+
+    lines = tables.steps_table(workflow_run).splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+            for line in lines[2:]]  # fmt: skip
+    zoo = sorted(p.parent.name for p in (workflow_run / "results" / "zoo").glob("*/meta.json"))
+    assert sorted(row["run"] for row in rows) == zoo
+    models = pd.read_csv(workflow_run / "results" / "tables" / "models.csv").set_index("model")
+    for row in rows:
+        meta = json.loads((workflow_run / "results" / "zoo" / row["run"] / "meta.json").read_text())
+        assert int(row["steps"]) == meta["steps_trained"]
+        model = models.loc[row["run"]]
+        low, high = model["binding_cosine_ci_low"], model["binding_cosine_ci_high"]
+        assert row["binding cosine"] == f"{model['binding_cosine']:.3f} [{low:.2f}, {high:.2f}]"

@@ -174,7 +174,7 @@ def causal_correlations(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _with_interval(value: float, low: float, high: float, spec: str = ".3f") -> str:
+def with_interval(value: float, low: float, high: float, spec: str = ".3f") -> str:
     text = format_number(value, spec)
     if np.isfinite(low) and np.isfinite(high):
         text += f" [{format_number(low, spec)}, {format_number(high, spec)}]"
@@ -217,17 +217,17 @@ def causal_markdown(
             "baseline": row["baseline"],
             "w": format_number(row["weight"], "g"),
             "JER base": format_number(row["jer_baseline"], ".2f"),
-            f"Δ JER ({level} CI)": _with_interval(
+            f"Δ JER ({level} CI)": with_interval(
                 row["jer_delta"], row["jer_delta_ci_low"], row["jer_delta_ci_high"], ".2f"
             ),
             "training estimate (last)": format_number(row["estimate_last_mean"], ".1f"),
             "binding base": format_number(row[f"{binding}_baseline"]),
-            f"Δ binding ({level} CI)": _with_interval(
+            f"Δ binding ({level} CI)": with_interval(
                 row[f"{binding}_delta"],
                 row[f"{binding}_delta_ci_low"],
                 row[f"{binding}_delta_ci_high"],
             ),
-            f"Δ Same/Different ({level} CI)": _with_interval(
+            f"Δ Same/Different ({level} CI)": with_interval(
                 row["same_different_delta"],
                 row["same_different_delta_ci_low"],
                 row["same_different_delta_ci_high"],
@@ -242,7 +242,7 @@ def causal_markdown(
                 "objective": row["objective"],
                 "target": row["target"],
                 "n models": int(row["n"]),
-                f"Pearson r with JER ({level} CI)": _with_interval(
+                f"Pearson r with JER ({level} CI)": with_interval(
                     row["pearson_r"], row["pearson_ci_low"], row["pearson_ci_high"], ".2f"
                 ),
                 "Spearman rho": format_number(row["spearman_rho"], ".2f"),

@@ -36,7 +36,9 @@ def zoo_curves(paths: Iterable[str | Path]) -> pd.DataFrame:
     )
 
 
-def _with_interval(row: pd.Series, column: str) -> str:
+def with_interval(row: pd.Series, column: str) -> str:
+    """``value [low, high]`` from a row's ``column`` and ``column_ci_low/_high``; ``n/a`` when
+    the value is missing, the value alone when its interval is."""
     value = row.get(column, math.nan)
     low, high = row.get(f"{column}_ci_low", math.nan), row.get(f"{column}_ci_high", math.nan)
     if not np.isfinite(float(value)):
@@ -67,10 +69,10 @@ def model_results(
                 "family": row["family"],
                 "learned": "" if pd.isna(learned) else ("yes" if learned else "**no**"),
                 **{
-                    f"binding {readout}": _with_interval(row, f"binding_{readout}")
+                    f"binding {readout}": with_interval(row, f"binding_{readout}")
                     for readout in READOUTS
                 },
-                "Same/Different": _with_interval(row, "same_different"),
+                "Same/Different": with_interval(row, "same_different"),
                 "JER final": _fmt(row.get("jer", math.nan), ".1f"),
                 "JER by tap": " → ".join(_fmt(v, ".1f") for v in layers["jer_mean"]) or "n/a",
                 "G.PR": _fmt(row.get("g_pr", math.nan)),
