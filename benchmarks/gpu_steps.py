@@ -20,17 +20,23 @@ PRECISION_COST = {"fp32": 1.0, "tf32": 0.6, "bf16": 0.6}  # time relative to FP3
 
 
 class Budget:
-    """Wall-clock budget: a step runs only when its estimate fits in what is left."""
+    """Wall-clock budget: a step runs only when its estimate fits in what is left.
+    ``seconds=None`` (the tiny run) is unbounded: every step runs, so what runs never depends
+    on the machine's speed."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float | None) -> None:
         self.seconds, self.start = seconds, time.monotonic()
 
     @property
     def used(self) -> float:
         return time.monotonic() - self.start
 
+    def left(self) -> float | None:
+        """Seconds left, or None when unbounded."""
+        return None if self.seconds is None else max(0.0, self.seconds - self.used)
+
     def allows(self, estimate_s: float) -> bool:
-        return self.used + estimate_s <= self.seconds
+        return self.seconds is None or self.used + estimate_s <= self.seconds
 
 
 class Fallbacks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -25,7 +26,13 @@ FIELDS = {
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
-    env = {**os.environ, "REPDIAG_PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    # the tiny run has no budget (every step runs); gpu.sh's timeout is only a hang guard here
+    env = {
+        **os.environ,
+        "REPDIAG_PYTHON": sys.executable,
+        "CUDA_VISIBLE_DEVICES": "",
+        "REPDIAG_GPU_BENCH_TIMEOUT_S": "3000",
+    }
     done = subprocess.run(
         [
             "bash",
@@ -39,7 +46,7 @@ def report(tmp_path_factory):
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=3600,  # hang guard only
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -111,3 +118,13 @@ def test_products_per_pass_follows_the_engine_batching():
     # randomized: batch // k images per pass, k directions each
     assert gpu.products_per_pass(randomized, d_out, 4, 32, 2048)["randomized"] == 128
     assert gpu.products_per_pass(randomized, d_out, 100, 32, 2048)["randomized"] == 2048
+
+
+def test_the_tiny_size_has_no_budget_and_a_budget_skips_by_estimate():
+    gpu = _gpu_module()
+    steps = importlib.import_module("gpu_steps")  # on sys.path once benchmarks/gpu.py is loaded
+    assert gpu.SIZES["tiny"]["budget_s"] is None
+    unbounded = steps.Budget(None)
+    assert unbounded.allows(1e12) and unbounded.left() is None
+    bounded = steps.Budget(1e6)  # what is skipped follows the estimate against the budget
+    assert bounded.allows(1.0) and not bounded.allows(2e6)
