@@ -1,0 +1,151 @@
+"""What Snakemake would run, asked in process, and the tests' configs built in one place.
+
+:func:`plan` is the dry run the workflow tests read: the jobs Snakemake's own DAG marks as
+needing a run, each with its rule, wildcards and reason, taken from the DAG object rather than
+parsed from ``snakemake -n``'s text. It runs through Snakemake's API in this process (about
+4 s of CPU less than a new interpreter per call) and executes nothing.
+
+:func:`tiny_config` builds a test config from ``config/test.yaml`` with overrides, so that
+tests state only what they change (SAELens's ``build_*_cfg(**overrides)``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_CONFIG = Path("config") / "test.yaml"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One job a dry run would execute: its rule, its wildcards and Snakemake's reason."""
+
+    rule: str
+    wildcards: dict[str, str] = field(hash=False)
+    reason: str = field(hash=False, default="")
+
+
+class PlanError(RuntimeError):
+    """Snakemake refused to plan: the Snakefile, its config checks or the DAG failed."""
+
+
+def _plan_only(found: list[Planned]):
+    """A stand-in for ``Workflow.execute`` that builds and post-processes the DAG as a dry run
+    does, records its jobs and returns before the scheduler starts."""
+
+    def execute(workflow, *args, **kwargs) -> bool:
+        workflow._prepare_dag(
+            forceall=workflow.dag_settings.forceall,
+            ignore_incomplete=workflow.execution_settings.ignore_incomplete,
+            lock_warn_only=True,
+            nolock=True,
+        )
+        workflow._build_dag()
+        workflow.async_run(workflow.dag.postprocess(update_needrun=False, check_initial=True))
+        dag = workflow.dag
+        found.extend(
+            Planned(
+                job.rule.name,
+                {k: str(v) for k, v in job.wildcards_dict.items()},
+                str(dag.reason(job)),
+            )
+            for job in dag.needrun_jobs()
+        )
+        return True
+
+    return execute
+
+
+def plan(
+    workdir: Path,
+    *targets: str,
+    configfiles: Iterable[Path | str] = (TEST_CONFIG,),
+    forceall: bool = False,
+) -> list[Planned]:
+    """The jobs ``snakemake -n TARGETS --configfile F...`` would run in ``workdir``, the
+    target rule ``all`` left out; sorted by rule, then wildcards.
+
+    ``configfiles`` (relative to ``workdir``) replace config.yaml, as the workflow profile makes
+    them. Raises :class:`PlanError` with Snakemake's message when it refuses to plan.
+    """
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+
+    workflow_class = sys.modules["snakemake.workflow"].Workflow  # loaded by snakemake.api
+    found: list[Planned] = []
+    cwd = Path.cwd()
+    execute = workflow_class.execute
+    workflow_class.execute = _plan_only(found)
+    try:
+        with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+            workflow = api.workflow(
+                resource_settings=ResourceSettings(cores=2),
+                config_settings=ConfigSettings(
+                    configfiles=[workdir / f for f in configfiles], replace_workflow_config=True
+                ),
+                snakefile=workdir / "Snakefile",
+                workdir=workdir,
+            )
+            dag = workflow.dag(DAGSettings(targets=set(targets) or {"all"}, forceall=forceall))
+            dag.execute_workflow(executor="dryrun")
+    except Exception as err:  # Snakemake wraps the Snakefile's errors in its own types
+        raise PlanError(f"{type(err).__name__}: {err}") from err
+    finally:
+        workflow_class.execute = execute
+        os.chdir(cwd)
+    jobs = [job for job in found if job.rule != "all"]
+    return sorted(jobs, key=lambda job: (job.rule, sorted(job.wildcards.items())))
+
+
+def rule_counts(jobs: Iterable[Planned]) -> Counter[str]:
+    """Rule -> number of planned jobs (the "Job stats" table of a dry run)."""
+    return Counter(job.rule for job in jobs)
+
+
+def wildcard_values(jobs: Iterable[Planned], rule: str, wildcard: str) -> list[str]:
+    """The sorted values of ``wildcard`` over the planned jobs of ``rule``."""
+    return sorted(job.wildcards[wildcard] for job in jobs if job.rule == rule)
+
+
+@cache
+def _test_config() -> dict[str, Any]:
+    return yaml.safe_load((REPO / TEST_CONFIG).read_text())
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def tiny_config(**overrides: Any) -> dict[str, Any]:
+    """``config/test.yaml`` (the smallest config that runs every stage) with ``overrides``
+    merged in: a mapping is merged key by key into the section it names, anything else replaces
+    the value. ``tiny_config(models={...}, zoo={"objectives": {"dino": {"steps": 2}}})``."""
+    return _merge(copy.deepcopy(_test_config()), overrides)
+
+
+def write_config(workdir: Path, config: dict[str, Any], name: str = "test.yaml") -> Path:
+    """Write ``config`` as ``workdir/config/NAME`` and return its path relative to ``workdir``."""
+    path = Path("config") / name
+    (workdir / path).write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
