@@ -273,9 +273,18 @@ def fill_defaults(
 
     ``snakemake.utils.validate`` fills defaults only in the top-level schema file; this completes
     the job for the per-stage schema files so that stages can rely on every key being present.
+    On the whole config it also declares the runs of every ``series`` grid
+    (:func:`repdiag.core.series.expand_series`), so every reader sees them.
     """
-    if schema is None:
-        schema, base = yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent
+    if schema is None:  # the whole config: then the runs its series declare, with theirs
+        root = yaml.safe_load(SCHEMA.read_text())
+        fill_defaults(config, root, SCHEMA.parent)
+        if isinstance(config, dict) and config.get("series"):
+            from repdiag.core.series import expand_series
+
+            expand_series(config)
+            fill_defaults(config, root, SCHEMA.parent)
+        return config
     schema, base = _resolve(schema, base)
     if isinstance(config, dict):
         for key, sub in schema.get("properties", {}).items():

@@ -1,0 +1,144 @@
+"""Series grids: every cell declared once as a zoo run and a model, names from the template,
+existing runs stand in for their cells, bad declarations refused with the key named."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from repdiag.core.config import fill_defaults, load_config
+from repdiag.core.errors import ConfigError
+from repdiag.core.series import expand_series, series_cells, value_label
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = {"objective": "supervised", "backbone": "resnet", "steps": 300}
+
+
+def grid(**extra):
+    series = {
+        "name": "dose_{lambda}_s{seed}",
+        "family": "binding_dose",
+        "run": dict(RUN),
+        "axes": {
+            "lambda": {"set": "hparams.slot_weight", "values": [0.1, 1.0]},
+            "seed": {"set": "seed", "values": [0, 1, 2]},
+        },
+    }
+    series.update(extra)
+    return series
+
+
+@pytest.mark.parametrize(
+    ("value", "label"),
+    [(0.1, "0p1"), (1.0, "1"), (0.0, "0"), (-0.05, "m0p05"), (3, "3"), ("a", "a")],
+)
+def test_value_labels(value, label):
+    assert value_label(value) == label
+
+
+def test_cells_are_the_product_of_the_axes_in_order():
+    cells = series_cells("dose", grid())
+    assert [c["name"] for c in cells] == [f"dose_{d}_s{s}" for d in ("0p1", "1") for s in (0, 1, 2)]
+    last = cells[-1]
+    assert last["values"] == {"lambda": 1.0, "seed": 2}
+    assert last["run"] == {**RUN, "hparams": {"slot_weight": 1.0}, "seed": 2}
+    assert all(c["family"] == "binding_dose" for c in cells)
+
+
+def test_expansion_declares_runs_and_models_once_and_is_idempotent():
+    config = {"models": {}, "zoo": {"objectives": {"supervised_s0": {**RUN, "seed": 0}}}}
+    config["series"] = {
+        "dose": grid(
+            axes={
+                "lambda": {
+                    "set": "hparams.slot_weight",
+                    "values": [0.0, 0.3],
+                    "families": {"0": "supervised"},
+                },
+                "seed": {"set": "seed", "values": [0, 1]},
+            },
+            existing={"dose_0_s0": "supervised_s0"},
+        )
+    }
+    members = expand_series(config)
+    assert members["dose"] == {
+        "dose_0_s0": "supervised_s0",
+        "dose_0_s1": "dose_0_s1",
+        "dose_0p3_s0": "dose_0p3_s0",
+        "dose_0p3_s1": "dose_0p3_s1",
+    }
+    assert "dose_0_s0" not in config["zoo"]["objectives"]
+    assert set(config["models"]) == {"dose_0_s1", "dose_0p3_s0", "dose_0p3_s1"}
+    assert config["models"]["dose_0_s1"]["family"] == "supervised"
+    assert config["models"]["dose_0p3_s1"] == {
+        "source": "zoo",
+        "id": "dose_0p3_s1",
+        "family": "binding_dose",
+    }
+    again = copy.deepcopy(config)
+    expand_series(again)
+    assert again == config
+
+
+def test_patch_axes_merge_into_the_run():
+    series = grid(
+        name="arm_{arm}_s{seed}",
+        run={**RUN, "hparams": {"slot_weight": 0.3}},
+        axes={
+            "arm": {"patches": {"plain": {}, "raise": {"jer_regulariser": {"weight": 0.05}}}},
+            "seed": {"set": "seed", "values": [0]},
+        },
+    )
+    cells = {c["name"]: c for c in series_cells("causal", series)}
+    assert cells["arm_plain_s0"]["run"] == {**RUN, "hparams": {"slot_weight": 0.3}, "seed": 0}
+    assert cells["arm_raise_s0"]["run"]["jer_regulariser"] == {"weight": 0.05}
+    assert cells["arm_raise_s0"]["values"]["arm"] == "raise"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "dose_{lambda}"}, "same run name"),
+        ({"name": "dose_{dose}_s{seed}"}, "cannot be filled"),
+        ({"existing": {"dose_9_s0": "supervised_s0"}}, "not cells of the series"),
+        ({"existing": {"dose_0p1_s0": "nowhere"}}, "is not a zoo run"),
+        ({"run": {**RUN, "stepz": 3}}, "stepz"),
+        ({"family": "dose"}, "family 'dose' is not one of"),
+    ],
+)
+def test_bad_series_are_refused_naming_the_key(change, message):
+    config = {"models": {}, "zoo": {"objectives": {"supervised_s0": dict(RUN)}}}
+    config["series"] = {"dose": grid(**change)}
+    with pytest.raises(ConfigError, match=message) as err:
+        expand_series(config)
+    assert "series.dose" in str(err.value)
+
+
+def test_a_hand_declared_run_with_other_settings_is_refused():
+    config = {"models": {}, "zoo": {"objectives": {"dose_0p1_s0": {**RUN, "lr": 0.5}}}}
+    config["series"] = {"dose": grid()}
+    with pytest.raises(ConfigError, match=r"zoo\.objectives\.dose_0p1_s0 is declared by hand"):
+        fill_defaults(config)
+
+
+def test_the_default_config_declares_the_dose_series_by_grid():
+    config = load_config(REPO / "config.yaml")
+    runs, models = config["zoo"]["objectives"], config["models"]
+    doses = {0.0: [], 0.1: [], 0.3: [], 1.0: []}
+    for run in runs.values():
+        slot = (run.get("hparams") or {}).get("slot_weight")
+        if run["objective"] != "supervised" or run["jer_regulariser"]["weight"] or run["stop_at"]:
+            continue
+        if run["steps"] == 300 and (run.get("hparams") or {}).get("label") is None:
+            doses.setdefault(float(slot or 0.0), []).append(run["seed"])
+    assert {dose: sorted(seeds) for dose, seeds in doses.items()} == {
+        dose: [0, 1, 2, 3] for dose in (0.0, 0.1, 0.3, 1.0)
+    }
+    # checkpoints of one run, step 0 being random_resnet (not a second copy of it)
+    steps = sorted(run["stop_at"] for run in runs.values() if run["stop_at"] is not None)
+    assert steps == [100, 200]
+    zero_step = [name for name, run in runs.items() if run["steps"] == 0 or run["stop_at"] == 0]
+    assert zero_step == ["random_resnet"]
+    assert all(models[name]["id"] == name for name in runs if name in models)
