@@ -102,11 +102,37 @@ def make_optimizer(objective: Objective, spec: Mapping[str, Any]) -> torch.optim
 
 
 JER_PROBE_SEED_OFFSET = 7919  # the probes' own stream: the augmentations stay as without them
+JER_SHAM_SEED_OFFSET = 104_729  # the sham's signs: a third stream, apart from probes and ``gen``
 
 
 def probe_generator(spec: Mapping[str, Any], step: int) -> torch.Generator:
     """The JER probes of step ``step``: a pure function of (seed, step), apart from ``gen``."""
     return torch.Generator().manual_seed(spec["seed"] * 1_000_003 + JER_PROBE_SEED_OFFSET + step)
+
+
+def sham_sign(seed: int, step: int) -> float:
+    """+1 or -1 with probability 1/2 each: the sham's sign at ``step``, a pure function of
+    (seed, step) drawn from its own generator, so the augmentations, masks and probes of a sham
+    run are those of the raised and lowered runs of the same seed."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + JER_SHAM_SEED_OFFSET + step)
+    return 1.0 if int(torch.randint(0, 2, (1,), generator=generator)) else -1.0
+
+
+def regulariser_weight(spec: Mapping[str, Any], step: int) -> float:
+    """The signed weight w_t of the JER term at ``step`` (``L = L_objective - w_t * PR2_hat``).
+
+    ``weight`` itself for a raise (> 0) or lower (< 0) arm; for a sham (``sham: true``)
+    ``|weight| * sham_sign(seed, step)``: the same term at the same strength, hence the same
+    gradient norm, pushing JER up or down at random with no net direction. 0 before step
+    ``floor(start_fraction * steps)`` (``start_fraction: 2/3`` regularises the last third only).
+    """
+    regulariser = spec.get("jer_regulariser") or {}
+    weight = float(regulariser.get("weight") or 0.0)
+    if weight == 0.0 or step < int(regulariser.get("start_fraction", 0.0) * spec["steps"]):
+        return 0.0
+    if regulariser.get("sham"):
+        return abs(weight) * sham_sign(spec["seed"], step)
+    return weight
 
 
 def jer_penalty(
@@ -151,10 +177,11 @@ def train_step(
         group["lr"] = learning_rate(step, steps, spec["lr"], spec["warmup_fraction"])
     loss = objective.loss(batch, gen)
     total = loss
-    regulariser = spec.get("jer_regulariser") or {}
-    if regulariser.get("weight"):
+    weight = regulariser_weight(spec, step)
+    if weight:
+        regulariser = spec["jer_regulariser"]
         estimate = jer_penalty(objective, batch, regulariser, probe_generator(spec, step))
-        total = loss - regulariser["weight"] * estimate
+        total = loss - weight * estimate
         if jer_record is not None:
             jer_record.append(float(estimate.detach()))
     if not torch.isfinite(total):
@@ -209,6 +236,21 @@ def check_learning(
     return learning_record(plateau, probe)
 
 
+def regulariser_record(spec: Mapping[str, Any], estimates: list[float]) -> dict[str, Any]:
+    """``meta.json["jer_regulariser"]``: the settings, the training estimate at the first step the
+    term acted and its mean over the last tenth of those steps (null if it never acted), and how many steps pushed JER up
+    and down (a sham's signs; all one way for a raise or lower arm)."""
+    weights = [regulariser_weight(spec, step) for step in range(steps_trained(spec))]
+    tail = estimates[-max(1, len(estimates) // 10) :]
+    return {
+        **dict(spec["jer_regulariser"]),
+        "estimate_first": estimates[0] if estimates else None,
+        "estimate_last_mean": float(np.mean(tail)) if estimates else None,
+        "steps_up": sum(w > 0 for w in weights),
+        "steps_down": sum(w < 0 for w in weights),
+    }
+
+
 def steps_trained(spec: Mapping[str, Any]) -> int:
     """The steps this run takes: ``stop_at`` of the ``steps``-step schedule, else all of them."""
     stop_at = spec.get("stop_at")
@@ -247,14 +289,8 @@ def train(spec: Mapping[str, Any], device: torch.device | str = "cpu") -> TrainR
     meta["learning"] = learning
     if objective.scenes.arrangement_groups > 1:
         meta["arrangement_groups"] = objective.scenes.arrangement_groups
-    if jer_estimates:
-        meta["jer_regulariser"] = {
-            **dict(spec["jer_regulariser"]),
-            "estimate_first": jer_estimates[0],
-            "estimate_last_mean": float(
-                np.mean(jer_estimates[-max(1, len(jer_estimates) // 10) :])
-            ),
-        }
+    if (spec.get("jer_regulariser") or {}).get("weight"):
+        meta["jer_regulariser"] = regulariser_record(spec, jer_estimates)
     log.info(
         "zoo run %s: %s (loss %.4g -> %.4g, trivial %.4g; slot probe %.3f vs %.3f at random init)",
         spec["run"],
