@@ -1,9 +1,24 @@
 """GPU placement for concurrent jobs, and the numerical settings of a GPU computation.
 
-Placement: one lock-file slot per visible device. Snakemake counts a ``gpu`` resource but never assigns device ids (snakemake issue 281), so every
-job would land on ``cuda:0``. A GPU job takes an exclusive ``flock`` on one slot file per device
-for its lifetime and sets ``CUDA_VISIBLE_DEVICES`` to that device before CUDA initialises. The
-kernel releases a ``flock`` when its process dies, so a crashed or killed job frees its slot.
+Placement: one lock-file slot per device a job may use. Snakemake counts a ``gpu`` resource but
+never assigns device ids (snakemake issue 281), so every job would land on ``cuda:0``. A GPU job
+takes an exclusive ``flock`` on one slot file per device for its lifetime and sets
+``CUDA_VISIBLE_DEVICES`` to that device before CUDA initialises. The kernel releases a ``flock``
+when its process dies, so a crashed or killed job frees its slot. The same holds wherever the
+job runs:
+
+* locally: slots in ``.snakemake/gpu-slots`` of the working directory;
+* inside a SLURM allocation (``salloc``/``srun``, or a batch job holding several GPUs): slots in a
+  node-local folder of that allocation and step (:func:`slot_dir`), so the jobs Snakemake starts
+  there share its GPUs out one each, and jobs of other allocations (which see their own GPUs
+  under the same ids) never wait for them;
+* a SLURM batch job with one GPU takes the only slot of its own folder at once.
+
+The devices are listed without initialising CUDA (:func:`visible_devices`): from the
+environment (``CUDA_VISIBLE_DEVICES``, ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS``), else
+``nvidia-smi -L``, else ``/proc/driver/nvidia/gpus``. torch's ``cuda.device_count()`` is never
+asked: without NVML it calls ``cudaGetDeviceCount``, which initialises CUDA with every GPU
+visible, after which ``CUDA_VISIBLE_DEVICES`` is ignored by the process.
 
 Numerics: :func:`numerics` sets, for a block, whether float32 matmuls and cuDNN convolutions may
 use TF32 (``precision``: ``fp32`` full IEEE float32, the default; ``tf32``; ``bf16``, bfloat16
@@ -15,46 +30,123 @@ use TF32, so without this block a GPU convolution is not full float32.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
 SLOT_DIR_ENV = "REPDIAG_GPU_SLOT_DIR"
 DEVICES_ENV = "REPDIAG_GPU_DEVICES"  # comma-separated ids; overrides detection (tests, clusters)
+# Where the job's GPUs are named, in order of precedence. SLURM sets CUDA_VISIBLE_DEVICES for
+# its GPU jobs; its own variables serve when a site's prolog does not.
+DEVICE_VARIABLES = (DEVICES_ENV, "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver knows
+
+
+def _id_list(value: str) -> list[str]:
+    return [d.strip() for d in value.split(",") if d.strip() and d.strip() != "-1"]
+
+
+def _nvidia_smi_devices() -> list[str] | None:
+    """CUDA ordinals ``0..n-1`` of the GPUs ``nvidia-smi -L`` lists; None when it cannot say
+    (absent, or NVML failing: it prints an error and exits non-zero)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    count = sum(1 for line in done.stdout.splitlines() if re.match(r"GPU \d+:", line))
+    return [str(i) for i in range(count)]
+
+
+def _proc_devices() -> list[str]:
+    """CUDA ordinals ``0..n-1`` of the GPUs in /proc/driver/nvidia/gpus (no NVML needed)."""
+    return [str(i) for i in range(len(list(NVIDIA_PROC.iterdir())))] if NVIDIA_PROC.is_dir() else []
 
 
 def visible_devices() -> list[str]:
-    """Device ids this job may use: $REPDIAG_GPU_DEVICES, else $CUDA_VISIBLE_DEVICES, else torch."""
-    for var in (DEVICES_ENV, "CUDA_VISIBLE_DEVICES"):
+    """Device ids this job may use, found without initialising CUDA.
+
+    The first of ``$REPDIAG_GPU_DEVICES``, ``$CUDA_VISIBLE_DEVICES``, ``$SLURM_STEP_GPUS`` and
+    ``$SLURM_JOB_GPUS`` that is set (comma-separated; ``-1`` and empty entries dropped), else the
+    ordinals of the GPUs ``nvidia-smi -L`` lists, else of those in /proc/driver/nvidia/gpus.
+    """
+    for var in DEVICE_VARIABLES:
         value = os.environ.get(var)
         if value is not None:
-            return [d.strip() for d in value.split(",") if d.strip() and d.strip() != "-1"]
-    try:
-        import torch
-
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        return []
+            return _id_list(value)
+    listed = _nvidia_smi_devices()
+    return listed if listed is not None else _proc_devices()
 
 
 def count_visible_gpus() -> int:
-    """Number of usable GPUs without importing torch (the Snakefile calls this on every parse)."""
-    for var in (DEVICES_ENV, "CUDA_VISIBLE_DEVICES"):
-        value = os.environ.get(var)
-        if value is not None:
-            return len([d for d in value.split(",") if d.strip() and d.strip() != "-1"])
-    driver = Path("/proc/driver/nvidia/gpus")
-    return len(list(driver.iterdir())) if driver.is_dir() else 0
+    """Number of usable GPUs, without importing torch (the Snakefile calls this on every parse)."""
+    return len(visible_devices())
 
 
-def _slot_dir() -> Path:
-    return Path(os.environ.get(SLOT_DIR_ENV, ".snakemake/gpu-slots"))
+def slot_dir() -> Path:
+    """Folder of the slot lock files: ``$REPDIAG_GPU_SLOT_DIR``; inside a SLURM allocation a
+    node-local folder of that allocation and step (``$TMPDIR`` or the system's temporary
+    folder; user, job, step and host in its name); else ``.snakemake/gpu-slots``."""
+    if os.environ.get(SLOT_DIR_ENV):
+        return Path(os.environ[SLOT_DIR_ENV])
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return Path(".snakemake/gpu-slots")
+    step = os.environ.get("SLURM_STEP_ID", "")
+    name = f"repdiag-gpu-slots-{os.getuid()}-slurm-{job}-{step}-{socket.gethostname()}"
+    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / re.sub(
+        r"[^A-Za-z0-9._-]", "_", name
+    )
+
+
+def _open_lock(path: Path) -> IO[str]:
+    """Open (creating) a slot lock file without following a symbolic link."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP or path.is_symlink():
+            raise OSError(
+                error.errno,
+                f"GPU slot lock {path} is a symbolic link; refusing to follow it. Remove it, or "
+                f"set {SLOT_DIR_ENV} to a folder only you can write",
+            ) from error
+        raise
+    return os.fdopen(fd, "r+")
+
+
+def try_slot(folder: Path, devices: list[str]) -> tuple[str, IO[str]] | None:
+    """Lock the first free device's slot file in ``folder``: (device, open locked handle), or
+    None when every device is held."""
+    for device in devices:
+        handle = _open_lock(folder / f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        return device, handle
+    return None
 
 
 @contextlib.contextmanager
@@ -63,58 +155,37 @@ def gpu_slot(
 ) -> Iterator[str | None]:
     """Hold one free device for the block and expose only it through ``CUDA_VISIBLE_DEVICES``.
 
-    Yields the device id, or ``None`` (after logging it) when no GPU is visible, in which case the
-    job runs on CPU. Blocks, polling, while every device is held by other jobs.
+    ``devices``: default :func:`visible_devices`; slots in :func:`slot_dir`. Yields the device
+    id, or ``None`` (no GPU visible: the job runs on the CPU). Blocks, polling every ``poll_s``,
+    while every device is held by other jobs; ``timeout_s`` is a hang guard.
     """
-    if os.environ.get("SLURM_JOB_ID") and devices is None:
-        # SLURM already gave this job its own GPUs (every job sees them as 0..n-1): no lock.
-        log.info("SLURM job %s: using the GPUs SLURM allocated", os.environ["SLURM_JOB_ID"])
-        yield os.environ.get("CUDA_VISIBLE_DEVICES") or None
-        return
     devices = visible_devices() if devices is None else devices
     if not devices:
-        log.debug(
-            "no CUDA device visible: no GPU slot to take"
-        )  # select_device logs the CPU fallback
+        log.debug("no CUDA device visible: no GPU slot to take")  # select_device logs the CPU
         yield None
         return
-    slot_dir = _slot_dir()
-    slot_dir.mkdir(parents=True, exist_ok=True)
+    folder = slot_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     deadline = time.monotonic() + timeout_s
-    while True:
-        for device in devices:
-            handle = open(slot_dir / f"gpu{device}.lock", "a+")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            previous = os.environ.get("CUDA_VISIBLE_DEVICES")
-            os.environ["CUDA_VISIBLE_DEVICES"] = device
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{os.getpid()}\n")
-            handle.flush()
-            log.info(
-                "holding GPU slot %s (CUDA_VISIBLE_DEVICES=%s)",
-                slot_dir / f"gpu{device}.lock",
-                device,
-            )
-            try:
-                yield device
-            finally:
-                if previous is None:
-                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-                else:
-                    os.environ["CUDA_VISIBLE_DEVICES"] = previous
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
-            return
+    while (taken := try_slot(folder, devices)) is None:
         if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"no free GPU slot among {devices} in {slot_dir} after {timeout_s} s"
-            )
+            raise TimeoutError(f"no free GPU slot among {devices} in {folder} after {timeout_s} s")
         time.sleep(poll_s)
+    device, handle = taken
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    log.info(
+        "holding GPU slot of device %s in %s (CUDA_VISIBLE_DEVICES=%s)", device, folder, device
+    )
+    try:
+        yield device
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
-"""GPU slots (concurrent jobs get distinct devices; a crashed job frees its slot) and numerics
-(TF32, bfloat16 autocast, deterministic algorithms). No GPU needed."""
+"""GPU slots (concurrent jobs get distinct devices locally, inside a SLURM allocation and in
+SLURM batch jobs; devices listed without NVML and without initialising CUDA; a crashed job frees
+its slot; a symlinked lock is refused) and numerics (TF32, bfloat16 autocast, deterministic
+algorithms). No GPU needed; no outcome depends on the machine's speed: jobs record the order of
+their events in a shared log and hold their slot until the test releases them."""
 
 from __future__ import annotations
 
@@ -12,105 +15,286 @@ from pathlib import Path
 
 import pytest
 
+from repdiag.core import gpu as gpu_module
 from repdiag.core.errors import ConfigError
 from repdiag.core.gpu import (
+    DEVICE_VARIABLES,
     autocast,
+    count_visible_gpus,
     effective_precision,
     gpu_slot,
     numerics,
     numerics_record,
+    slot_dir,
+    try_slot,
     visible_devices,
 )
 
 HOLDER = """
 import os, sys, time
+from pathlib import Path
 from repdiag.core.gpu import gpu_slot
-with gpu_slot(poll_s=0.05) as device:
-    with open(sys.argv[1], "w") as out:
-        out.write(f"{device} {os.environ.get('CUDA_VISIBLE_DEVICES')}")
-    time.sleep(float(sys.argv[2]))
+name, log, release = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+def note(event):
+    with open(log, "a") as out:
+        out.write(f"{event} {name} {os.environ.get('CUDA_VISIBLE_DEVICES')}\\n")
+note("waiting")
+with gpu_slot(poll_s=0.02) as device:
+    note(f"start:{device}")
+    deadline = time.monotonic() + 300  # hang guard only
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    note("end")
 """
 
 
-def start_holder(
-    tmp_path: Path, name: str, hold_s: float, devices: str
-) -> tuple[subprocess.Popen, Path]:
-    out = tmp_path / f"{name}.txt"
-    env = {
-        **os.environ,
-        "REPDIAG_GPU_DEVICES": devices,
-        "REPDIAG_GPU_SLOT_DIR": str(tmp_path / "slots"),
-    }
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), str(hold_s)], env=env)
-    return proc, out
+class Jobs:
+    """Holder processes sharing one event log; each holds its slot until released."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp, self.log, self.procs = tmp_path, tmp_path / "events.log", {}
+
+    def start(self, name: str, **env: str) -> None:
+        env = {**os.environ, **env}  # clean_env has set this process's own
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, name, str(self.log), str(self.tmp / f"{name}.go")],
+            env=env,
+        )
+
+    def events(self) -> list[list[str]]:
+        return (
+            [line.split() for line in self.log.read_text().splitlines()]
+            if self.log.exists()
+            else []
+        )
+
+    def wait_for(self, event: str, name: str, timeout_s: float = 120.0) -> list[str]:
+        """The first ``event`` line of ``name`` (event ``start`` matches start:<device>)."""
+        deadline = time.monotonic() + timeout_s  # hang guard only
+        while time.monotonic() < deadline:
+            for line in self.events():
+                if line[0].split(":")[0] == event and line[1] == name:
+                    return line
+            time.sleep(0.02)
+        raise AssertionError(f"{name} never logged {event}: {self.events()}")
+
+    def release(self, name: str) -> int:
+        (self.tmp / f"{name}.go").touch()
+        return self.procs[name].wait(timeout=120)
 
 
-def wait_for(path: Path, timeout_s: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never written")
+def clean_env(monkeypatch, **env: str) -> None:
+    """No device variable or SLURM job in this process; ``env`` on top (also for children)."""
+    for var in (*DEVICE_VARIABLES, "SLURM_JOB_ID", "SLURM_STEP_ID", "REPDIAG_GPU_SLOT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
 
 
-def test_concurrent_jobs_receive_distinct_devices(tmp_path):
-    holders = [start_holder(tmp_path, f"job{i}", 3.0, "0,1,2") for i in range(3)]
-    seen = [wait_for(out).split() for _, out in holders]
-    for proc, _ in holders:
-        assert proc.wait(timeout=30) == 0
-    devices = [device for device, _ in seen]
+def test_concurrent_local_jobs_receive_distinct_devices(tmp_path, monkeypatch):
+    clean_env(
+        monkeypatch, REPDIAG_GPU_SLOT_DIR=str(tmp_path / "slots"), CUDA_VISIBLE_DEVICES="0,1,2"
+    )
+    jobs = Jobs(tmp_path)
+    for i in range(3):
+        jobs.start(f"job{i}")
+    started = [jobs.wait_for("start", f"job{i}") for i in range(3)]  # all three hold at once
+    devices = [line[0].split(":")[1] for line in started]
     assert sorted(devices) == ["0", "1", "2"]
-    assert all(device == visible for device, visible in seen)
+    assert all(line[0] == f"start:{line[2]}" for line in started)  # CUDA_VISIBLE_DEVICES = it
+    assert all(jobs.release(f"job{i}") == 0 for i in range(3))
 
 
-def test_a_job_waits_while_every_device_is_held(tmp_path):
-    first, first_out = start_holder(tmp_path, "first", 1.5, "0")
-    assert wait_for(first_out).split()[0] == "0"
-    started = time.monotonic()
-    second, second_out = start_holder(tmp_path, "second", 0.0, "0")
-    assert wait_for(second_out).split()[0] == "0"
-    assert time.monotonic() - started > 0.5  # it had to wait for the first job
-    assert first.wait(timeout=30) == 0 and second.wait(timeout=30) == 0
+def test_a_job_waits_while_every_device_is_held(tmp_path, monkeypatch):
+    clean_env(monkeypatch, REPDIAG_GPU_SLOT_DIR=str(tmp_path / "slots"), REPDIAG_GPU_DEVICES="0")
+    jobs = Jobs(tmp_path)
+    jobs.start("first")
+    jobs.wait_for("start", "first")
+    assert try_slot(tmp_path / "slots", ["0"]) is None  # held: nobody else gets it
+    (tmp_path / "second.go").touch()  # the second job leaves as soon as it has the slot
+    jobs.start("second")
+    jobs.wait_for("waiting", "second")
+    assert jobs.release("first") == 0 and jobs.procs["second"].wait(timeout=120) == 0
+    order = [(event.split(":")[0], name) for event, name, _ in jobs.events()]
+    assert order.index(("end", "first")) < order.index(("start", "second"))
 
 
-def test_a_killed_job_releases_its_slot(tmp_path):
-    victim, victim_out = start_holder(tmp_path, "victim", 60.0, "0")
-    assert wait_for(victim_out).split()[0] == "0"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=30)
-    survivor, survivor_out = start_holder(tmp_path, "survivor", 0.0, "0")
-    assert wait_for(survivor_out, timeout_s=10).split()[0] == "0"
-    assert survivor.wait(timeout=30) == 0
+def test_a_killed_job_releases_its_slot(tmp_path, monkeypatch):
+    clean_env(monkeypatch, REPDIAG_GPU_SLOT_DIR=str(tmp_path / "slots"), REPDIAG_GPU_DEVICES="0")
+    jobs = Jobs(tmp_path)
+    jobs.start("victim")
+    jobs.wait_for("start", "victim")
+    assert try_slot(tmp_path / "slots", ["0"]) is None
+    jobs.procs["victim"].send_signal(signal.SIGKILL)
+    jobs.procs["victim"].wait(timeout=120)
+    taken = try_slot(tmp_path / "slots", ["0"])
+    assert taken is not None and taken[0] == "0"
+    taken[1].close()
+
+
+def test_jobs_inside_one_salloc_share_its_gpus_out_one_each(tmp_path, monkeypatch):
+    """salloc --gpus=2, then snakemake --resources gpu=2: SLURM_JOB_ID is set and both jobs see
+    "0,1"; the slots (node-local, of this allocation) give them one GPU each."""
+    clean_env(monkeypatch, SLURM_JOB_ID="77", CUDA_VISIBLE_DEVICES="0,1", TMPDIR=str(tmp_path))
+    jobs = Jobs(tmp_path)
+    jobs.start("a")
+    jobs.start("b")
+    devices = {jobs.wait_for("start", name)[2] for name in ("a", "b")}
+    assert devices == {"0", "1"}
+    folders = [p.name for p in tmp_path.glob("repdiag-gpu-slots-*")]
+    assert len(folders) == 1 and "-slurm-77-" in folders[0]
+    assert jobs.release("a") == 0 and jobs.release("b") == 0
+
+
+def test_separate_slurm_jobs_never_wait_for_each_other(tmp_path, monkeypatch):
+    """Two batch jobs, one GPU each, both seen as device 0: each has its own slot folder."""
+    clean_env(monkeypatch, CUDA_VISIBLE_DEVICES="0", TMPDIR=str(tmp_path))
+    jobs = Jobs(tmp_path)
+    jobs.start("job101", SLURM_JOB_ID="101")
+    jobs.start("job102", SLURM_JOB_ID="102")
+    assert {jobs.wait_for("start", n)[2] for n in ("job101", "job102")} == {"0"}  # both hold
+    assert jobs.release("job101") == 0 and jobs.release("job102") == 0
+
+
+def test_the_slot_folder_follows_where_the_job_runs(tmp_path, monkeypatch):
+    clean_env(monkeypatch)
+    assert slot_dir() == Path(".snakemake/gpu-slots")
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setenv("SLURM_STEP_ID", "2")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    folder = slot_dir()
+    assert folder.parent == tmp_path and f"-{os.getuid()}-slurm-5-2-" in folder.name
+    monkeypatch.setenv("REPDIAG_GPU_SLOT_DIR", str(tmp_path / "mine"))
+    assert slot_dir() == tmp_path / "mine"
 
 
 def test_no_visible_device_means_cpu_and_environment_is_restored(tmp_path, monkeypatch):
-    monkeypatch.setenv("REPDIAG_GPU_DEVICES", "")
+    clean_env(monkeypatch, REPDIAG_GPU_DEVICES="")
     with gpu_slot() as device:
         assert device is None
-    monkeypatch.setenv("REPDIAG_GPU_DEVICES", "3")
-    monkeypatch.setenv("REPDIAG_GPU_SLOT_DIR", str(tmp_path))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    clean_env(monkeypatch, REPDIAG_GPU_DEVICES="3", REPDIAG_GPU_SLOT_DIR=str(tmp_path))
     with gpu_slot() as device:
         assert device == "3" and os.environ["CUDA_VISIBLE_DEVICES"] == "3"
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("0,1", ["0", "1"]), ("-1", []), ("", []), (" 2 , 5", ["2", "5"])]
+    ("var", "value", "expected"),
+    [
+        ("REPDIAG_GPU_DEVICES", "0,1", ["0", "1"]),
+        ("CUDA_VISIBLE_DEVICES", "-1", []),
+        ("CUDA_VISIBLE_DEVICES", "", []),
+        ("CUDA_VISIBLE_DEVICES", " 2 , 5", ["2", "5"]),
+        ("CUDA_VISIBLE_DEVICES", "GPU-8a1b,GPU-77c0", ["GPU-8a1b", "GPU-77c0"]),
+        ("SLURM_STEP_GPUS", "1,3", ["1", "3"]),
+        ("SLURM_JOB_GPUS", "2", ["2"]),
+    ],
 )
-def test_visible_devices_parses_the_environment(monkeypatch, value, expected):
-    monkeypatch.setenv("REPDIAG_GPU_DEVICES", value)
-    assert visible_devices() == expected
+def test_visible_devices_parses_the_environment(monkeypatch, var, value, expected):
+    clean_env(monkeypatch, **{var: value})
+    assert visible_devices() == expected and count_visible_gpus() == len(expected)
 
 
-def test_slurm_jobs_use_their_allocation_without_a_shared_lock(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setenv("REPDIAG_GPU_SLOT_DIR", str(tmp_path / "slots"))
+def fake_nvidia_smi(folder: Path, script: str) -> None:
+    folder.mkdir(exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + script + "\n")
+    smi.chmod(0o755)
+
+
+def test_devices_are_listed_without_nvml_or_environment(tmp_path, monkeypatch):
+    """No device variable: nvidia-smi -L; when NVML fails it, /proc/driver/nvidia/gpus."""
+    clean_env(monkeypatch, PATH=str(tmp_path / "bin"))
+    proc = tmp_path / "proc"
+    for bus in ("0000:17:00.0", "0000:65:00.0"):
+        (proc / bus).mkdir(parents=True)
+    monkeypatch.setattr(gpu_module, "NVIDIA_PROC", proc)
+    fake_nvidia_smi(
+        tmp_path / "bin",
+        "printf 'GPU 0: H200 (UUID: GPU-a)\\nGPU 1: H200 (UUID: GPU-b)\\nGPU 2: H200 (UUID: GPU-c)\\n'",
+    )
+    assert visible_devices() == ["0", "1", "2"]
+    fake_nvidia_smi(tmp_path / "bin", "echo 'NVML: Driver/library version mismatch'; exit 18")
+    assert visible_devices() == ["0", "1"]  # from the driver's /proc entries
+    (tmp_path / "bin" / "nvidia-smi").unlink()
+    assert visible_devices() == ["0", "1"]
+    monkeypatch.setattr(gpu_module, "NVIDIA_PROC", tmp_path / "absent")
+    assert visible_devices() == [] and count_visible_gpus() == 0
+
+
+def test_no_cuda_call_before_the_device_is_fixed(tmp_path, monkeypatch):
+    """With NVML failing and no device variable, torch's device count would initialise CUDA
+    with every GPU visible; the slot never asks torch, so CUDA_VISIBLE_DEVICES still counts."""
+    import torch
+
+    calls: list[str] = []
+
+    def recorder(name: str):
+        def record(*args, **kwargs):
+            calls.append(name)
+            raise AssertionError(f"torch.{name} called before the job's device was fixed")
+
+        return record
+
+    for name in ("device_count", "is_available", "init", "_lazy_init", "current_device"):
+        monkeypatch.setattr(torch.cuda, name, recorder(f"cuda.{name}"))
+    monkeypatch.setattr(
+        torch._C, "_cuda_getDeviceCount", recorder("_C._cuda_getDeviceCount"), raising=False
+    )
+    clean_env(monkeypatch, PATH=str(tmp_path / "bin"), REPDIAG_GPU_SLOT_DIR=str(tmp_path / "s"))
+    fake_nvidia_smi(tmp_path / "bin", "echo 'NVML: not found'; exit 9")
+    (tmp_path / "proc" / "0000:17:00.0").mkdir(parents=True)
+    monkeypatch.setattr(gpu_module, "NVIDIA_PROC", tmp_path / "proc")
+    assert count_visible_gpus() == 1
     with gpu_slot() as device:
-        assert device == "0"
-    assert not (tmp_path / "slots").exists()
+        assert device == "0" and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert calls == []
+
+
+IMPORT_ALL = """
+import importlib, pkgutil, sys, torch
+calls = []
+def recorder(name):
+    def record(*args, **kwargs):
+        calls.append(name)
+        return 0
+    return record
+for name in ("device_count", "is_available", "init", "_lazy_init", "current_device"):
+    setattr(torch.cuda, name, recorder(name))
+torch._C._cuda_getDeviceCount = recorder("_cuda_getDeviceCount")
+import repdiag
+for module in pkgutil.walk_packages(repdiag.__path__, "repdiag."):
+    importlib.import_module(module.name)
+print(sorted(set(calls)))
+"""
+
+
+def test_importing_the_package_never_touches_cuda(tmp_path):
+    """Workflow scripts import repdiag before they take their slot: no module may initialise
+    CUDA (or count devices) when imported."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_symlinked_lock_is_refused(tmp_path, monkeypatch):
+    clean_env(monkeypatch, REPDIAG_GPU_DEVICES="0", REPDIAG_GPU_SLOT_DIR=str(tmp_path / "slots"))
+    (tmp_path / "slots").mkdir()
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    (tmp_path / "slots" / "gpu0.lock").symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link; refusing to follow it"), gpu_slot():
+        pass
+    assert target.read_text() == "keep me\n"
 
 
 # ---------------------------------------------------------------------------------- numerics
