@@ -32,7 +32,12 @@ def _validate(args: argparse.Namespace) -> None:
     from repdiag.core.checks import check_before_run
     from repdiag.core.config import load_config
 
-    config = load_config(args.config)
+    try:
+        config = load_config(args.config)
+    except RepdiagError:
+        raise
+    except (OSError, ValueError, TypeError) as err:  # not a config error: still one line, named
+        raise ConfigError(f"{args.config}: {type(err).__name__}: {err}") from None
     try:
         check_before_run(config, weights=False)
     except RepdiagError as err:
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except RepdiagError as err:
-        print(f"repdiag: error: {err}", file=sys.stderr)
+        text = " ".join(str(err).split()) if args.func is _validate else str(err)
+        print(f"repdiag: error: {text}", file=sys.stderr)
         return 2
     return 0
 

@@ -3,7 +3,13 @@ import re
 
 from repdiag.binding.causal_options import causal_models
 from repdiag.core.checks import check_before_run
-from repdiag.core.config import check_config, fill_defaults, section, seeded
+from repdiag.core.config import (
+    check_config,
+    check_repeated_entries,
+    fill_defaults,
+    section,
+    seeded,
+)
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
@@ -19,6 +25,8 @@ patch_slurm_status()
 if "gpu" not in workflow.global_resources and count_visible_gpus():
     workflow.register_resource("gpu", count_visible_gpus())
 
+# Two --configfile files defining one model (zoo backbone, zoo run) would be merged key by key.
+check_repeated_entries(workflow.overwrite_configfiles)
 fill_defaults(config)
 check_config(config)
 # results/ and logs/ must not lead outside the working directory (a symlink would make jobs write

@@ -43,6 +43,20 @@ class UniqueKeyLoader(_SAFE_LOADER):
         return super().construct_document(node)
 
 
+def _check_tag(loader: yaml.SafeLoader, node: yaml.Node, where: str) -> None:
+    """Refuse a node whose tag the safe loader cannot build (``!!python/object/apply:...``, a
+    custom ``!tag``), naming the file, line and key: PyYAML would raise a multi-line
+    ConstructorError naming neither the key nor what to do."""
+    if node.tag in loader.yaml_constructors or node.tag.startswith("tag:yaml.org,2002:merge"):
+        return
+    line = node.start_mark.line + 1
+    raise ConfigError(
+        f"config file {loader.name} line {line}: key {where or '(top level)'} has the YAML tag "
+        f"{node.tag!r}, which a config may not use (a python/ tag would run code); write the "
+        "plain value instead"
+    )
+
+
 # Anchors and aliases are fine in a config, but an alias bomb (a few KB that expand to millions of
 # nodes) would make every later walk of the config (validation, params, error messages) hang.
 MAX_YAML_ALIASES = 1000
@@ -94,6 +108,7 @@ def _reject_duplicate_keys(
     if id(node) in walked:  # an alias of a node already walked (or a recursive structure)
         return
     walked.add(id(node))
+    _check_tag(loader, node, where)
     if isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             _reject_duplicate_keys(loader, item, f"{where}[{index}]", walked)
@@ -103,6 +118,7 @@ def _reject_duplicate_keys(
             if key_node.tag == "tag:yaml.org,2002:merge":
                 _reject_duplicate_keys(loader, value_node, where, walked)
                 continue
+            _check_tag(loader, key_node, where)
             key = loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:
@@ -209,6 +225,11 @@ def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def one_line(err: BaseException | str) -> str:
+    """An error's text on one line (PyYAML's messages span several, with the file and mark)."""
+    return " ".join(str(err).split())
+
+
 def load_yaml(path: str | Path) -> Any:
     """Parse a YAML (or JSON) file like ``yaml.safe_load``, refusing duplicate mapping keys.
 
@@ -227,8 +248,11 @@ def load_yaml(path: str | Path) -> Any:
             raise ConfigError(f"config file {path}: {err}") from None
         except ValueError as json_error:
             raise ConfigError(
-                f"config file {path} is neither YAML ({yaml_error}) nor JSON ({json_error})"
+                f"config file {path} is neither YAML ({one_line(yaml_error)}) nor JSON "
+                f"({json_error})"
             ) from None
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:  # unreadable, not UTF-8, ...
+        raise ConfigError(f"config file {path}: {one_line(err)}") from None
     if isinstance(data, dict) and YTE_MARKER in data:
         raise ConfigError(
             f"config file {path} sets {YTE_MARKER}: Snakemake would evaluate its ?-expressions "
@@ -248,6 +272,54 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
     for path in paths:
         if Path(path).is_file():
             load_yaml(path)
+
+
+def named_entry_maps(
+    schema: Mapping[str, Any] | None = None, base: Path | None = None, prefix: str = ""
+) -> list[str]:
+    """The dotted keys of the config's maps of named entries (``models``, ``zoo.backbones``,
+    ``zoo.objectives``): objects whose schema takes any key and an object under each."""
+    if schema is None:
+        schema, base = yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent
+    schema, base = _resolve(schema, base)
+    found = []
+    extra = schema.get("additionalProperties")
+    if prefix and isinstance(extra, Mapping) and _resolve(extra, base)[0].get("type") == "object":
+        found.append(prefix)
+    for key, sub in (schema.get("properties") or {}).items():
+        found += named_entry_maps(sub, base, f"{prefix}.{key}" if prefix else key)
+    return found
+
+
+def _entries_at(data: Any, dotted: str) -> Mapping[str, Any]:
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, Mapping) else None
+    return data if isinstance(data, Mapping) else {}
+
+
+def check_repeated_entries(paths: Iterable[str | Path]) -> None:
+    """Refuse two config files given together (``--configfile a.yaml b.yaml``) that both define
+    one named entry (a model, a zoo backbone or run: :func:`named_entry_maps`), naming both files.
+
+    Snakemake deep-merges the files, so a key of the first file's entry would survive into the
+    second's (a ``weights:`` or ``kwargs`` the second never set); a user reading the second file
+    expects its entry as written. Sections (``embeddings: {batch_size: 8}``) still merge.
+    """
+    first: dict[str, str] = {}
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        data = load_yaml(path)
+        for dotted in named_entry_maps():
+            for name in _entries_at(data, dotted):
+                where = f"{dotted}.{name}"
+                if where in first and first[where] != str(path):
+                    raise ConfigError(
+                        f"{where} is defined in two config files, {first[where]} and {path}; "
+                        "Snakemake would merge the two entries key by key. Define it in one "
+                        "file only (rename one of them)"
+                    )
+                first.setdefault(where, str(path))
 
 
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:

@@ -91,7 +91,7 @@ def test_merge_keys_may_override_and_aliases_are_walked_once(tmp_path: Path) -> 
 
 def test_the_loader_stays_safe(tmp_path: Path) -> None:
     path = write(tmp_path, "x: !!python/object/apply:os.getcwd []\n")
-    with pytest.raises(yaml.constructor.ConstructorError):
+    with pytest.raises(ConfigError, match=r"line 1: key x has the YAML tag .*python/object"):
         load_yaml(path)
     assert issubclass(UniqueKeyLoader, yaml.constructor.SafeConstructor)
     assert not issubclass(UniqueKeyLoader, yaml.constructor.UnsafeConstructor)
