@@ -1,10 +1,33 @@
-# The JER intervention (repdiag.binding.causal): zoo runs trained with a regulariser on their
-# Jacobian effective rank against the same runs without it. `snakemake binding_causal`.
-from repdiag.binding.causal_options import comparisons
+# The JER intervention (repdiag.binding.causal): per base and seed, the plain, raise, lower and
+# sham arms (series named in binding_causal.series). `snakemake binding_causal`.
+from repdiag.binding.causal_options import (
+    calibration_runs,
+    causal_cells,
+    causal_members,
+)
 
-CAUSAL_PAIRS = comparisons(config)
-# the regularised models and their baselines, each once
-CAUSAL_MEMBERS = sorted(set(CAUSAL_PAIRS) | set(CAUSAL_PAIRS.values()))
+CAUSAL_CELLS = causal_cells(config)
+# every arm's model, plain included, once
+CAUSAL_MEMBERS = causal_members(config)
+CALIBRATION_RUNS = calibration_runs(config)
+
+
+rule causal_calibration:
+    output:
+        steps="results/binding_causal/calibration_steps.csv",
+        summary="results/binding_causal/calibration.csv",
+    log:
+        log_file("causal_calibration", "all"),
+    benchmark:
+        bench_file("causal_calibration", "all")
+    conda:
+        "../envs/torch.yaml"
+    threads: config["zoo"]["threads"]
+    params:
+        specs=[run_spec(config, run) for run in CALIBRATION_RUNS],
+        calibration=config["binding_causal"]["calibration"],
+    script:
+        "../workflow_scripts/causal_calibration.py"
 
 
 rule causal_effects:
@@ -14,13 +37,14 @@ rule causal_effects:
         zoo_meta=[
             f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in CAUSAL_MEMBERS
         ],
+        calibration="results/binding_causal/calibration.csv",
     output:
-        effects=report(
-            "results/binding_causal/effects.csv",
+        arms=report(
+            "results/binding_causal/arms.csv",
             caption="../report/causal_effects.rst",
             category="JER intervention",
         ),
-        correlations="results/binding_causal/correlations.csv",
+        contrasts="results/binding_causal/contrasts.csv",
         models="results/binding_causal/models.csv",
         summary=report(
             "results/binding_causal/summary.md",
@@ -35,19 +59,21 @@ rule causal_effects:
         "../envs/analysis.yaml"
     threads: 1
     params:
-        comparisons=CAUSAL_PAIRS,
+        cells=CAUSAL_CELLS,
         models={
             key: {"family": MODELS[key]["family"], "source": MODELS[key]["source"]}
             for key in CAUSAL_MEMBERS
         },
         stats=seeded(config["stats"], config),
+        loss_spread_sd=config["binding_causal"]["loss_spread_sd"],
     script:
         "../workflow_scripts/causal_effects.py"
 
 
 rule plot_causal:
     input:
-        effects="results/binding_causal/effects.csv",
+        arms="results/binding_causal/arms.csv",
+        contrasts="results/binding_causal/contrasts.csv",
         models="results/binding_causal/models.csv",
     output:
         png=report(
@@ -63,12 +89,9 @@ rule plot_causal:
     conda:
         "../envs/analysis.yaml"
     threads: 1
-    params:
-        comparisons=CAUSAL_PAIRS,
-        readout=config["stats"]["readout"],
     script:
         "../workflow_scripts/plot_causal.py"
 
 
-if CAUSAL_PAIRS:
+if CAUSAL_CELLS:
     final_output("binding_causal", rules.causal_effects, rules.plot_causal)

@@ -1,20 +1,16 @@
-"""Rule plot_causal: the JER intervention's manipulation check, effect on binding, and scatter."""
+"""Rule plot_causal: binding per arm, the primary estimate against the sham, the manipulation
+check."""
 
-from repdiag.binding.causal import causal_figure
+from repdiag.binding.causal_report import causal_figure
 from repdiag.common.figures import save_figure
 from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    effects = read_table(snakemake.input.effects)
+    arms = read_table(snakemake.input.arms)
+    contrasts = read_table(snakemake.input.contrasts)
     models = read_table(snakemake.input.models)
     chance = float(models["chance"].median()) if "chance" in models else None
-    figure = causal_figure(
-        effects,
-        models,
-        snakemake.params.comparisons,
-        binding_column=f"binding_{snakemake.params.readout}",
-        chance=chance,
-    )
+    figure = causal_figure(arms, contrasts, chance=chance)
     save_figure(figure, snakemake.output.png, snakemake.output.pdf)
     log.info("wrote %s and %s", *snakemake.output)

@@ -1,183 +1,222 @@
-"""The JER intervention's analysis: manipulation check, effects with intervals, the summary."""
+"""The JER intervention's analysis: per-seed contrasts against the sham and plain with
+t-intervals over seeds and their parametric p, the loss screen, the full-spectrum JER."""
 
 from __future__ import annotations
+
+import math
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
+from scipy import stats as sps
 
 from repdiag.binding.causal import (
-    causal_correlations,
-    causal_effects,
-    causal_figure,
-    causal_markdown,
-    final_jer_by_image,
-    paired_delta,
+    arm_table,
+    causal_contrasts,
+    full_spectrum_jer,
+    full_spectrum_participation,
+    run_record,
+    screen_losses,
+    seed_contrast,
 )
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.intervals import mean_interval, newcombe_interval
 from repdiag.core.errors import StoreError
-from repdiag.core.store import open_store
-from tests.binding.stats_fakes import fake_jacobian_store
+from repdiag.core.store import write_json, write_store
 
-IMAGES = [f"query/q{i:05d}" for i in range(8)]
-SETTINGS = StatsSettings(n_bootstrap=200)
-
-
-def jer_series(values) -> pd.Series:
-    return pd.Series(np.asarray(values, float), index=IMAGES[: len(values)])
-
-
-def models_table(rows: dict[str, tuple[str, float, float, float]]) -> pd.DataFrame:
-    """model -> (family, binding, same_different, seed) on 200 queries and 100 pairs."""
-    return pd.DataFrame(
-        [
-            {
-                "model": key,
-                "family": family,
-                "binding_cosine": binding,
-                "binding": binding,
-                "same_different": same,
-                "seed": seed,
-                "n_queries": 200.0,
-                "n_pairs": 100.0,
-            }
-            for key, (family, binding, same, seed) in rows.items()
-        ]
-    )
+ARMS = ("plain", "raise", "lower", "sham")
+# binding per arm and seed (4 seeds): raise and lower sit near the sham, plain above it
+BINDING = {
+    "plain": [0.74, 0.82, 0.78, 0.80],
+    "raise": [0.70, 0.75, 0.71, 0.77],
+    "lower": [0.66, 0.70, 0.69, 0.72],
+    "sham": [0.68, 0.74, 0.70, 0.73],
+}
+LOSS = {
+    "plain": [2.00, 2.02, 1.98, 2.01],
+    "raise": [2.01, 2.03, 1.99, 2.00],
+    "lower": [2.02, 2.01, 2.00, 2.40],  # seed 3's lower run: far outside the plain spread
+    "sham": [2.00, 2.02, 2.01, 2.00],
+}
 
 
-BASE = np.array([20.0, 21.0, 19.5, 22.0, 20.5, 21.5, 19.0, 20.0])
-WOBBLE = np.array([0.3, -0.2, 0.1, -0.3, 0.2, -0.1, 0.25, -0.25])
+def arms_frame(base: str = "causal_1") -> pd.DataFrame:
+    rows = []
+    for arm in ARMS:
+        for seed in range(4):
+            b = BINDING[arm][seed]
+            rows.append(
+                {
+                    "base": base,
+                    "dose": 1.0,
+                    "arm": arm,
+                    "seed": seed,
+                    "model": f"{base}_{arm}_s{seed}",
+                    "binding": b,
+                    "binding_ci_low": b - 0.04,
+                    "binding_ci_high": b + 0.04,
+                    "same_different": 0.5 + b / 2,
+                    "jer": 27.0 + {"raise": 2.0, "lower": -5.0}.get(arm, 0.0) + 0.1 * seed,
+                    "pr_full": 30.0 + {"raise": 10.0, "lower": -8.0}.get(arm, 0.0) + seed,
+                    "pr2_full": 20.0 + {"raise": 40.0}.get(arm, 0.0),
+                    "final_loss": LOSS[arm][seed],
+                }
+            )
+    return pd.DataFrame(rows)
 
 
-@pytest.fixture
-def effects() -> pd.DataFrame:
-    table = models_table(
+def test_the_contrast_is_the_t_interval_of_the_per_seed_differences_with_its_p() -> None:
+    arms = screen_losses(arms_frame(), 2.0)
+    row = seed_contrast(arms, "binding", "raise", "sham", 0.95)
+    diffs = np.subtract(BINDING["raise"], BINDING["sham"])
+    n, mean, sd = 4, diffs.mean(), diffs.std(ddof=1)
+    half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    assert (row["n"], row["mean"], row["sd"]) == (n, pytest.approx(mean), pytest.approx(sd))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((mean - half, mean + half))
+    assert row["p"] == pytest.approx(sps.ttest_1samp(diffs, 0.0).pvalue)
+    assert row["unit"] == "training run (seed)" and row["seeds"] == "0 1 2 3"
+
+
+def test_a_run_outside_the_plain_seed_spread_is_left_out_and_so_is_its_seed_pair() -> None:
+    arms = screen_losses(arms_frame(), 2.0)
+    plain = np.array(LOSS["plain"])
+    z = (2.40 - plain.mean()) / plain.std(ddof=1)
+    out = arms.set_index("model")
+    assert out.loc["causal_1_lower_s3", "loss_z"] == pytest.approx(z)
+    assert out["left_out"].sum() == 1 and out.loc["causal_1_lower_s3", "left_out"]
+    row = seed_contrast(arms, "binding", "lower", "sham", 0.95)
+    assert row["n"] == 3 and row["seeds"] == "0 1 2" and row["seeds_left_out"] == "3"
+    diffs = np.subtract(BINDING["lower"], BINDING["sham"])[:3]
+    assert row["mean"] == pytest.approx(diffs.mean())
+    # raise keeps all four seeds: the screen acts on the runs it names only
+    assert seed_contrast(arms, "binding", "raise", "sham", 0.95)["n"] == 4
+
+
+def test_one_plain_seed_gives_no_spread_and_leaves_nothing_out() -> None:
+    arms = arms_frame()
+    arms = arms[arms["seed"] == 3]
+    screened = screen_losses(arms, 2.0)
+    assert not screened["left_out"].any() and screened["plain_loss_sd"].isna().all()
+    row = seed_contrast(screened, "binding", "raise", "sham", 0.95)
+    assert row["n"] == 1 and math.isnan(row["ci_low"]) and math.isnan(row["p"])
+
+
+def test_contrasts_cover_effects_and_the_manipulation_check_against_sham_and_plain() -> None:
+    arms = screen_losses(pd.concat([arms_frame("causal_0p3"), arms_frame("causal_1")]), 2.0)
+    table = causal_contrasts(arms, 0.95)
+    assert set(table["base"]) == {"causal_0p3", "causal_1"}
+    one = table[table["base"] == "causal_1"]
+    effects = one[one["role"] == "effect"]
+    assert set(effects["metric"]) == {"binding", "same_different"}
+    assert set(zip(effects["arm"], effects["reference"], strict=True)) == {
+        ("raise", "sham"),
+        ("lower", "sham"),
+        ("plain", "sham"),
+        ("raise", "plain"),
+        ("lower", "plain"),
+        ("sham", "plain"),
+    }
+    checks = one[one["role"] == "manipulation"].set_index(["metric", "arm", "reference"])
+    assert set(checks.index.get_level_values("metric")) == {"jer", "pr_full", "pr2_full"}
+    assert checks.loc[("jer", "raise", "sham"), "mean"] == pytest.approx(2.0)
+    assert checks.loc[("pr2_full", "raise", "plain"), "mean"] == pytest.approx(40.0)
+    # a constant difference: zero spread, the interval collapses on it
+    assert checks.loc[("pr2_full", "raise", "plain"), "sd"] == 0.0
+    # lower's seed 3 left out: 3 seeds in each of its contrasts
+    assert checks.loc[("pr_full", "lower", "plain"), "n"] == 3
+    assert checks.loc[("pr_full", "lower", "plain"), "mean"] == pytest.approx(-8.0)
+
+
+def test_arms_without_lower_still_compare_what_they_have() -> None:
+    arms = screen_losses(arms_frame().query("arm != 'lower'"), 2.0)
+    table = causal_contrasts(arms, 0.95)
+    assert "lower" not in set(table["arm"]) and "lower" not in set(table["reference"])
+    assert len(table) == 5 * 4  # 5 metrics x (raise, plain vs sham; raise, sham vs plain)
+
+
+def test_full_spectrum_participation_against_closed_forms() -> None:
+    assert full_spectrum_participation(np.ones(7)) == pytest.approx((7.0, 7.0))
+    s = np.array([3.0, 1.0, 0.0])  # a rank-2 map: the zero adds nothing
+    assert full_spectrum_participation(s) == pytest.approx((16 / 10, 100 / 82))
+    assert all(math.isnan(v) for v in full_spectrum_participation(np.zeros(4)))
+
+
+def full_store(path, exact: bool = True) -> np.ndarray:
+    """A store whose final layer has 3 probe images' full spectra of length 5 (zero-padded to
+    6), plus one noise image; ``exact=False``: randomized, no full spectrum."""
+    rng = np.random.default_rng(0)
+    full = np.zeros((2, 4, 6), np.float32)
+    full[1, :, :5] = np.sort(rng.uniform(0.1, 2.0, (4, 5)), axis=-1)[..., ::-1]
+    top = full[..., :3].copy()
+    ds = xr.Dataset(
         {
-            "base": ("contrastive", 0.125, 0.60, 0),
-            "up": ("jer_intervention", 0.30, 0.62, 0),
-            "down": ("jer_intervention", 0.125, 0.50, 0),
-            "null": ("jer_intervention", 0.13, 0.61, 0),
-        }
+            "singular_values": (("layer", "image", "rank"), top),
+            "jer_pr": (("layer", "image"), np.ones((2, 4), np.float32)),
+            "singular_values_full": (("layer", "image", "rank_full"), full),
+            "n_singular": (("layer",), np.array([0, 5 if exact else 0], np.int64)),
+        },
+        coords={
+            "layer": ["block00", "final"],
+            "image": ["q0", "q1", "q2", "n0"],
+            "probe_set": ("image", ["binding"] * 3 + ["noise"]),
+            "rank": np.arange(3),
+            "rank_full": np.arange(6),
+        },
+        attrs={"k": 3},
     )
-    jer = {
-        "base": jer_series(BASE),
-        "up": jer_series(BASE + 4 + WOBBLE),  # raised: the ceiling of the check
-        "down": jer_series(BASE - 6 + WOBBLE),
-        "null": jer_series(BASE + WOBBLE),  # pushed but unmoved: the floor
-    }
-    pairs = {"up": "base", "down": "base", "null": "base"}
-    weights = {"up": 0.05, "down": -0.05, "null": 0.01}
-    regularisers = {
-        key: {"weight": w, "estimate_first": 20.0, "estimate_last_mean": 25.0}
-        for key, w in weights.items()
-    }
-    return causal_effects(table, jer, pairs, regularisers, SETTINGS).set_index("model")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The data type", category=UserWarning)
+        write_store(path, ds, seed=0)
+    return full[1, :3, :5].astype(float)
 
 
-def test_paired_delta_is_the_t_interval_of_the_per_image_differences() -> None:
-    treated, base = jer_series(BASE + 2 + WOBBLE), jer_series(BASE)
-    mean, low, high, n = paired_delta(treated, base, 0.95)
-    expected = mean_interval(2 + WOBBLE, 0.95)
-    assert (mean, low, high) == pytest.approx((expected[0], expected[2], expected[3]))
-    assert n == 8 and mean == pytest.approx(2.0)
-    # pairing by image id: the order of the index does not matter
-    assert paired_delta(treated[::-1], base, 0.95)[:3] == pytest.approx((mean, low, high))
-
-
-def test_paired_delta_needs_shared_images() -> None:
-    with pytest.raises(StoreError, match="share 1 probe images"):
-        paired_delta(jer_series([1.0, 2.0]), pd.Series([1.0], index=IMAGES[:1]), 0.95)
-
-
-def test_the_manipulation_check_holds_only_when_the_interval_is_on_the_side_pushed(
-    effects,
+def test_full_spectrum_jer_is_the_mean_over_the_probe_images_of_the_whole_spectrum(
+    tmp_path,
 ) -> None:
-    assert effects.loc["up", "jer_delta"] == pytest.approx(4.0)
-    assert effects.loc["down", "jer_delta"] == pytest.approx(-6.0)
-    assert effects.loc["up", "manipulated"] and effects.loc["down", "manipulated"]
-    assert not effects.loc["null", "manipulated"]  # the interval straddles 0
-    assert effects.loc["null", "jer_delta_ci_low"] < 0 < effects.loc["null", "jer_delta_ci_high"]
-    assert (effects["objective"] == "contrastive").all()
+    spectra = full_store(tmp_path / "m.zarr")
+    got = full_spectrum_jer(tmp_path / "m.zarr", "final", "binding")
+    pr = [s.sum() ** 2 / (s**2).sum() for s in spectra]
+    pr2 = [(s**2).sum() ** 2 / (s**4).sum() for s in spectra]
+    assert got == pytest.approx({"pr_full": np.mean(pr), "pr2_full": np.mean(pr2)}, rel=1e-5)
+    with pytest.raises(StoreError, match="no layer 'head'"):
+        full_spectrum_jer(tmp_path / "m.zarr", "head", "binding")
+    full_store(tmp_path / "r.zarr", exact=False)
+    randomized = full_spectrum_jer(tmp_path / "r.zarr", "final", "binding")
+    assert all(math.isnan(v) for v in randomized.values())
 
 
-def test_a_jer_moved_against_the_weight_does_not_pass_the_check() -> None:
-    table = models_table({"b": ("supervised", 0.2, 0.6, 0), "t": ("jer_intervention", 0.2, 0.6, 0)})
-    jer = {"b": jer_series(BASE), "t": jer_series(BASE - 3 + WOBBLE)}
-    regulariser = {"t": {"weight": 0.05, "estimate_first": 1.0, "estimate_last_mean": 1.0}}
-    row = causal_effects(table, jer, {"t": "b"}, regulariser, SETTINGS).iloc[0]
-    assert row["jer_delta"] == pytest.approx(-3.0) and not row["manipulated"]
-
-
-def test_accuracy_changes_carry_newcombe_intervals(effects) -> None:
-    up = effects.loc["up"]
-    assert up["binding_cosine_delta"] == pytest.approx(0.30 - 0.125)
-    expected = newcombe_interval(0.30 * 200, 200, 0.125 * 200, 200)
-    assert (up["binding_cosine_delta_ci_low"], up["binding_cosine_delta_ci_high"]) == (
-        pytest.approx(expected)
-    )
-    assert up["binding_changed"] and not effects.loc["down", "binding_changed"]
-    down = effects.loc["down"]
-    assert down["same_different_delta"] == pytest.approx(-0.10)
-    assert down["same_different_delta_ci_high"] < 0.05  # 100 pairs: wide, but one-sided here
-
-
-def test_correlations_pool_each_objective_with_its_baselines() -> None:
-    rows = {"b0": ("contrastive", 0.10, 0.6, 0), "b1": ("contrastive", 0.12, 0.6, 1)}
-    pairs = {}
-    for i in range(4):
-        rows[f"t{i}"] = ("jer_intervention", 0.10 + 0.02 * i, 0.6, i % 2)
-        pairs[f"t{i}"] = f"b{i % 2}"
-    table = models_table(rows)
-    table["jer"] = [12.0, 13.0, 10.0, 14.0, 18.0, 22.0]
-    corr = causal_correlations(table, pairs, SETTINGS)
-    binding = corr[corr["target"] == "binding"].iloc[0]
-    assert binding["objective"] == "contrastive" and binding["n"] == 6
-    expected = np.corrcoef(table["jer"], table["binding"])[0, 1]
-    assert binding["pearson_r"] == pytest.approx(expected)
-    same = corr[corr["target"] == "same_different"].iloc[0]
-    assert np.isnan(same["pearson_r"]) and "constant" in same["note"]
-
-
-def test_summary_states_the_counts_and_every_run(effects) -> None:
-    text = causal_markdown(effects.reset_index(), pd.DataFrame(), SETTINGS)
-    assert "in 2 of 3 runs" in text and "changed with its interval excluding 0 in 1 of 3" in text
-    for model in ("up", "down", "null"):
-        assert f"| {model} |" in text
-    assert "No comparisons" in causal_markdown(effects.iloc[0:0], pd.DataFrame(), SETTINGS)
-
-
-def test_figure_has_its_three_labelled_panels(effects) -> None:
-    table = models_table(
+def test_run_record_and_arm_table(tmp_path) -> None:
+    meta = {
+        "final_loss_mean": 2.5,
+        "jer_regulariser": {"weight": 0.0016, "sham": True, "steps_up": 140, "steps_down": 160},
+    }
+    write_json(tmp_path / "meta.json", meta)
+    record = run_record(tmp_path / "meta.json")
+    assert record == {"final_loss": 2.5, "weight": 0.0016, "steps_up": 140, "steps_down": 160}
+    write_json(tmp_path / "plain.json", {"final_loss_mean": 2.0})
+    assert run_record(tmp_path / "plain.json")["weight"] == 0.0
+    write_json(tmp_path / "bad.json", {})
+    with pytest.raises(StoreError, match="final_loss_mean"):
+        run_record(tmp_path / "bad.json")
+    table = pd.DataFrame(
         {
-            "base": ("contrastive", 0.125, 0.6, 0),
-            "up": ("jer_intervention", 0.3, 0.6, 0),
-            "down": ("jer_intervention", 0.125, 0.5, 0),
-            "null": ("jer_intervention", 0.13, 0.6, 0),
+            "model": ["a", "b"],
+            "binding_cosine": [0.4, 0.5],
+            "binding_cosine_ci_low": [0.35, 0.45],
+            "binding_cosine_ci_high": [0.45, 0.55],
+            "same_different": [0.7, 0.8],
+            "jer": [26.0, 27.0],
         }
     )
-    table["jer"] = [20.0, 24.0, 14.0, 20.0]
-    pairs = {"up": "base", "down": "base", "null": "base"}
-    figure = causal_figure(
-        effects.reset_index(), table, pairs, binding_column="binding_cosine", chance=0.125
-    )
-    titles = [ax.get_title() for ax in figure.axes]
-    assert titles == [
-        "manipulation check",
-        "effect on binding",
-        "baselines and regularised runs (final layer)",
+    cells = [
+        {"base": "x", "dose": 0.3, "arm": "plain", "seed": 0, "model": "a"},
+        {"base": "x", "dose": 0.3, "arm": "sham", "seed": 0, "model": "b"},
     ]
-    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in figure.axes)
-
-
-def test_final_jer_is_read_per_image_at_the_final_layer(tmp_path) -> None:
-    path = tmp_path / "m.zarr"
-    fake_jacobian_store(path, 0.5, np.random.default_rng(0), n_binding=6, n_noise=3)
-    series = final_jer_by_image(path, "pr", "final", "binding")
-    ds = open_store(path)
-    expected = ds["jer_pr"].sel(layer="final").values[:6]
-    assert list(series.index) == [f"query/q{i:05d}" for i in range(6)]
-    np.testing.assert_allclose(series.to_numpy(), expected)
-    with pytest.raises(StoreError, match="no layer 'head'"):
-        final_jer_by_image(path, "pr", "head", "binding")
+    arms = arm_table(cells, table, {"b": record}, "binding_cosine")
+    assert arms["binding"].tolist() == [0.4, 0.5] and arms["binding_ci_low"].tolist() == [
+        0.35,
+        0.45,
+    ]
+    assert math.isnan(arms.loc[0, "final_loss"]) and arms.loc[1, "final_loss"] == 2.5
+    with pytest.raises(StoreError, match="'c'"):
+        arm_table([{**cells[0], "model": "c"}], table, {}, "binding_cosine")

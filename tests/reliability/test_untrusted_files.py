@@ -157,7 +157,7 @@ def test_a_workflow_run_refuses_the_payload_naming_the_model(tmp_path: Path) -> 
         }
     }
     config["alignment"]["real"]["pairs"] = []
-    config["binding_causal"] = {"comparisons": {}}
+    config["binding_causal"] = {"series": []}
     (workdir / "config" / "evil.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(
         workdir, "--configfile=config/evil.yaml", "results/embeddings/evil.zarr", check=False

@@ -1,5 +1,5 @@
-"""The targets built on request only, on config/test.yaml: binding_causal (a regularised run
-against its plain run) and identifiability_check (the like-for-like cells), run once in a copy
+"""The targets built on request only, on config/test.yaml: binding_causal (a raise and a sham
+arm against each other and the plain run) and identifiability_check (the like-for-like cells), run once in a copy
 of the shared workflow run (they are not part of `rule all`)."""
 
 from __future__ import annotations
@@ -21,20 +21,30 @@ pytestmark = pytest.mark.workflow
 RESULTS = Path("results")
 
 
+JER_SETTINGS = {"weight": 0.5, "images": 2, "probes": 1}
+
+
 def add_jer_up(config: dict) -> None:
-    """config/test.yaml plus binding_causal's path: `jer_up`, simclr with a JER regulariser,
-    compared with `simclr` (kept out of config/test.yaml, so `rule all` there is unchanged)."""
-    config["models"]["jer_up"] = {"source": "zoo", "id": "jer_up", "family": "jer_intervention"}
-    config["zoo"]["objectives"]["jer_up"] = {
-        **config["zoo"]["objectives"]["simclr"],
-        "objective": "simclr",
-        "jer_regulariser": {"weight": 0.5, "images": 2, "probes": 1},
+    """config/test.yaml (as read from YAML) plus binding_causal's path: the causal base `jer`,
+    simclr's run at seed 0 with a plain arm (simclr itself), a raise arm and a sham arm (kept out
+    of config/test.yaml, so `rule all` there is unchanged)."""
+    raise_arm = {"jer_regulariser": dict(JER_SETTINGS)}
+    sham_arm = {"jer_regulariser": {**JER_SETTINGS, "sham": True}}
+    config.setdefault("series", {})["jer"] = {
+        "name": "jer_{arm}_s{seed}",
+        "family": "jer_intervention",
+        "run": {**config["zoo"]["objectives"]["simclr"], "objective": "simclr"},
+        "axes": {
+            "arm": {"patches": {"plain": {}, "raise": raise_arm, "sham": sham_arm}},
+            "seed": {"set": "seed", "values": [0]},
+        },
+        "existing": {"jer_plain_s0": "simclr"},
     }
-    config["binding_causal"] = {"comparisons": {"jer_up": "simclr"}}
+    config["binding_causal"] = {"series": ["jer"], "calibration": {"every": 2}}
 
 
 def build_on_request(folder: Path) -> None:
-    """The shared workflow run plus `jer_up` and `snakemake binding_causal
+    """The shared workflow run plus the `jer` base (add_jer_up) and `snakemake binding_causal
     identifiability_check`: only the jobs those targets add (tests.shared_runs builds it once
     per pytest run)."""
     source = build_shared(folder.parent, "workflow_run")
@@ -53,31 +63,48 @@ def extras(on_request: Path) -> Path:
     return on_request
 
 
-def test_the_regularised_run_is_compared_with_its_plain_run(extras: Path) -> None:
-    results = extras / "results"
-    effects = pd.read_csv(results / "binding_causal" / "effects.csv")
-    assert effects[["model", "baseline"]].values.tolist() == [["jer_up", "simclr"]]
-    row = effects.iloc[0]
-    assert row["weight"] == 0.5 and row["objective"] == "contrastive" and row["n_images"] == 2
-    finite = ["jer_baseline", "jer", "jer_delta", "binding_cosine_delta", "same_different_delta"]
-    assert np.isfinite(row[finite].astype(float)).all()
-    # the check reads the engine's store, not the training estimate
-    meta = read_json(results / "zoo" / "jer_up" / "meta.json")
-    assert meta["family"] == "jer_intervention" and meta["jer_regulariser"]["weight"] == 0.5
-    assert row["estimate_last_mean"] == pytest.approx(meta["jer_regulariser"]["estimate_last_mean"])
-    assert row["estimate_last_mean"] != pytest.approx(row["jer"])
-    summary = (results / "binding_causal" / "summary.md").read_text()
-    assert "| jer_up | simclr |" in summary and "Manipulation check" in summary
-    image = mpimg.imread(results / "figures" / "binding_causal.png")
+def test_the_arms_are_compared_per_seed_against_the_sham_and_plain(extras: Path) -> None:
+    results = extras / "results" / "binding_causal"
+    arms = pd.read_csv(results / "arms.csv")
+    assert arms[["arm", "seed", "model"]].values.tolist() == [
+        ["plain", 0, "simclr"],
+        ["raise", 0, "jer_raise_s0"],
+        ["sham", 0, "jer_sham_s0"],
+    ]
+    finite = ["binding", "same_different", "jer", "pr_full", "pr2_full", "final_loss"]
+    assert np.isfinite(arms[finite].astype(float)).all().all()
+    assert not arms["left_out"].any()  # one plain seed: no spread, nothing left out
+    meta = read_json(extras / "results" / "zoo" / "jer_sham_s0" / "meta.json")
+    record = meta["jer_regulariser"]
+    assert meta["family"] == "jer_intervention" and record["sham"] is True
+    assert record["steps_up"] + record["steps_down"] == 3
+    sham = arms.set_index("model").loc["jer_sham_s0"]
+    assert (sham["steps_up"], sham["steps_down"]) == (record["steps_up"], record["steps_down"])
+    assert sham["final_loss"] == pytest.approx(meta["final_loss_mean"])
+    contrasts = pd.read_csv(results / "contrasts.csv")
+    primary = contrasts[(contrasts["metric"] == "binding") & (contrasts["reference"] == "sham")]
+    assert sorted(primary["arm"]) == ["plain", "raise"]
+    assert (primary["n"] == 1).all() and (primary["unit"] == "training run (seed)").all()
+    by_model = arms.set_index("model")["binding"]
+    up = primary.set_index("arm").loc["raise", "mean"]
+    assert up == pytest.approx(by_model["jer_raise_s0"] - by_model["jer_sham_s0"])
+    checks = contrasts[contrasts["role"] == "manipulation"]
+    assert set(checks["metric"]) == {"jer", "pr_full", "pr2_full"}
+    calibration = pd.read_csv(results / "calibration.csv")
+    assert calibration["run"].tolist() == ["jer_raise_s0"] and calibration["weight"][0] == 0.5
+    assert calibration["ratio_median"][0] > 0
+    summary = (results / "summary.md").read_text()
+    assert "Primary estimate" in summary and "training run (seed)" in summary
+    image = mpimg.imread(extras / "results" / "figures" / "binding_causal.png")
     assert image.shape[0] > 200 and image.std() > 0
 
 
 def test_the_main_study_leaves_the_regularised_models_out(workflow_run: Path, extras: Path) -> None:
     models = pd.read_csv(workflow_run / "results" / "tables" / "models.csv")
-    assert "jer_up" not in set(models["model"]) and "simclr" in set(models["model"])
-    assert not (workflow_run / "results" / "zoo" / "jer_up").exists()  # not part of rule all
+    assert "jer_raise_s0" not in set(models["model"]) and "simclr" in set(models["model"])
+    assert not (workflow_run / "results" / "zoo" / "jer_raise_s0").exists()  # not in rule all
     causal = pd.read_csv(extras / "results" / "binding_causal" / "models.csv")
-    assert sorted(causal["model"]) == ["jer_up", "simclr"]
+    assert sorted(causal["model"]) == ["jer_raise_s0", "jer_sham_s0", "simclr"]
 
 
 def test_binding_alone_plans_no_job_of_the_regularised_model(tmp_path: Path) -> None:
@@ -86,9 +113,9 @@ def test_binding_alone_plans_no_job_of_the_regularised_model(tmp_path: Path) -> 
     out = snakemake(workdir, "-n", "binding")
     planned = out.stdout + out.stderr
     assert re.search(r"wildcards: .*(model|objective)=simclr\b", planned)
-    assert "jer_up" not in planned
+    assert "jer_raise_s0" not in planned and "jer_sham_s0" not in planned
     causal = snakemake(workdir, "-n", "binding_causal")
-    assert "objective=jer_up" in causal.stdout + causal.stderr
+    assert "objective=jer_raise_s0" in causal.stdout + causal.stderr
 
 
 def test_the_like_for_like_check_runs_its_own_cells(extras: Path) -> None:

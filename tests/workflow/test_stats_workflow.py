@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from repdiag.binding import APART_FAMILIES
+from repdiag.binding.causal_options import causal_models
 from repdiag.core.config import load_config
 from repdiag.core.store import open_store
 from tests.conftest import snakemake
@@ -55,7 +56,7 @@ def test_every_table_and_figure_is_written(workflow_run: Path) -> None:
 def test_models_table_matches_the_per_model_results(workflow_run: Path) -> None:
     config = load_config(workflow_run / "config" / "test.yaml")
     models = pd.read_csv(workflow_run / "results/tables/models.csv").set_index("model")
-    causal = set(config["binding_causal"]["comparisons"])  # built by binding_causal only
+    causal = set(causal_models(config))  # built by binding_causal only
     assert list(models.index) == [key for key in config["models"] if key not in causal]
     for key, entry in config["models"].items():
         if key in causal:
