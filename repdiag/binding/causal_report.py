@@ -188,8 +188,8 @@ def causal_figure(arms: pd.DataFrame, contrasts: pd.DataFrame, *, chance: float 
     axes[0].set(ylabel="binding accuracy", title="binding per arm (lines: seeds)")
     axes[0].legend(fontsize=7)
     panels = (
-        (axes[1], "effect", "sham", "change against the sham"),
-        (axes[2], "manipulation", "plain", "change against plain"),
+        (axes[1], "effect", "sham", "effect against the sham"),
+        (axes[2], "manipulation", "plain", "manipulation check against plain"),
     )
     for ax, role, reference, title in panels:
         part = contrasts[(contrasts["role"] == role) & (contrasts["reference"] == reference)]
@@ -201,6 +201,6 @@ def causal_figure(arms: pd.DataFrame, contrasts: pd.DataFrame, *, chance: float 
         ax.errorbar(np.arange(len(y)), y, yerr=np.nan_to_num(err), fmt="o", capsize=2)
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(np.arange(len(y)), labels, fontsize=5, rotation=90)
-        ax.set(title=f"{title} (mean over seeds, t-interval)")
+        ax.set(title=title, ylabel="arm − reference (mean over seeds, t-interval)")
     fig.suptitle("JER intervention: L = L_objective − w_t × PR2 estimate (unit: training run)")
     return fig
