@@ -7,6 +7,11 @@ a partial correlation that controls for zero-shot accuracy; this module computes
 quantities with scipy and statsmodels. Intervals resample *models* (rows) with replacement, seeded,
 and take percentiles.
 
+These assume one independent unit per row. Where rows are training runs with seeds as blocks
+and checkpoints nested in runs, the unit is stated and checked in
+:mod:`repdiag.common.replication` (cluster bootstrap over runs, seed-blocked permutation test,
+per-seed slopes with a t-interval over seeds, the mixed-model check), which refuses pooled rows.
+
 With fewer rows than ``min_models`` (or than a statistic needs) a function returns NaN values and
 a ``note`` saying why, never an exception: a run with three models still writes its tables.
 """

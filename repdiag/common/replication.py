@@ -1,0 +1,353 @@
+"""The unit of replication: statistics whose rows are training runs, seeds as blocks.
+
+A network measured twice is one observation, and checkpoints of one run are not independent of
+its final network. Every study states its unit once (:class:`Units`: which run each row is, the
+block, usually the seed, it belongs to) and takes its intervals and tests from here:
+
+- :func:`require_independent` refuses an analysis in which two rows are one unit (checkpoints
+  pooled with their run, a network listed twice), naming the rows;
+- :func:`cluster_bootstrap` resamples units (all rows of a drawn unit together; Davison and
+  Hinkley 1997, Sec. 3.8), exhaustively when few enough, else seeded Monte Carlo;
+- :func:`blocked_permutation` permutes the response within each block (seed), exactly when the
+  permutations are few enough, else Monte Carlo with p = (1 + #{T* >= T}) / (1 + B)
+  (Phipson and Smyth 2010);
+- :func:`block_slopes` fits y on x within each block and puts a t-interval over the blocks'
+  slopes (the block is the replicate: mean +- t_{k-1, 1-a/2} sd / sqrt(k));
+- :func:`mixed_slope` checks it with a linear mixed model, ``y ~ x + (1 | block)``
+  (statsmodels ``MixedLM``, REML).
+
+Each result carries its unit and n (units, blocks) and a parametric p beside its interval
+(:func:`describe`), so every table can state them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from repdiag.core.errors import ConfigError
+
+NAN = math.nan
+MAX_EXACT = 400_000
+"""Exhaustive enumeration (bootstrap draws or blocked permutations) up to this many cases."""
+
+
+class ReplicationError(ConfigError):
+    """An analysis whose rows are not independent units."""
+
+
+@dataclass(frozen=True)
+class Units:
+    """The unit of each row of an analysis: ``unit[i]`` names the training run row i belongs
+    to, ``block[i]`` its block (the seed); ``name`` says what a unit is (``training run``,
+    ``objective``) for the tables."""
+
+    unit: tuple[str, ...]
+    block: tuple[str, ...]
+    name: str = "training run"
+
+    @classmethod
+    def of(
+        cls, table: pd.DataFrame, unit: str, block: str | None = None, name: str = "training run"
+    ) -> Units:
+        """Units from a table's columns (``block`` None: every row its own block)."""
+        missing = [c for c in (unit, block) if c is not None and c not in table.columns]
+        if missing:
+            raise ConfigError(
+                f"the table has no unit column(s) {missing}; available: {list(table.columns)}"
+            )
+        units = tuple(str(v) for v in table[unit])
+        blocks = tuple(str(v) for v in table[block]) if block else ("all",) * len(units)
+        return cls(units, blocks, name)
+
+    @property
+    def n_units(self) -> int:
+        return len(set(self.unit))
+
+    @property
+    def n_blocks(self) -> int:
+        return len(set(self.block))
+
+
+def require_independent(units: Units, rows: Sequence[str], what: str) -> None:
+    """Refuse ``what`` when two of its rows are the same unit, naming them: an analysis that
+    treats checkpoints of one run (or one network listed twice) as independent points."""
+    shared: dict[str, list[str]] = {}
+    for row, unit in zip(rows, units.unit, strict=True):
+        shared.setdefault(unit, []).append(str(row))
+    repeated = {unit: names for unit, names in shared.items() if len(names) > 1}
+    if repeated:
+        listed = "; ".join(f"{unit}: {', '.join(names)}" for unit, names in repeated.items())
+        raise ReplicationError(
+            f"{what}: rows are not independent units ({units.name}): {listed}. Keep one row per "
+            f"{units.name} (the final checkpoint) and analyse checkpoints apart as trajectories"
+        )
+
+
+def describe(estimate: float, low: float, high: float, p: float, n: str, spec: str = ".3f") -> str:
+    """``estimate [low, high], p = P (n)``: an interval with its parametric p and its n."""
+    if not np.isfinite(estimate):
+        return f"n/a ({n})"
+    p_text = "n/a" if not np.isfinite(p) else f"{p:.2g}"
+    return f"{estimate:{spec}} [{low:.2f}, {high:.2f}], p = {p_text} ({n})"
+
+
+# --------------------------------------------------------------------------- cluster bootstrap
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """A statistic on all rows, its percentile interval over unit resamples and the draws."""
+
+    estimate: float
+    low: float
+    high: float
+    n_units: int
+    draws: np.ndarray = field(repr=False)
+    weights: np.ndarray = field(repr=False)
+    exact: bool = False
+
+
+def _unit_draws(n_units: int, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Draws of unit indices with their probabilities: every ordered draw when n^n is small
+    (exact), else ``n_boot`` seeded draws of equal weight."""
+    if n_units**n_units <= min(n_boot, MAX_EXACT):
+        draws = np.array(list(itertools.product(range(n_units), repeat=n_units)), dtype=int)
+        return draws, np.full(len(draws), 1.0 / len(draws)), True
+    draws = np.random.default_rng(seed).integers(0, n_units, size=(n_boot, n_units))
+    return draws, np.full(n_boot, 1.0 / n_boot), False
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The smallest value whose cumulative weight reaches q (the inverse of the empirical
+    distribution function, numpy's ``inverted_cdf``)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][min(np.searchsorted(cumulative, q - 1e-12), len(values) - 1)])
+
+
+def cluster_bootstrap(
+    statistic: Callable[[np.ndarray], float],
+    units: Units,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> BootstrapResult:
+    """Percentile interval of ``statistic(rows)`` when whole units are resampled.
+
+    ``statistic`` takes an array of row indices (a unit drawn twice contributes its rows twice).
+    With n units and n^n <= min(n_boot, MAX_EXACT) every ordered draw is enumerated with weight
+    n^-n (the exact bootstrap distribution); otherwise ``n_boot`` draws from
+    ``default_rng(seed)``. Draws whose statistic is undefined (NaN) are dropped.
+    """
+    names = sorted(set(units.unit))
+    rows_of = [np.flatnonzero(np.asarray(units.unit) == name) for name in names]
+    estimate = float(statistic(np.arange(len(units.unit))))
+    draws, weights, exact = _unit_draws(len(names), n_boot, seed)
+    values = np.array([statistic(np.concatenate([rows_of[i] for i in draw])) for draw in draws])
+    keep = np.isfinite(values)
+    values, weights = values[keep], weights[keep]
+    if values.size == 0:
+        return BootstrapResult(estimate, NAN, NAN, len(names), values, weights, exact)
+    alpha = 1.0 - confidence
+    low = weighted_quantile(values, weights, alpha / 2)
+    high = weighted_quantile(values, weights, 1 - alpha / 2)
+    return BootstrapResult(estimate, low, high, len(names), values, weights, exact)
+
+
+# --------------------------------------------------------------------------- blocked permutation
+
+
+@dataclass(frozen=True)
+class PermutationResult:
+    """Pearson r over all rows and its blocked-permutation p (one-sided greater and two-sided)."""
+
+    r: float
+    p_greater: float
+    p_two_sided: float
+    n_permutations: int
+    exact: bool
+
+
+def _pearson_rows(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    xc = x - x.mean()
+    yc = ys - ys.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (yc @ xc) / np.sqrt((xc @ xc) * (yc * yc).sum(axis=1))
+
+
+def _block_permutations(
+    y: np.ndarray, blocks: np.ndarray, n_perm: int, seed: int
+) -> tuple[np.ndarray, bool]:
+    """Rows of y with y permuted within each block: all of them when their number is at most
+    ``n_perm`` and MAX_EXACT, else ``n_perm`` seeded draws (the identity first)."""
+    groups = [np.flatnonzero(blocks == b) for b in dict.fromkeys(blocks.tolist())]
+    count = math.prod(math.factorial(len(g)) for g in groups)
+    if count <= min(n_perm, MAX_EXACT):
+        per_block = [list(itertools.permutations(g)) for g in groups]
+        out = np.empty((count, len(y)))
+        for i, combo in enumerate(itertools.product(*per_block)):
+            for g, perm in zip(groups, combo, strict=True):
+                out[i, g] = y[list(perm)]
+        return out, True
+    rng = np.random.default_rng(seed)
+    out = np.tile(y, (n_perm, 1))
+    for i in range(1, n_perm):
+        for g in groups:
+            out[i, g] = y[rng.permutation(g)]
+    return out, False
+
+
+def blocked_permutation(
+    x: Sequence[float],
+    y: Sequence[float],
+    blocks: Sequence[str],
+    *,
+    n_perm: int = 20000,
+    seed: int = 0,
+) -> PermutationResult:
+    """Permutation test of Pearson r(x, y) with y permuted within blocks (seeds).
+
+    Within-block permutation keeps each block's values, so the pooled means and variances are
+    fixed and r orders the permutations as sum(x y) does: the test asks whether x and y go
+    together within blocks. Exact (every permutation, p = #{r* >= r} / N) when N = prod n_b! is
+    at most ``n_perm``; else p = (1 + #{r* >= r}) / (1 + B) over B seeded draws.
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    blocks = np.asarray([str(b) for b in blocks])
+    r = float(_pearson_rows(x, y[None])[0])
+    if not np.isfinite(r):
+        return PermutationResult(NAN, NAN, NAN, 0, False)
+    perms, exact = _block_permutations(y, blocks, n_perm, seed)
+    rs = _pearson_rows(x, perms)
+    tol = 1e-12 * max(1.0, abs(r))
+    greater, extreme = (rs >= r - tol).sum(), (np.abs(rs) >= abs(r) - tol).sum()
+    if exact:
+        n = len(rs)
+        return PermutationResult(r, greater / n, extreme / n, n, True)
+    n = len(rs) - 1  # the identity is row 0 and counts as the "+1"
+    return PermutationResult(r, greater / (n + 1), extreme / (n + 1), n, False)
+
+
+# --------------------------------------------------------------------------- slopes per block
+
+
+@dataclass(frozen=True)
+class BlockSlopes:
+    """Least-squares slope of y on x in each block, and the t-interval over blocks."""
+
+    slopes: dict[str, float]
+    mean: float = NAN
+    se: float = NAN
+    low: float = NAN
+    high: float = NAN
+    p: float = NAN
+    n_blocks: int = 0
+    n_rows: int = 0
+    note: str = ""
+
+
+def slope(x: np.ndarray, y: np.ndarray) -> float:
+    """OLS slope sum((x - mx)(y - my)) / sum((x - mx)^2); NaN when x is constant."""
+    xc = x - x.mean()
+    ss = float(xc @ xc)
+    return float(xc @ (y - y.mean()) / ss) if ss > 1e-300 else NAN
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, ...]:
+    """Mean, standard error, t-interval and two-sided one-sample t p (H0: mean 0) of values:
+    mean +- t_{k-1, 1-a/2} sd / sqrt(k), t = mean / (sd / sqrt(k)) on k - 1 df."""
+    from scipy import stats as sps
+
+    v = np.asarray([a for a in values if np.isfinite(a)], float)
+    k = len(v)
+    if k < 2:
+        return (float(v.mean()) if k else NAN, NAN, NAN, NAN, NAN)
+    mean, se = float(v.mean()), float(v.std(ddof=1) / np.sqrt(k))
+    if se == 0.0:
+        return (mean, 0.0, mean, mean, 0.0 if mean else 1.0)
+    q = float(sps.t.ppf(0.5 + confidence / 2, k - 1))
+    p = float(2 * sps.t.sf(abs(mean / se), k - 1))
+    return (mean, se, mean - q * se, mean + q * se, p)
+
+
+def block_slopes(
+    x: Sequence[float], y: Sequence[float], blocks: Sequence[str], *, confidence: float = 0.95
+) -> BlockSlopes:
+    """Per block (seed), the slope of y on x over its rows; then the t-interval over blocks.
+
+    A block needs two distinct x values; blocks without are left out and named in ``note``.
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    blocks = np.asarray([str(b) for b in blocks])
+    keep = np.isfinite(x) & np.isfinite(y)
+    slopes = {
+        b: slope(x[keep & (blocks == b)], y[keep & (blocks == b)])
+        for b in dict.fromkeys(blocks.tolist())
+        if (keep & (blocks == b)).sum() >= 2
+    }
+    slopes = {b: s for b, s in slopes.items() if np.isfinite(s)}
+    dropped = sorted(set(blocks.tolist()) - set(slopes))
+    note = f"blocks without a slope (fewer than 2 distinct x): {dropped}" if dropped else ""
+    mean, se, low, high, p = t_interval(list(slopes.values()), confidence)
+    if len(slopes) < 2:
+        note = (note + "; " if note else "") + "fewer than 2 blocks: no interval over blocks"
+    return BlockSlopes(slopes, mean, se, low, high, p, len(slopes), int(keep.sum()), note)
+
+
+# --------------------------------------------------------------------------- mixed model
+
+
+@dataclass(frozen=True)
+class MixedSlope:
+    """The fixed slope of ``y ~ x + (1 | block)`` (statsmodels MixedLM, REML)."""
+
+    slope: float = NAN
+    se: float = NAN
+    low: float = NAN
+    high: float = NAN
+    p: float = NAN
+    n_rows: int = 0
+    n_blocks: int = 0
+    block_variance: float = NAN
+    converged: bool = False
+    note: str = ""
+
+
+def mixed_slope(
+    x: Sequence[float], y: Sequence[float], blocks: Sequence[str], *, confidence: float = 0.95
+) -> MixedSlope:
+    """Fit ``y ~ 1 + x`` with a random intercept per block by REML (statsmodels ``MixedLM``);
+    the slope's Wald interval and p. A check beside :func:`block_slopes`, not a replacement:
+    with few blocks the Wald interval is too narrow."""
+    import warnings
+
+    import statsmodels.formula.api as smf
+
+    frame = pd.DataFrame({"x": x, "y": y, "block": [str(b) for b in blocks]}).dropna()
+    n, k = len(frame), frame["block"].nunique()
+    if n < 4 or k < 2 or frame["x"].nunique() < 2:
+        return MixedSlope(n_rows=n, n_blocks=k, note="too few rows or blocks for a mixed model")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = smf.mixedlm("y ~ x", frame, groups=frame["block"]).fit(reml=True)
+    ci = result.conf_int(alpha=1 - confidence).loc["x"]
+    notes = sorted({type(w.message).__name__ for w in caught})
+    return MixedSlope(
+        slope=float(result.params["x"]),
+        se=float(result.bse["x"]),
+        low=float(ci.iloc[0]),
+        high=float(ci.iloc[1]),
+        p=float(result.pvalues["x"]),
+        n_rows=n,
+        n_blocks=k,
+        block_variance=float(np.asarray(result.cov_re).ravel()[0]),
+        converged=bool(result.converged),
+        note=f"warnings: {', '.join(notes)}" if notes else "",
+    )

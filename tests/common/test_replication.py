@@ -1,0 +1,162 @@
+"""The unit of replication: the cluster bootstrap and the seed-blocked permutation test against
+closed forms and exhaustive enumeration, per-seed slopes against an independent fit, the mixed
+model against a generated effect, and pooled checkpoints refused."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from repdiag.common.replication import (
+    ReplicationError,
+    Units,
+    block_slopes,
+    blocked_permutation,
+    cluster_bootstrap,
+    describe,
+    mixed_slope,
+    require_independent,
+    t_interval,
+)
+
+
+def test_pooled_checkpoints_are_refused_naming_the_rows():
+    table = pd.DataFrame(
+        {
+            "model": ["dose_1_s0", "dose_1_s0_step100", "dose_1_s0_step200", "dose_1_s1"],
+            "run": ["1/s0", "1/s0", "1/s0", "1/s1"],
+            "seed": [0, 0, 0, 1],
+        }
+    )
+    units = Units.of(table, "run", "seed")
+    with pytest.raises(ReplicationError) as err:
+        require_independent(units, table["model"], "r(JER, binding)")
+    message = str(err.value)
+    assert "r(JER, binding)" in message
+    assert "dose_1_s0, dose_1_s0_step100, dose_1_s0_step200" in message
+    assert "dose_1_s1" not in message
+    finals = Units.of(table.iloc[[0, 3]], "run", "seed")
+    require_independent(finals, ["dose_1_s0", "dose_1_s1"], "finals")
+
+
+def test_exact_cluster_bootstrap_of_a_mean_matches_the_closed_form():
+    # 3 runs of 2 rows each; statistic: the mean over the rows drawn. Every one of the 3^3
+    # ordered draws is enumerated, so the draws' variance is exactly var_plugin(unit means) / 3.
+    values = np.array([1.0, 3.0, 4.0, 6.0, 10.0, 14.0])
+    units = Units(("a", "a", "b", "b", "c", "c"), ("0",) * 6)
+    result = cluster_bootstrap(lambda rows: values[rows].mean(), units, n_boot=2000)
+    assert result.exact and len(result.draws) == 27
+    means = np.array([2.0, 5.0, 12.0])
+    mean_of_draws = np.sum(result.weights * result.draws)
+    variance = np.sum(result.weights * (result.draws - mean_of_draws) ** 2)
+    assert mean_of_draws == pytest.approx(means.mean())
+    assert variance == pytest.approx(means.var(ddof=0) / 3)
+    # the percentile endpoints of the enumerated distribution, computed independently
+    enumerated = sorted(np.mean(d) for d in itertools.product(means, repeat=3))
+    assert result.low == enumerated[math.ceil(0.025 * 27) - 1]
+    assert result.high == enumerated[math.ceil(0.975 * 27) - 1]
+    assert result.estimate == pytest.approx(values.mean())
+
+
+def test_monte_carlo_cluster_bootstrap_resamples_runs_not_rows():
+    # 10 runs, each of 5 identical rows: resampling rows would shrink the spread by sqrt(5);
+    # resampling runs gives var(unit means) / 10.
+    rng = np.random.default_rng(1)
+    unit_means = rng.normal(size=10)
+    values = np.repeat(unit_means, 5)
+    units = Units(tuple(np.repeat([f"r{i}" for i in range(10)], 5)), ("0",) * 50)
+    result = cluster_bootstrap(lambda rows: values[rows].mean(), units, n_boot=4000, seed=3)
+    assert not result.exact
+    expected = unit_means.var(ddof=0) / 10
+    assert result.draws.var() == pytest.approx(expected, rel=0.1)
+
+
+def test_blocked_permutation_matches_the_closed_form():
+    # two seeds of 3 doses, y increasing in x within each: the observed arrangement is the
+    # single best of 3! x 3! = 36, so the exact one-sided p is 1/36
+    x = [0.0, 0.3, 1.0, 0.0, 0.3, 1.0]
+    y = [0.2, 0.4, 0.9, 0.1, 0.5, 0.7]
+    result = blocked_permutation(x, y, ["0", "0", "0", "1", "1", "1"])
+    assert result.exact and result.n_permutations == 36
+    assert result.p_greater == pytest.approx(1 / 36)
+    assert result.r == pytest.approx(np.corrcoef(x, y)[0, 1])
+
+
+def brute_force_p(x, y, blocks):
+    """p over every within-block permutation, computed directly with np.corrcoef."""
+    groups = [np.flatnonzero(blocks == b) for b in np.unique(blocks)]
+    observed = np.corrcoef(x, y)[0, 1]
+    hits = total = 0
+    for combo in itertools.product(*(itertools.permutations(g) for g in groups)):
+        permuted = y.copy()
+        for g, perm in zip(groups, combo, strict=True):
+            permuted[g] = y[list(perm)]
+        hits += np.corrcoef(x, permuted)[0, 1] >= observed - 1e-12
+        total += 1
+    return hits / total
+
+
+def test_blocked_permutation_matches_exhaustive_enumeration_and_monte_carlo():
+    rng = np.random.default_rng(7)
+    blocks = np.repeat(["0", "1", "2"], 4)
+    x = np.tile([0.0, 0.1, 0.3, 1.0], 3)
+    y = 0.3 * x + rng.normal(scale=0.3, size=12) + np.repeat([0.0, 1.0, -1.0], 4)
+    exact = blocked_permutation(x, y, blocks, n_perm=20000)
+    assert exact.exact and exact.n_permutations == 24**3
+    assert exact.p_greater == pytest.approx(brute_force_p(x, y, blocks))
+    sampled = blocked_permutation(x, y, blocks, n_perm=5000, seed=2)
+    assert not sampled.exact
+    assert sampled.p_greater == pytest.approx(exact.p_greater, abs=0.03)
+
+
+def test_block_slopes_give_a_t_interval_over_seeds():
+    rng = np.random.default_rng(0)
+    blocks = np.repeat(["0", "1", "2", "3"], 4)
+    x = np.tile([0.0, 0.1, 0.3, 1.0], 4)
+    y = 2.0 * x + np.repeat([0.0, 5.0, -3.0, 1.0], 4) + rng.normal(scale=0.2, size=16)
+    result = block_slopes(x, y, blocks)
+    independent = [np.polyfit(x[blocks == b], y[blocks == b], 1)[0] for b in "0123"]
+    assert list(result.slopes.values()) == pytest.approx(independent)
+    test = sps.ttest_1samp(independent, 0.0)
+    ci = test.confidence_interval(0.95)
+    assert (result.mean, result.low, result.high) == pytest.approx(
+        (np.mean(independent), ci.low, ci.high)
+    )
+    assert result.p == pytest.approx(test.pvalue)
+    assert result.n_blocks == 4 and result.n_rows == 16
+    exact = block_slopes(x, 2.0 * x + np.repeat([0.0, 5.0, -3.0, 1.0], 4), blocks)
+    assert exact.mean == pytest.approx(2.0) and exact.se == pytest.approx(0.0, abs=1e-12)
+
+
+def test_block_slopes_name_blocks_without_a_slope():
+    result = block_slopes([0.0, 1.0, 0.5], [1.0, 2.0, 3.0], ["0", "0", "1"])
+    assert result.n_blocks == 1 and "['1']" in result.note
+    assert not np.isfinite(result.low)
+
+
+def test_mixed_model_recovers_a_generated_slope():
+    rng = np.random.default_rng(4)
+    seeds = np.repeat(np.arange(8), 6)
+    x = rng.uniform(0.1, 0.9, size=seeds.size)
+    y = 2.5 * x + rng.normal(scale=1.0, size=8)[seeds] + rng.normal(scale=0.1, size=seeds.size)
+    result = mixed_slope(x, y, seeds)
+    assert result.n_rows == 48 and result.n_blocks == 8 and result.converged
+    assert result.low < 2.5 < result.high
+    assert result.slope == pytest.approx(2.5, abs=0.15)
+    assert result.block_variance == pytest.approx(1.0, rel=0.8)
+    assert result.p < 1e-6
+
+
+def test_t_interval_and_describe():
+    mean, se, low, high, p = t_interval([1.0, 2.0, 3.0])
+    assert (mean, se) == pytest.approx((2.0, 1 / math.sqrt(3)))
+    assert high - mean == pytest.approx(sps.t.ppf(0.975, 2) * se)
+    assert describe(mean, low, high, p, "n = 3 seeds").endswith("(n = 3 seeds)")
+    assert p == pytest.approx(sps.ttest_1samp([1.0, 2.0, 3.0], 0.0).pvalue)
+    assert describe(mean, low, high, p, "n = 3") == "2.000 [-0.48, 4.48], p = 0.074 (n = 3)"
+    assert describe(math.nan, 0, 0, 0, "n = 0") == "n/a (n = 0)"
