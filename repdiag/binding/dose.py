@@ -1,11 +1,26 @@
 """The binding dose series: binding manipulated by a declared factor, and what follows it.
 
 A presence-supervised backbone is also told the slot labels through a second head weighted by
-the dose lambda (``zoo.hparams.supervised.slot_weight``; ``L = L_presence + lambda * L_slots``).
-The dose is set before training, so binding varies across the series for a named reason, unlike
-across the objective families. The question: when binding rises with the dose, do JER and the
-geometry metrics rise with it? Within the series, each metric's Pearson and Spearman correlation
-with binding is bootstrapped over the series' models (repdiag.common.statistics.correlation).
+the dose lambda (``zoo.hparams.supervised.slot_weight``; ``L = L_presence + lambda * L_slots``;
+the grid ``series.dose`` of config.yaml). The dose is set before training, so binding varies
+across the series for a named reason, unlike across the objective families.
+
+The analysis, fixed before the run (docs/binding.md, "Dose series: the analysis, written before
+the run"); the unit is the training run, its final network one row, the seed a block
+(:mod:`repdiag.common.replication`):
+
+1. Per seed, the least-squares slope of each metric on binding over that seed's doses (top-k
+   JER, full-spectrum pr and pr2 where the store kept ``singular_values_full``, G.PR, G.Iso,
+   every L.Iso k, Same/Different); the mean over seeds with its Student-t interval and the
+   one-sample t p (n = seeds). The same slope standardised, x sd(binding) / sd(metric) over the
+   final runs. Beside it: Pearson r over the runs with a bootstrap interval over runs and the
+   seed-blocked permutation p, and the mixed model ``metric ~ binding + (1 | seed)`` as a check.
+2. The paper's question, does JER track binding more than global geometry does: per seed,
+   |standardised slope of JER| - |standardised slope of G| for each geometry metric G, with its
+   t-interval over seeds and p.
+3. Checkpoints (``stop_at``) are not units: they are shown as trajectories of their run, its
+   step 0 being the untrained network of the same seed (the control ``random_resnet``), counted
+   once. An analysis handed two rows of one run is refused (``require_independent``).
 """
 
 from __future__ import annotations
@@ -16,48 +31,232 @@ import numpy as np
 import pandas as pd
 
 from repdiag.binding.analysis.columns import l_iso_columns
-from repdiag.common import statistics as stats
+from repdiag.common import replication as rep
 from repdiag.common.tables import format_number, markdown_table
 
 SERIES = "dose series"
+UNIT = "training run (final network)"
+SENSITIVITY = ("jer", "pr_full", "pr2_full")
+N_PERMUTATIONS = 20000
 
 
 def series_metrics(table: pd.DataFrame) -> list[str]:
-    """The metrics set against binding within the series: JER (the headline formula), the
-    geometry metrics the paper says do not track binding (G.PR, G.Iso, every L.Iso k), and
-    Same/Different."""
-    columns = ["jer", "g_pr", "g_iso", *l_iso_columns(table), "same_different"]
-    return [c for c in columns if c in table.columns]
+    """The metrics set against binding within the series: top-k JER, the full-spectrum pr and
+    pr2, the geometry metrics the paper says do not track binding (G.PR, G.Iso, every L.Iso k),
+    and Same/Different; those the table has with a finite value."""
+    columns = [*SENSITIVITY, "g_pr", "g_iso", *l_iso_columns(table), "same_different"]
+    return [c for c in columns if c in table.columns and np.isfinite(table[c].astype(float)).any()]
+
+
+def geometry_metrics(metrics: list[str]) -> list[str]:
+    return [m for m in metrics if m in ("g_pr", "g_iso") or m.startswith("l_iso")]
 
 
 def dose_series(table: pd.DataFrame) -> pd.DataFrame:
-    """The models of the series (a finite ``dose``: presence runs at lambda = 0 and every
-    ``binding_dose`` run), ordered by dose, seed and step."""
+    """Every model of the series (a finite ``dose``: presence runs at lambda = 0 and every
+    ``binding_dose`` run, checkpoints included), ordered by dose, seed and step, with ``run``:
+    the training run it belongs to (``lambda=<dose>/seed=<seed>``)."""
     if "dose" not in table:
-        return table.iloc[0:0]
+        return table.iloc[0:0].assign(run=[])
     series = table[np.isfinite(table["dose"].to_numpy(float))]
     order = [c for c in ("dose", "seed", "step") if c in series]
-    return series.sort_values(order, kind="stable").reset_index(drop=True)
+    series = series.sort_values(order, kind="stable").reset_index(drop=True)
+    seeds = series["seed"] if "seed" in series else pd.Series(np.nan, index=series.index)
+    runs = [
+        f"lambda={d:g}/seed={format_number(s, '.0f')}"
+        for d, s in zip(series["dose"], seeds, strict=True)
+    ]
+    return series.assign(run=runs)
+
+
+def final_runs(series: pd.DataFrame) -> pd.DataFrame:
+    """One row per training run: its network that trained the most steps (the final one)."""
+    if series.empty:
+        return series
+    last = series.sort_values("step", kind="stable").groupby("run", sort=False).tail(1)
+    return last.sort_values(["dose", "seed"], kind="stable").reset_index(drop=True)
+
+
+def trajectories(table: pd.DataFrame) -> pd.DataFrame:
+    """The runs with checkpoints, every checkpoint a row by step, led by the run's step 0: the
+    untrained zoo network of the same seed (family control, 0 steps), which every run of that
+    seed starts from and which is listed once, as a control."""
+    series = dose_series(table)
+    counts = series.groupby("run")["model"].transform("size") if len(series) else []
+    rows = series[np.asarray(counts) > 1] if len(series) else series
+    if rows.empty:
+        return rows
+    controls = table[(table.get("family") == "control") & (table.get("step") == 0)]
+    starts = []
+    for run, group in rows.groupby("run", sort=False):
+        start = controls[controls["seed"] == group["seed"].iloc[0]]
+        if len(start) and (group["step"] > 0).all():
+            starts.append(start.iloc[:1].assign(run=run, dose=group["dose"].iloc[0]))
+    out = pd.concat([*starts, rows], ignore_index=True)
+    return out.sort_values(["run", "step"], kind="stable").reset_index(drop=True)
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Pearson r and its two-sided t-test p (n - 2 df); NaN when undefined."""
+    from scipy import stats as sps
+
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+        return np.nan, np.nan
+    result = sps.pearsonr(x[ok], y[ok])
+    return float(result.statistic), float(result.pvalue)
+
+
+def _standardised(finals: pd.DataFrame, metric: str) -> float:
+    """sd(binding) / sd(metric) over the final runs: turns a slope into a standardised one."""
+    sd_metric = float(np.nanstd(finals[metric].to_numpy(float), ddof=1))
+    sd_binding = float(np.nanstd(finals["binding"].to_numpy(float), ddof=1))
+    return sd_binding / sd_metric if sd_metric > 0 else np.nan
+
+
+def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Step 1 of the analysis for one metric over the final runs (one row per run)."""
+    x, y = finals["binding"].to_numpy(float), finals[metric].to_numpy(float)
+    seeds = finals["seed"].astype(str).tolist()
+    confidence = options.get("confidence", 0.95)
+    slopes = rep.block_slopes(x, y, seeds, confidence=confidence)
+    scale = _standardised(finals, metric)
+    r, r_p = _pearson(x, y)
+    units = rep.Units(tuple(finals["run"]), tuple(seeds), UNIT)
+    boot = rep.cluster_bootstrap(
+        lambda rows: _pearson(x[rows], y[rows])[0],
+        units,
+        n_boot=options.get("n_boot", 2000),
+        seed=options.get("seed", 0),
+        confidence=confidence,
+    )
+    perm = rep.blocked_permutation(x, y, seeds, n_perm=N_PERMUTATIONS, seed=options.get("seed", 0))
+    mixed = rep.mixed_slope(x, y, seeds, confidence=confidence)
+    return {
+        "analysis": "slope on binding",
+        "metric": metric,
+        "estimate": slopes.mean,
+        "ci_low": slopes.low,
+        "ci_high": slopes.high,
+        "p": slopes.p,
+        "n_seeds": slopes.n_blocks,
+        "std_estimate": slopes.mean * scale,
+        "std_ci_low": slopes.low * scale,
+        "std_ci_high": slopes.high * scale,
+        "pearson_r": r,
+        "pearson_p": r_p,
+        "pearson_ci_low": boot.low,
+        "pearson_ci_high": boot.high,
+        "permutation_p_greater": perm.p_greater,
+        "permutation_p_two_sided": perm.p_two_sided,
+        "n_permutations": perm.n_permutations,
+        "permutation_exact": perm.exact,
+        "mixed_slope": mixed.slope,
+        "mixed_ci_low": mixed.low,
+        "mixed_ci_high": mixed.high,
+        "mixed_p": mixed.p,
+        "note": "; ".join(n for n in (slopes.note, mixed.note) if n),
+    }
+
+
+def comparison_row(
+    finals: pd.DataFrame, sensitivity: str, geometry: str, confidence: float
+) -> dict[str, Any]:
+    """Step 2 for one pair: per seed, |standardised slope of ``sensitivity``| minus that of
+    ``geometry`` (each metric standardised by its SD over all final runs), t-interval over
+    seeds. Positive: the sensitivity metric moves more per SD of binding."""
+    x, seeds = finals["binding"].to_numpy(float), finals["seed"].astype(str).tolist()
+    per_metric = {}
+    for metric in (sensitivity, geometry):
+        slopes = rep.block_slopes(x, finals[metric].to_numpy(float), seeds).slopes
+        per_metric[metric] = {s: abs(v) * _standardised(finals, metric) for s, v in slopes.items()}
+    common = [s for s in per_metric[sensitivity] if s in per_metric[geometry]]
+    diffs = [per_metric[sensitivity][s] - per_metric[geometry][s] for s in common]
+    mean, _, low, high, p = rep.t_interval(diffs, confidence)
+    return {
+        "analysis": "|std slope| difference",
+        "metric": f"{sensitivity} - {geometry}",
+        "estimate": mean,
+        "ci_low": low,
+        "ci_high": high,
+        "p": p,
+        "n_seeds": len(common),
+        "note": "" if len(common) >= 2 else "fewer than 2 seeds with both slopes: no interval",
+    }
+
+
+COLUMNS = [
+    "models",
+    "analysis",
+    "metric",
+    "unit",
+    "n",
+    "n_seeds",
+    "n_doses",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "p",
+    "std_estimate",
+    "std_ci_low",
+    "std_ci_high",
+    "pearson_r",
+    "pearson_p",
+    "pearson_ci_low",
+    "pearson_ci_high",
+    "permutation_p_greater",
+    "permutation_p_two_sided",
+    "n_permutations",
+    "permutation_exact",
+    "mixed_slope",
+    "mixed_ci_low",
+    "mixed_ci_high",
+    "mixed_p",
+    "binding_min",
+    "binding_max",
+    "dose_min",
+    "dose_max",
+    "confidence",
+    "note",
+]
+
+
+def dose_analysis(finals: pd.DataFrame, options: dict[str, Any]) -> pd.DataFrame:
+    """Steps 1 and 2 over ``finals``, which must hold one row per training run: rows of one run
+    (checkpoints pooled with their final network) are refused, naming them."""
+    units = rep.Units(tuple(finals["run"]), tuple(finals["seed"].astype(str)), UNIT)
+    rep.require_independent(units, finals["model"].tolist(), "the dose series analysis")
+    metrics = series_metrics(finals)
+    rows = [slope_row(finals, metric, options) for metric in metrics]
+    confidence = options.get("confidence", 0.95)
+    for sensitivity in [m for m in metrics if m in SENSITIVITY]:
+        for geometry in geometry_metrics(metrics):
+            rows.append(comparison_row(finals, sensitivity, geometry, confidence))
+    frame = pd.DataFrame(rows)
+    frame["n"] = len(finals)
+    frame["n_doses"] = int(finals["dose"].nunique())
+    for column in ("binding", "dose"):
+        frame[f"{column}_min"] = float(finals[column].min())
+        frame[f"{column}_max"] = float(finals[column].max())
+    return frame
 
 
 def dose_correlations(table: pd.DataFrame, options: dict[str, Any]) -> pd.DataFrame:
-    """``dose_series.csv``: one row per metric, its correlation with binding within the series,
-    and the span the dose produced (binding and dose, min to max) beside it."""
-    series = dose_series(table)
-    metrics = series_metrics(table)
-    if series.empty:
-        nothing = pd.DataFrame({c: [np.nan] for c in ("binding", *metrics)})
-        frame = stats.correlation_table(nothing, "binding", metrics, **options)
-        frame["note"] = "no dose series in this config (zoo.hparams.supervised.slot_weight)"
+    """``dose_series.csv``: the pre-registered analysis over the final network of every run of
+    the series (:func:`dose_analysis`); a note and no numbers when the config has no series."""
+    finals = final_runs(dose_series(table))
+    if finals.empty:
+        frame = pd.DataFrame(
+            [{"analysis": "slope on binding", "metric": "jer", "n": 0, "n_seeds": 0}]
+        )
+        frame["note"] = "no dose series in this config (series.dose, hparams.slot_weight)"
+        frame["n_doses"] = 0
     else:
-        frame = stats.correlation_table(series, "binding", metrics, **options)
-    frame.insert(0, "models", SERIES)
-    frame["n_doses"] = int(series["dose"].nunique()) if len(series) else 0
-    for column in ("binding", "dose"):
-        values = series[column].to_numpy(float) if column in series else np.array([])
-        frame[f"{column}_min"] = float(values.min()) if values.size else np.nan
-        frame[f"{column}_max"] = float(values.max()) if values.size else np.nan
-    return frame
+        frame = dose_analysis(finals, options)
+    frame["models"] = SERIES
+    frame["unit"] = UNIT
+    frame["confidence"] = options.get("confidence", 0.95)
+    return frame.reindex(columns=COLUMNS)
 
 
 def _interval(row: pd.Series, column: str) -> str:
@@ -68,23 +267,17 @@ def _interval(row: pd.Series, column: str) -> str:
     return f"{value} [{format_number(low, '.2f')}, {format_number(high, '.2f')}]"
 
 
-def dose_markdown(
-    models: pd.DataFrame, correlations: pd.DataFrame, binding_column: str, confidence: float
-) -> list[str]:
-    """The summary's dose-series section: what was manipulated, every model of the series with
-    its binding interval, and each metric's correlation with binding within the series."""
-    series = dose_series(models)
-    lines = ["## Binding dose series (binding manipulated; apart from the families)", ""]
-    if series.empty:
-        return [*lines, "No dose series in this config (zoo.hparams.supervised.slot_weight).", ""]
-    lines += [
-        f"{len(series)} models at {series['dose'].nunique()} doses: a presence-supervised "
-        "backbone told the slot labels through a second head weighted by lambda "
-        "(L = L_presence + lambda * L_slots; lambda = 0 is the presence run). Binding spans "
-        f"{format_number(series['binding'].min())} to {format_number(series['binding'].max())}.",
-        "",
-    ]
-    l_iso = [c for c in series_metrics(series) if c.startswith("l_iso")][:1]
+def _with_p(row: pd.Series, estimate: str, low: str, high: str, p: str) -> str:
+    """``estimate [low, high], p = P``: every interval with its parametric p beside it."""
+    value, p_value = row.get(estimate, np.nan), row.get(p, np.nan)
+    if not np.isfinite(float(value)):
+        return "n/a"
+    interval = f"[{format_number(row.get(low), '.2f')}, {format_number(row.get(high), '.2f')}]"
+    return f"{format_number(value)} {interval}, p = {format_number(p_value, '.2g')}"
+
+
+def _runs_table(finals: pd.DataFrame, binding_column: str, confidence: float) -> str:
+    l_iso = [c for c in series_metrics(finals) if c.startswith("l_iso")][:1]
     rows = [
         {
             "model": row["model"],
@@ -93,51 +286,135 @@ def dose_markdown(
             "step": format_number(row.get("step", np.nan), ".0f"),
             f"binding ({confidence:.0%} CI)": _interval(row, binding_column),
             "JER": format_number(row["jer"], ".2f"),
+            "pr (full)": format_number(row.get("pr_full", np.nan), ".1f"),
             "G.PR": format_number(row.get("g_pr", np.nan)),
             "G.Iso": format_number(row.get("g_iso", np.nan), ".2f"),
             **{f"L.Iso k={c[7:]}": format_number(row[c], ".2f") for c in l_iso},
         }
-        for _, row in series.iterrows()
+        for _, row in finals.iterrows()
     ]
-    lines += [markdown_table(pd.DataFrame(rows)), ""]
-    corr = [
+    return markdown_table(pd.DataFrame(rows))
+
+
+def _analysis_tables(analysis: pd.DataFrame, confidence: float) -> list[str]:
+    slopes = analysis[analysis["analysis"] == "slope on binding"]
+    pairs = analysis[analysis["analysis"] == "|std slope| difference"]
+    n, seeds = int(analysis["n"].iloc[0]), int(slopes["n_seeds"].max()) if len(slopes) else 0
+    ci = f"{confidence:.0%} CI"
+    slope_rows = [
         {
-            "metric vs binding": row["metric"],
-            "n": int(row["n"]),
-            f"Pearson r ({confidence:.0%} CI)": f"{format_number(row['pearson_r'])} "
-            f"[{format_number(row['pearson_ci_low'], '.2f')}, "
-            f"{format_number(row['pearson_ci_high'], '.2f')}]",
-            "Spearman rho": format_number(row["spearman_rho"]),
-            "note": row.get("note") if isinstance(row.get("note"), str) else "",
+            "metric": row["metric"],
+            f"slope per seed, mean ({ci}), t p": _with_p(row, "estimate", "ci_low", "ci_high", "p"),
+            "standardised": _with_p(row, "std_estimate", "std_ci_low", "std_ci_high", "p"),
+            "Pearson r (bootstrap over runs), p": _with_p(
+                row, "pearson_r", "pearson_ci_low", "pearson_ci_high", "pearson_p"
+            ),
+            "seed-blocked permutation p (r > 0)": format_number(
+                row["permutation_p_greater"], ".2g"
+            ),
+            "mixed model slope, Wald p": _with_p(
+                row, "mixed_slope", "mixed_ci_low", "mixed_ci_high", "mixed_p"
+            ),
         }
-        for _, row in correlations.iterrows()
+        for _, row in slopes.iterrows()
     ]
-    return [*lines, "Within the series:", "", markdown_table(pd.DataFrame(corr)), ""]
+    lines = [
+        f"Each metric against binding (unit: {UNIT}; n = {n} runs, {seeds} seeds as blocks; "
+        "slopes per seed, t-interval over seeds):",
+        "",
+        markdown_table(pd.DataFrame(slope_rows)),
+        "",
+    ]
+    if len(pairs):
+        pair_rows = [
+            {
+                "|std slope| of": row["metric"],
+                f"difference per seed, mean ({ci}), t p": _with_p(
+                    row, "estimate", "ci_low", "ci_high", "p"
+                ),
+                "n seeds": int(row["n_seeds"]),
+            }
+            for _, row in pairs.iterrows()
+        ]
+        lines += [
+            "Does JER track binding more than global geometry does? Per seed, the absolute "
+            "standardised slope of the Jacobian metric minus the geometry metric's (positive: "
+            "JER moves more per SD of binding):",
+            "",
+            markdown_table(pd.DataFrame(pair_rows)),
+            "",
+        ]
+    return lines
 
 
-def _final_checkpoints(series: pd.DataFrame) -> pd.DataFrame:
-    """One row per (dose, seed): the model that trained the most steps."""
-    return series.sort_values("step").groupby(["dose", "seed"], as_index=False).last()
+def _trajectory_lines(models: pd.DataFrame) -> list[str]:
+    paths = trajectories(models)
+    if paths.empty:
+        return []
+    rows = [
+        {
+            "run": row["run"],
+            "step": format_number(row["step"], ".0f"),
+            "model": row["model"],
+            "binding": format_number(row["binding"]),
+            "JER": format_number(row["jer"], ".2f"),
+            "G.PR": format_number(row.get("g_pr", np.nan)),
+            "G.Iso": format_number(row.get("g_iso", np.nan), ".2f"),
+        }
+        for _, row in paths.iterrows()
+    ]
+    return [
+        "Trajectories (checkpoints of one run are not independent units: shown, not tested; "
+        "step 0 is the untrained control of the same seed, listed once):",
+        "",
+        markdown_table(pd.DataFrame(rows)),
+        "",
+    ]
+
+
+def dose_markdown(
+    models: pd.DataFrame, correlations: pd.DataFrame, binding_column: str, confidence: float
+) -> list[str]:
+    """The summary's dose-series section: what was manipulated, the final network of every run
+    with its binding interval, the pre-registered analysis (unit and n stated, the parametric p
+    beside every interval) and the trajectories of runs with checkpoints."""
+    finals = final_runs(dose_series(models))
+    lines = ["## Binding dose series (binding manipulated; apart from the families)", ""]
+    if finals.empty:
+        return [*lines, "No dose series in this config (series.dose, hparams.slot_weight).", ""]
+    lines += [
+        f"{len(finals)} training runs at {finals['dose'].nunique()} doses and "
+        f"{finals['seed'].nunique()} seeds (unit: {UNIT}): a presence-supervised backbone told "
+        "the slot labels through a second head weighted by lambda (L = L_presence + lambda * "
+        "L_slots; lambda = 0 is the presence run). Binding spans "
+        f"{format_number(finals['binding'].min())} to {format_number(finals['binding'].max())}.",
+        "",
+        _runs_table(finals, binding_column, confidence),
+        "",
+    ]
+    if len(correlations) and "analysis" in correlations and correlations["n"].iloc[0] > 0:
+        lines += _analysis_tables(correlations, confidence)
+    return [*lines, *_trajectory_lines(models)]
 
 
 def dose_figure(
     models: pd.DataFrame, *, binding_column: str = "binding", chance: float | None = None
 ) -> Any:
-    """Three panels: binding against the dose (one line per seed, final checkpoints), JER
-    against binding within the series (Pearson r), and binding and JER against the training
-    step for each run with checkpoints."""
+    """Three panels: binding against the dose (one line per seed, final networks), JER against
+    binding over the final networks (one point per training run, Pearson r and n runs), and
+    binding and JER against the training step for each run with checkpoints (from step 0, the
+    untrained control of its seed)."""
     import matplotlib.pyplot as plt
 
     from repdiag.common.figures import cycle_colour, interval_yerr
 
-    series = dose_series(models)
+    final = final_runs(dose_series(models))
     fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.0), layout="constrained")
     dose_ax, jer_ax, step_ax = axes
-    if series.empty:
+    if final.empty:
         for ax in axes:
             ax.text(0.5, 0.5, "no dose series in this config", ha="center", transform=ax.transAxes)
         return fig
-    final = _final_checkpoints(series)
     for i, (seed, rows) in enumerate(final.groupby("seed")):
         rows = rows.sort_values("dose")
         low = rows.get(f"{binding_column}_ci_low", rows["binding"])
@@ -153,21 +430,22 @@ def dose_figure(
         )
     dose_ax.set_xscale("symlog", linthresh=0.01)
     dose_ax.set(xlabel="dose lambda (weight of the slot labels)", ylabel="binding accuracy")
-    r, _, n = stats.pearson(series["jer"].to_numpy(float), series["binding"].to_numpy(float))
+    r, _ = _pearson(final["binding"].to_numpy(float), final["jer"].to_numpy(float))
     scatter = jer_ax.scatter(
-        series["binding"], series["jer"], c=np.log10(series["dose"] + 1e-3), cmap="viridis"
+        final["binding"], final["jer"], c=np.log10(final["dose"] + 1e-3), cmap="viridis"
     )
     fig.colorbar(scatter, ax=jer_ax, label="log10(lambda + 0.001)")
     jer_ax.set(
         xlabel="binding accuracy",
         ylabel="JER (effective rank, directions)",
-        title=f"within the series: r = {format_number(r, '.2f')} (n = {n})",
+        title=f"final networks: r = {format_number(r, '.2f')} (n = {len(final)} runs)",
     )
     step_twin = step_ax.twinx()
-    runs = [(key, rows) for key, rows in series.groupby(["dose", "seed"]) if len(rows) > 1]
-    for i, ((dose, seed), rows) in enumerate(runs):
+    paths = trajectories(models)
+    runs = list(paths.groupby("run", sort=False)) if len(paths) else []
+    for i, (_, rows) in enumerate(runs):
         rows = rows.sort_values("step")
-        label = f"lambda {dose:g}, seed {seed:.0f}"
+        label = f"lambda {rows['dose'].iloc[0]:g}, seed {rows['seed'].iloc[0]:.0f}"
         step_ax.plot(rows["step"], rows["binding"], marker="o", color=cycle_colour(i), label=label)
         step_twin.plot(rows["step"], rows["jer"], marker="s", linestyle="--", color=cycle_colour(i))
     if not runs:

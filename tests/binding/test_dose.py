@@ -1,5 +1,6 @@
-"""The binding dose series: which models belong to it, and its correlations against an
-independent computation (repdiag.binding.dose)."""
+"""The binding dose series: the final network of each run is the unit, seeds are blocks,
+checkpoints are trajectories; the pre-registered analysis against independent computations
+(repdiag.binding.dose)."""
 
 from __future__ import annotations
 
@@ -8,74 +9,161 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from repdiag.binding.dose import SERIES, dose_correlations, dose_figure, dose_markdown, dose_series
+from repdiag.binding.dose import (
+    SERIES,
+    UNIT,
+    dose_analysis,
+    dose_correlations,
+    dose_figure,
+    dose_markdown,
+    dose_series,
+    final_runs,
+    trajectories,
+)
+from repdiag.common.replication import ReplicationError
 
-OPTIONS = {"n_boot": 400, "seed": 0, "confidence": 0.95, "min_models": 4}
+OPTIONS = {"n_boot": 300, "seed": 0, "confidence": 0.95, "min_models": 4}
+DOSES, SEEDS = (0.0, 0.1, 0.3, 1.0), (0, 1, 2)
 
 
 def series_table() -> pd.DataFrame:
-    """Six dose models whose JER rises with binding, a geometry metric that does not, and two
-    models outside the series (NaN dose: another objective, a control)."""
-    dose = [0.0, 0.0, 0.1, 0.1, 1.0, 1.0, np.nan, np.nan]
-    binding = [0.12, 0.14, 0.35, 0.30, 0.85, 0.80, 0.9, 0.12]
-    return pd.DataFrame(
-        {
-            "model": [f"m{i}" for i in range(8)],
-            "dose": dose,
-            "seed": [0, 1, 1, 0, 0, 1, 0, 0],
-            "step": [300.0] * 8,
-            "binding": binding,
-            "binding_cosine": binding,
-            "binding_cosine_ci_low": np.array(binding) - 0.03,
-            "binding_cosine_ci_high": np.array(binding) + 0.03,
-            "jer": [5.0, 5.5, 7.0, 6.5, 9.0, 9.5, 1.0, 30.0],
-            "g_pr": [0.3, 0.1, 0.2, 0.4, 0.1, 0.3, 0.5, 0.5],
-            "g_iso": [1.0, 2.0, 1.5, 1.0, 2.0, 1.5, 0.0, 0.0],
-            "l_iso_k5": [0.5, 0.6, 0.5, 0.6, 0.5, 0.6, 0.1, 0.1],
-            "same_different": [0.5, 0.52, 0.6, 0.58, 0.9, 0.88, 0.5, 0.5],
-        }
-    )
+    """4 doses x 3 seeds of final runs (300 steps) whose JER rises with binding and whose G.PR
+    does not; two checkpoints of the lambda 1, seed 0 run; the untrained control (step 0,
+    seed 0) and a model of another objective (NaN dose)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in SEEDS:
+        for dose in DOSES:
+            binding = 0.12 + 0.6 * dose + 0.05 * seed + rng.normal(scale=0.02)
+            rows.append(
+                {
+                    "model": f"dose_{dose:g}_s{seed}",
+                    "family": "binding_dose",
+                    "dose": dose,
+                    "seed": float(seed),
+                    "step": 300.0,
+                    "binding": binding,
+                    "jer": 20.0 + 4.0 * binding + rng.normal(scale=0.1) + seed,
+                    "pr_full": 30.0 + 10.0 * binding + rng.normal(scale=0.5),
+                    "g_pr": 0.3 + rng.normal(scale=0.05),
+                    "g_iso": 1.0 + 0.5 * binding + rng.normal(scale=0.1),
+                    "l_iso_k5": 0.5 + rng.normal(scale=0.02),
+                    "same_different": 0.5 + 0.3 * binding,
+                }
+            )
+    for step, binding in ((100.0, 0.3), (200.0, 0.5)):
+        rows.append({**rows[3], "model": f"dose_1_s0_step{step:.0f}", "step": step})
+        rows[-1]["binding"] = binding
+    rows.append({**rows[0], "model": "random_resnet", "family": "control", "dose": np.nan})
+    rows[-1].update(step=0.0, binding=0.125, jer=28.0)
+    rows.append({**rows[0], "model": "simclr_s0", "family": "contrastive", "dose": np.nan})
+    table = pd.DataFrame(rows)
+    table["binding_cosine"] = table["binding"]
+    table["binding_cosine_ci_low"] = table["binding"] - 0.03
+    table["binding_cosine_ci_high"] = table["binding"] + 0.03
+    return table
 
 
-def test_the_series_is_every_model_with_a_dose_in_dose_seed_order():
+def test_the_unit_is_the_final_network_of_each_run():
     series = dose_series(series_table())
-    assert series["model"].tolist() == ["m0", "m1", "m3", "m2", "m4", "m5"]
-    assert dose_series(series_table().drop(columns="dose")).empty
+    assert len(series) == 14  # 12 runs + 2 checkpoints; the control and simclr are outside
+    finals = final_runs(series)
+    assert len(finals) == 12 and finals["run"].is_unique
+    assert (finals["step"] == 300).all()
+    assert finals.loc[finals["run"] == "lambda=1/seed=0", "model"].item() == "dose_1_s0"
 
 
-def test_correlations_within_the_series_match_scipy():
+def test_pooled_checkpoints_are_refused_naming_the_rows():
+    with pytest.raises(ReplicationError) as err:
+        dose_analysis(dose_series(series_table()), OPTIONS)
+    assert "dose_1_s0_step100, dose_1_s0_step200, dose_1_s0" in str(err.value)
+
+
+def per_seed_slopes(finals: pd.DataFrame, metric: str) -> list[float]:
+    return [
+        np.polyfit(group["binding"], group[metric], 1)[0] for _, group in finals.groupby("seed")
+    ]
+
+
+def test_slopes_per_seed_with_a_t_interval_over_seeds():
     table = series_table()
-    frame = dose_correlations(table, OPTIONS).set_index("metric")
-    assert frame.index.tolist() == ["jer", "g_pr", "g_iso", "l_iso_k5", "same_different"]
-    assert set(frame["models"]) == {SERIES}
-    inside = table.iloc[:6]
-    for metric in frame.index:
-        r, _ = sps.pearsonr(inside[metric], inside["binding"])
-        rho, _ = sps.spearmanr(inside[metric], inside["binding"])
-        assert frame.loc[metric, "pearson_r"] == pytest.approx(r, abs=1e-12), metric
-        assert frame.loc[metric, "spearman_rho"] == pytest.approx(rho, abs=1e-12), metric
-        assert frame.loc[metric, "n"] == 6
-    jer = frame.loc["jer"]
-    assert jer["pearson_ci_low"] <= jer["pearson_r"] <= jer["pearson_ci_high"]
-    assert jer["pearson_ci_low"] > 0.8  # JER rises with binding here by construction
-    assert frame["n_doses"].iloc[0] == 3
-    assert frame["binding_min"].iloc[0] == 0.12 and frame["binding_max"].iloc[0] == 0.85
-    assert frame["dose_min"].iloc[0] == 0.0 and frame["dose_max"].iloc[0] == 1.0
+    frame = dose_correlations(table, OPTIONS)
+    assert set(frame["models"]) == {SERIES} and set(frame["unit"]) == {UNIT}
+    slopes = frame[frame["analysis"] == "slope on binding"].set_index("metric")
+    assert slopes.index.tolist() == [
+        "jer",
+        "pr_full",
+        "g_pr",
+        "g_iso",
+        "l_iso_k5",
+        "same_different",
+    ]
+    finals = final_runs(dose_series(table))
+    independent = per_seed_slopes(finals, "jer")
+    test = sps.ttest_1samp(independent, 0.0)
+    jer = slopes.loc["jer"]
+    assert jer["estimate"] == pytest.approx(np.mean(independent))
+    assert (jer["ci_low"], jer["ci_high"]) == pytest.approx(tuple(test.confidence_interval()))
+    assert jer["p"] == pytest.approx(test.pvalue)
+    assert jer["estimate"] == pytest.approx(4.0, abs=0.5)  # the generated slope
+    scale = finals["binding"].std(ddof=1) / finals["jer"].std(ddof=1)
+    assert jer["std_estimate"] == pytest.approx(np.mean(independent) * scale)
+    r, p = sps.pearsonr(finals["binding"], finals["jer"])
+    assert (jer["pearson_r"], jer["pearson_p"]) == pytest.approx((r, p))
+    assert jer["pearson_ci_low"] <= r <= jer["pearson_ci_high"]
+    assert jer["permutation_p_greater"] < 0.01 and jer["n_permutations"] > 1000
+    assert jer["mixed_ci_low"] < 4.0 < jer["mixed_ci_high"]
+    assert (jer["n"], jer["n_seeds"], jer["n_doses"]) == (12, 3, 4)
+    assert slopes.loc["g_pr", "permutation_p_two_sided"] > 0.05  # G.PR was drawn at random
+
+
+def test_jer_against_geometry_compares_standardised_slopes_within_seed():
+    table = series_table()
+    frame = dose_correlations(table, OPTIONS)
+    pairs = frame[frame["analysis"] == "|std slope| difference"].set_index("metric")
+    assert set(pairs.index) == {
+        f"{s} - {g}" for s in ("jer", "pr_full") for g in ("g_pr", "g_iso", "l_iso_k5")
+    }
+    finals = final_runs(dose_series(table))
+    sd = finals[["binding", "jer", "g_iso"]].std(ddof=1)
+    jer = np.abs(per_seed_slopes(finals, "jer")) * sd["binding"] / sd["jer"]
+    iso = np.abs(per_seed_slopes(finals, "g_iso")) * sd["binding"] / sd["g_iso"]
+    test = sps.ttest_1samp(jer - iso, 0.0)
+    row = pairs.loc["jer - g_iso"]
+    assert row["estimate"] == pytest.approx(np.mean(jer - iso))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(test.confidence_interval()))
+    assert row["p"] == pytest.approx(test.pvalue) and row["n_seeds"] == 3
 
 
 def test_no_series_gives_a_table_with_a_note_not_numbers():
     frame = dose_correlations(series_table().assign(dose=np.nan), OPTIONS)
-    assert (frame["n"] == 0).all() and frame["pearson_r"].isna().all()
+    assert (frame["n"] == 0).all() and frame["estimate"].isna().all()
     assert frame["note"].str.contains("no dose series").all()
 
 
-def test_summary_section_lists_the_models_and_the_correlations():
+def test_trajectories_start_from_the_untrained_control_counted_once():
+    paths = trajectories(series_table())
+    assert paths["model"].tolist() == [
+        "random_resnet",
+        "dose_1_s0_step100",
+        "dose_1_s0_step200",
+        "dose_1_s0",
+    ]
+    assert set(paths["run"]) == {"lambda=1/seed=0"}
+    assert (dose_series(series_table())["model"] == "random_resnet").sum() == 0
+
+
+def test_summary_section_states_unit_n_and_p_beside_every_interval():
     table = series_table()
-    lines = dose_markdown(table, dose_correlations(table, OPTIONS), "binding_cosine", 0.95)
-    text = "\n".join(lines)
-    assert "6 models at 3 doses" in text and "Binding spans 0.120 to 0.850" in text
-    assert "| m4 | 1 | 0 | 300 | 0.850 [0.82, 0.88] | 9.00 |" in text
-    assert "| jer | 6 |" in text
+    text = "\n".join(
+        dose_markdown(table, dose_correlations(table, OPTIONS), "binding_cosine", 0.95)
+    )
+    assert "12 training runs at 4 doses and 3 seeds" in text
+    assert f"unit: {UNIT}; n = 12 runs, 3 seeds as blocks" in text
+    jer_line = next(line for line in text.splitlines() if line.startswith("| jer |"))
+    assert jer_line.count("], p = ") == 4  # slope, standardised, r, mixed model
+    assert "| jer - g_iso |" in text
+    assert "| lambda=1/seed=0 | 0 | random_resnet |" in text
     empty = dose_markdown(table.assign(dose=np.nan), dose_correlations(table, OPTIONS), "b", 0.95)
     assert any("No dose series" in line for line in empty)
 
@@ -83,16 +171,14 @@ def test_summary_section_lists_the_models_and_the_correlations():
 def test_figure_has_three_labelled_panels_and_draws_the_trajectories(tmp_path):
     from repdiag.common.figures import save_figure
 
-    table = series_table()
-    table.loc[4, "step"] = 100.0  # m4 becomes a checkpoint of the lambda 1, seed 0 run
-    table.loc[len(table)] = {**table.iloc[4].to_dict(), "model": "m8", "step": 300.0}
-    figure = dose_figure(table, binding_column="binding_cosine", chance=0.125)
+    figure = dose_figure(series_table(), binding_column="binding_cosine", chance=0.125)
     dose_ax, jer_ax, step_ax = figure.axes[:3]
     assert dose_ax.get_xlabel().startswith("dose lambda") and dose_ax.get_xscale() == "symlog"
-    assert jer_ax.get_title().startswith("within the series: r = ")
+    assert jer_ax.get_title().startswith("final networks: r = ")
+    assert jer_ax.get_title().endswith("(n = 12 runs)")
     assert step_ax.get_lines()[0].get_label() == "lambda 1, seed 0"
-    assert step_ax.get_lines()[0].get_xdata().tolist() == [100.0, 300.0]
+    assert step_ax.get_lines()[0].get_xdata().tolist() == [0.0, 100.0, 200.0, 300.0]
     png = save_figure(figure, tmp_path / "dose.png")[0]
     assert png.stat().st_size > 10_000
-    empty = dose_figure(table.assign(dose=np.nan))
+    empty = dose_figure(series_table().assign(dose=np.nan))
     assert "no dose series" in empty.axes[0].texts[0].get_text()
