@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag.binding.analysis.depth import select_images
-from repdiag.common.intervals import mean_interval
+from repdiag.common.replication import Units, require_independent, t_interval
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store, read_json
 from repdiag.encoders.jacobian.store import STORE_CONTRACT
@@ -150,9 +150,7 @@ def seed_contrast(
 ) -> dict[str, Any]:
     """Per seed, ``metric`` of ``arm`` minus that of ``reference`` (both kept by the loss
     screen); their mean, sample SD, t-interval over seeds and the parametric two-sided
-    one-sample t p (H0: no change), n = seeds."""
-    from scipy import stats as sps
-
+    one-sample t p (H0: no change), n = seeds (:func:`repdiag.common.replication.t_interval`)."""
     kept = arms[~arms["left_out"]]
     a = kept[kept["arm"] == arm].set_index("seed")[metric]
     b = kept[kept["arm"] == reference].set_index("seed")[metric]
@@ -160,10 +158,8 @@ def seed_contrast(
     all_seeds = sorted(set(arms.loc[arms["arm"].isin([arm, reference]), "seed"]))
     diffs = np.array([a[s] - b[s] for s in seeds], dtype=float)
     diffs = diffs[np.isfinite(diffs)]
-    mean, sd, low, high = mean_interval(diffs, confidence)
-    p = math.nan
-    if len(diffs) >= 2 and sd > 0:
-        p = float(2 * sps.t.sf(abs(mean / (sd / math.sqrt(len(diffs)))), len(diffs) - 1))
+    mean, se, low, high, p = t_interval(diffs.tolist(), confidence)
+    sd = se * math.sqrt(len(diffs)) if len(diffs) >= 2 else math.nan
     return {
         "metric": metric,
         "arm": arm,
@@ -185,6 +181,10 @@ def causal_contrasts(arms: pd.DataFrame, confidence: float) -> pd.DataFrame:
     (arm, reference) pair of :data:`CONTRASTS` present in the base (module docstring)."""
     rows = []
     for base, part in arms.groupby("base", sort=False):
+        cells = zip(part["arm"], part["seed"], strict=True)
+        names = [f"{base} {arm} seed {seed}" for arm, seed in cells]
+        # one row per training run: a model listed for two cells would count twice
+        require_independent(Units.of(part, "model", "seed"), names, f"the causal base {base}")
         present = set(part["arm"])
         for role, metrics in (("effect", EFFECT_METRICS), ("manipulation", CHECK_METRICS)):
             for metric in metrics:

@@ -220,3 +220,12 @@ def test_run_record_and_arm_table(tmp_path) -> None:
     assert math.isnan(arms.loc[0, "final_loss"]) and arms.loc[1, "final_loss"] == 2.5
     with pytest.raises(StoreError, match="'c'"):
         arm_table([{**cells[0], "model": "c"}], table, {}, "binding_cosine")
+
+
+def test_a_run_listed_for_two_cells_is_refused_naming_them() -> None:
+    from repdiag.common.replication import ReplicationError
+
+    arms = screen_losses(arms_frame(), 2.0)
+    arms.loc[arms["model"] == "causal_1_sham_s1", "model"] = "causal_1_sham_s0"
+    with pytest.raises(ReplicationError, match="causal_1 sham seed 0, causal_1 sham seed 1"):
+        causal_contrasts(arms, 0.95)
