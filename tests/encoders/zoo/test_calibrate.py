@@ -103,3 +103,25 @@ def test_the_summary_and_the_weight_for_the_target():
     assert measured_steps(20, 10) == [0, 10, 19] and measured_steps(0, 5) == []
     with pytest.raises(ValueError, match="every"):
         PilotSettings(every=0)
+
+
+def test_the_command_prints_the_summary_and_writes_every_step(tmp_path, capsys):
+    """`python -m repdiag.encoders.zoo.calibrate` on a config file: the first 2 steps of a run
+    with a regulariser, measured at both; the CSV holds the steps the summary sums up."""
+    import yaml
+
+    from repdiag.encoders.zoo.calibrate import main
+    from tests.planning import tiny_config
+
+    config = tiny_config()
+    config["zoo"]["objectives"]["supervised"]["jer_regulariser"] = {"weight": 0.1, "images": 2}
+    config["models"]["supervised"]["family"] = "jer_intervention"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "steps.csv"
+    main(["--config", str(path), "supervised", "--steps", "2", "--every", "1", "--out", str(out)])
+    rows = pd.read_csv(out)
+    assert rows["step"].tolist() == [0, 1] and (rows["weight"] == 0.1).all()
+    assert np.allclose(rows["ratio"], 0.1 * rows["jer_grad_norm"] / rows["objective_grad_norm"])
+    printed = capsys.readouterr().out
+    assert "weight_for_target" in printed and "supervised" in printed
