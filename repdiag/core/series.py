@@ -119,6 +119,18 @@ def _run_schema() -> dict[str, Any]:
     return schema["properties"]["objectives"]["additionalProperties"]
 
 
+def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` with every missing ``default`` of ``schema`` set (properties, nested), as
+    :func:`repdiag.core.config.fill_defaults` does; the zoo run schema has no ``$ref``."""
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                _with_defaults(value[key], sub)
+    return value
+
+
 @cache
 def _families() -> tuple[str, ...]:
     schema = yaml.safe_load((ZOO_SCHEMA.parent / "models.schema.yaml").read_text())
@@ -141,16 +153,11 @@ def _check_run(where: str, run: Mapping[str, Any], family: Any) -> None:
 def _declare(config: dict[str, Any], where: str, name: str, run: dict, family: str) -> None:
     """Add zoo run and model ``name``; an identical existing entry is kept (idempotence), a
     different one is an error."""
-    from repdiag.core.config import fill_defaults
-
     runs = config.setdefault("zoo", {}).setdefault("objectives", {})
     models = config.setdefault("models", {})
     model = {"source": "zoo", "id": name, "family": family}
-    run = fill_defaults(copy.deepcopy(run), _run_schema(), ZOO_SCHEMA.parent)
-    if (
-        name in runs
-        and fill_defaults(copy.deepcopy(runs[name]), _run_schema(), ZOO_SCHEMA.parent) != run
-    ):
+    run = _with_defaults(copy.deepcopy(run), _run_schema())
+    if name in runs and _with_defaults(copy.deepcopy(runs[name]), _run_schema()) != run:
         raise ConfigError(
             f"{where}: zoo.objectives.{name} is declared by hand and by the series with other "
             "settings; remove one of them"
