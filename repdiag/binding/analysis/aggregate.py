@@ -94,7 +94,7 @@ class Aggregate:
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-ZOO_COLUMNS = ("learned", "slot_probe_gain", "dose", "step", "seed")
+ZOO_COLUMNS = ("learned", "slot_probe_gain", "dose", "step", "seed", "objective")
 
 
 def dose_of(meta: Mapping[str, Any]) -> float:
@@ -111,7 +111,8 @@ def dose_of(meta: Mapping[str, Any]) -> float:
 
 def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
     """``learned`` and the probe gain of a zoo run's ``meta.json`` (``learning``), its binding
-    dose, the steps it trained and its seed; NaN for models the workflow did not train."""
+    dose, the steps it trained, its seed and objective (the unit the seeds of an objective are
+    nested in); NaN for models the workflow did not train."""
     if meta_path is None:
         return dict.fromkeys(ZOO_COLUMNS, math.nan)
     meta = read_json(meta_path)
@@ -124,7 +125,32 @@ def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
         "dose": dose_of(meta),
         "step": _number(meta.get("steps_trained", meta.get("steps"))),
         "seed": _number(meta.get("seed")),
+        "objective": str(meta.get("objective") or math.nan),
     }
+
+
+def spectrum_columns(ds: Any, final_layer: str, probe_set: str, path: str | Path) -> dict:
+    """``pr_full``, ``pr2_full``: mean over the probe images of the whole-spectrum pr and pr2 at
+    the final layer (``singular_values_full``, kept where the layer was computed exactly; NaN
+    otherwise), and ``jacobian_zero``: 1.0 when every singular value there is 0, a map whose
+    Jacobian is zero by construction (a thresholded control), whose JER is undefined, not 0."""
+    import numpy as np
+
+    from repdiag.binding.analysis.depth import select_images
+    from repdiag.binding.causal import full_spectrum_participation
+
+    layers = [str(name) for name in ds["layer"].values]
+    index = layers.index(final_layer) if final_layer in layers else len(layers) - 1
+    mask = select_images(ds, probe_set, path)
+    top = np.asarray(ds["singular_values"].transpose("layer", "image", "rank").values, float)
+    row = {"pr_full": math.nan, "pr2_full": math.nan}
+    row["jacobian_zero"] = float(not np.any(top[index][mask]))
+    n = int(ds["n_singular"].values[index]) if "n_singular" in ds else 0
+    if "singular_values_full" in ds and n > 0 and not row["jacobian_zero"]:
+        full = np.asarray(ds["singular_values_full"].values[index], float)[mask, :n]
+        values = np.array([full_spectrum_participation(s) for s in full])
+        row["pr_full"], row["pr2_full"] = (float(v) for v in np.nanmean(values, axis=0))
+    return row
 
 
 def aggregate(
@@ -151,6 +177,9 @@ def aggregate(
         row = {"model": key, "family": family, "source": str(entry.get("source", ""))}
         row |= metrics_row(metrics)
         row |= jer_columns(profile, metrics["final_layer"], settings.probe_set)
+        row |= spectrum_columns(ds, metrics["final_layer"], settings.probe_set, path)
+        if row["jacobian_zero"]:  # JER of a zero map is undefined: no JER correlation takes it
+            row |= {c: math.nan for c in row if c.startswith("jer_")}
         row |= learning_columns((zoo_meta_paths or {}).get(key))
         for name in covariates:
             row[name] = _number(entry.get("covariates", {}).get(name))

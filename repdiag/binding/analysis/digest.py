@@ -13,7 +13,13 @@ import pandas as pd
 
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.columns import l_iso_columns, metric_label
-from repdiag.binding.analysis.statistics import LEARNED, TRAINED, WITH_CONTROLS, trained_models
+from repdiag.binding.analysis.statistics import (
+    LEARNED,
+    OBJECTIVES,
+    TRAINED,
+    WITH_CONTROLS,
+    trained_models,
+)
 from repdiag.binding.dose import dose_markdown
 from repdiag.binding.stats_options import READOUTS, StatsSettings
 from repdiag.common import statistics as stats
@@ -180,7 +186,8 @@ def headline_lines(
         )
     for models, label in (
         (LEARNED, "the runs that learned"),
-        (WITH_CONTROLS, "trained models and controls"),
+        (WITH_CONTROLS, "trained models and controls (a zero Jacobian has no JER)"),
+        (OBJECTIVES, "objectives, the unit of the family comparison (seed means)"),
     ):
         other = all_corr[(models_column == models) & (all_corr["metric"] == "jer")]
         if len(other):
@@ -188,7 +195,7 @@ def headline_lines(
             lines.append(
                 f"- The same over {label} (n = {int(row['n'])}): r = {_fmt(row['pearson_r'])}, "
                 f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
-                f"{_fmt(row['pearson_ci_high'])}]."
+                f"{_fmt(row['pearson_ci_high'])}], p = {_fmt(row['pearson_p'], '.3g')}."
             )
     ols = tables["ols"]
     fit = ols[ols["formula"] == "binding ~ jer + same_different"]

@@ -91,6 +91,32 @@ def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]
 TRAINED = "trained"
 LEARNED = "trained, learned"
 WITH_CONTROLS = "trained + controls"
+OBJECTIVES = "objectives (seed means)"
+UNITS = {
+    TRAINED: "model (seeds of an objective counted apart)",
+    LEARNED: "model (seeds of an objective counted apart)",
+    WITH_CONTROLS: "model (seeds of an objective counted apart)",
+    OBJECTIVES: "objective (mean over its seeds)",
+}
+
+
+def objective_means(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per objective, the unit of the family comparison: every numeric column averaged
+    over the objective's seeds (``n_seeds`` of them). A zoo model's objective is its run's
+    (``objective``); any other model is its own unit. Seeds are nested in their objective, so
+    two seeds of one objective are not two observations of how objectives differ."""
+    if table.empty:
+        return table.assign(n_seeds=[])
+    objective = table.get("objective", pd.Series(np.nan, index=table.index))
+    units = [
+        str(o) if isinstance(o, str) and o != "nan" else str(m)
+        for o, m in zip(objective, table["model"], strict=True)
+    ]
+    numeric = table.select_dtypes("number").assign(unit=units)
+    means = numeric.groupby("unit", sort=True).mean()
+    means["n_seeds"] = numeric.groupby("unit", sort=True).size()
+    families = table.assign(unit=units).groupby("unit", sort=True)["family"].first()
+    return means.assign(family=families).rename_axis("model").reset_index()
 
 
 def learned_models(table: pd.DataFrame) -> pd.DataFrame:
@@ -210,6 +236,14 @@ def statistics_tables(
         )
         with_controls.insert(0, "models", WITH_CONTROLS)
         correlations = pd.concat([correlations, with_controls], ignore_index=True)
+    means = objective_means(table)
+    if len(means) < n:  # some objective has several seeds: the rows with the objective as unit
+        per_objective = stats.correlation_table(
+            means, "binding", headline_metrics(means, settings), **options
+        )
+        per_objective.insert(0, "models", OBJECTIVES)
+        correlations = pd.concat([correlations, per_objective], ignore_index=True)
+    correlations.insert(1, "unit", correlations["models"].map(UNITS))
     fits = ols_fits(table, settings)
     control_sets = [["same_different"]] + [[c] for c in settings.covariates]
     if len(settings.covariates) > 1:

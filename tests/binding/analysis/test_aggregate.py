@@ -77,3 +77,52 @@ def test_dose_of_a_zoo_run():
     slots = {"objective": "supervised", "family": "binding_supervised"}
     assert math.isnan(dose_of({**slots, "hparams": {"label": "slot_shape"}}))
     assert math.isnan(dose_of({"objective": "simclr", "family": "contrastive", "hparams": {}}))
+
+
+def spectrum_store(top, full=None, n_singular=0):
+    import numpy as np
+    import xarray as xr
+
+    top = np.asarray(top, float)  # (image, rank) at the one layer "final"
+    data = {"singular_values": (("layer", "image", "rank"), top[None])}
+    coords = {"layer": ["final"], "probe_set": ("image", ["binding"] * top.shape[0])}
+    if full is not None:
+        data["singular_values_full"] = (("layer", "image", "rank_full"), np.asarray(full)[None])
+        data["n_singular"] = (("layer",), [n_singular])
+    return xr.Dataset(data, coords=coords)
+
+
+def test_spectrum_columns_full_spectrum_and_zero_jacobian():
+    from repdiag.binding.analysis.aggregate import spectrum_columns
+
+    # two images, whole spectra (3, 1, 0 padding) and (2, 2): pr = (sum s)^2 / sum s^2 =
+    # 16/10 and 16/8, pr2 = (sum s^2)^2 / sum s^4 = 100/82 and 64/32; means over images
+    store = spectrum_store([[3.0, 1.0], [2.0, 2.0]], [[3.0, 1.0, 0.0], [2.0, 2.0, 0.0]], 3)
+    row = spectrum_columns(store, "final", "binding", "fake")
+    assert row["pr_full"] == pytest.approx((1.6 + 2.0) / 2)
+    assert row["pr2_full"] == pytest.approx((100 / 82 + 2.0) / 2)
+    assert row["jacobian_zero"] == 0.0
+    without_full = spectrum_columns(spectrum_store([[1.0, 0.5]]), "final", "binding", "fake")
+    assert math.isnan(without_full["pr_full"]) and without_full["jacobian_zero"] == 0.0
+    zero = spectrum_columns(spectrum_store([[0.0, 0.0]], [[0.0, 0.0]], 2), "final", "binding", "")
+    assert zero["jacobian_zero"] == 1.0 and math.isnan(zero["pr_full"])
+
+
+def test_a_zero_jacobian_has_no_jer(fake_run, monkeypatch):
+    """A model whose final-layer Jacobian is zero (a thresholded control) gets JER NaN, so no
+    JER correlation takes it; the others keep theirs."""
+    from repdiag.binding.analysis import aggregate as module
+
+    root, models, _ = fake_run
+    real = module.spectrum_columns
+
+    def zero_for_m00(ds, final_layer, probe_set, path):
+        row = real(ds, final_layer, probe_set, path)
+        return {**row, "jacobian_zero": 1.0} if "m00" in str(path) else row
+
+    monkeypatch.setattr(module, "spectrum_columns", zero_for_m00)
+    table = aggregate(models, *model_paths(root, models), SETTINGS).models.set_index("model")
+    jer = [c for c in table.columns if c.startswith("jer")]
+    assert table.loc["m00", jer].isna().all()
+    assert table.drop(index="m00")["jer"].notna().all()
+    assert table.loc["m00", "jacobian_zero"] == 1.0 and table.loc["m01", "jacobian_zero"] == 0.0

@@ -124,3 +124,26 @@ def test_family_means_and_t_intervals():
     assert frame.loc["y", "n"] == 1 and math.isnan(frame.loc["y", "ci_low"])
     assert "no interval" in frame.loc["y", "note"]
     assert frame.loc["x", "models"] == "a;b;c"
+
+
+def test_objectives_are_the_unit_of_the_family_comparison(fake_run):
+    """Two seeds of each objective: the objective-unit rows correlate the seed means (n =
+    objectives), beside the per-model rows; every row states its unit."""
+    from repdiag.binding.analysis.statistics import OBJECTIVES, objective_means
+
+    root, models, _ = fake_run
+    result = aggregate(models, *model_paths(root, models), SETTINGS)
+    table = result.models
+    objectives = [f"obj{i // 2}" for i in range(len(table))]
+    table = table.assign(objective=objectives)
+    means = objective_means(table)
+    assert len(means) == len(set(objectives)) and set(means["n_seeds"]) <= {1, 2}
+    first = table[table["objective"] == "obj0"]
+    assert means.set_index("model").loc["obj0", "jer"] == pytest.approx(first["jer"].mean())
+    correlations = statistics_tables(table, result.depth, SETTINGS)["correlations"]
+    rows = correlations[correlations["models"] == OBJECTIVES].set_index("metric")
+    r, p = sps.pearsonr(means["jer"], means["binding"])
+    assert rows.loc["jer", "n"] == len(means)
+    assert (rows.loc["jer", "pearson_r"], rows.loc["jer", "pearson_p"]) == pytest.approx((r, p))
+    assert set(rows["unit"]) == {"objective (mean over its seeds)"}
+    assert correlations["unit"].notna().all()
