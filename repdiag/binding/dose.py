@@ -107,6 +107,13 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(result.statistic), float(result.pvalue)
 
 
+def _r(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson r by numpy (the bootstrap's statistic); NaN when either side is constant."""
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return np.nan
+    return float(np.corrcoef(x, y)[0, 1])
+
+
 def _standardised(finals: pd.DataFrame, metric: str) -> float:
     """sd(binding) / sd(metric) over the final runs: turns a slope into a standardised one."""
     sd_metric = float(np.nanstd(finals[metric].to_numpy(float), ddof=1))
@@ -115,7 +122,9 @@ def _standardised(finals: pd.DataFrame, metric: str) -> float:
 
 
 def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Step 1 of the analysis for one metric over the final runs (one row per run)."""
+    """Step 1 of the analysis for one metric over the final runs (one row per run) that have
+    a value of it and of binding."""
+    finals = finals[np.isfinite(finals[[metric, "binding"]].astype(float)).all(axis=1)]
     x, y = finals["binding"].to_numpy(float), finals[metric].to_numpy(float)
     seeds = finals["seed"].astype(str).tolist()
     confidence = options.get("confidence", 0.95)
@@ -124,7 +133,7 @@ def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dic
     r, r_p = _pearson(x, y)
     units = rep.Units(tuple(finals["run"]), tuple(seeds), UNIT)
     boot = rep.cluster_bootstrap(
-        lambda rows: _pearson(x[rows], y[rows])[0],
+        lambda rows: _r(x[rows], y[rows]),
         units,
         n_boot=options.get("n_boot", 2000),
         seed=options.get("seed", 0),
