@@ -278,11 +278,7 @@ def _interval(row: pd.Series, column: str) -> str:
 
 def _with_p(row: pd.Series, estimate: str, low: str, high: str, p: str) -> str:
     """``estimate [low, high], p = P``: every interval with its parametric p beside it."""
-    value, p_value = row.get(estimate, np.nan), row.get(p, np.nan)
-    if not np.isfinite(float(value)):
-        return "n/a"
-    interval = f"[{format_number(row.get(low), '.2f')}, {format_number(row.get(high), '.2f')}]"
-    return f"{format_number(value)} {interval}, p = {format_number(p_value, '.2g')}"
+    return rep.describe(*(float(row.get(c, np.nan)) for c in (estimate, low, high, p)))
 
 
 def _runs_table(finals: pd.DataFrame, binding_column: str, confidence: float) -> str:

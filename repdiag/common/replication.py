@@ -89,12 +89,20 @@ def require_independent(units: Units, rows: Sequence[str], what: str) -> None:
         )
 
 
-def describe(estimate: float, low: float, high: float, p: float, n: str, spec: str = ".3f") -> str:
-    """``estimate [low, high], p = P (n)``: an interval with its parametric p and its n."""
-    if not np.isfinite(estimate):
-        return f"n/a ({n})"
-    p_text = "n/a" if not np.isfinite(p) else f"{p:.2g}"
-    return f"{estimate:{spec}} [{low:.2f}, {high:.2f}], p = {p_text} ({n})"
+def describe(
+    estimate: float, low: float, high: float, p: float, n: str = "", spec: str = ".3f"
+) -> str:
+    """``estimate [low, high], p = P (n)``: an interval with its parametric p beside it and,
+    when given, its n; ``n/a`` for an undefined estimate or bound."""
+
+    def number(value: float, fmt: str) -> str:
+        return format(float(value), fmt) if np.isfinite(float(value)) else "n/a"
+
+    suffix = f" ({n})" if n else ""
+    if not np.isfinite(float(estimate)):
+        return f"n/a{suffix}"
+    interval = f"[{number(low, '.2f')}, {number(high, '.2f')}]"
+    return f"{number(estimate, spec)} {interval}, p = {number(p, '.2g')}{suffix}"
 
 
 # --------------------------------------------------------------------------- cluster bootstrap

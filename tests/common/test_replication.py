@@ -160,3 +160,4 @@ def test_t_interval_and_describe():
     assert p == pytest.approx(sps.ttest_1samp([1.0, 2.0, 3.0], 0.0).pvalue)
     assert describe(mean, low, high, p, "n = 3") == "2.000 [-0.48, 4.48], p = 0.074 (n = 3)"
     assert describe(math.nan, 0, 0, 0, "n = 0") == "n/a (n = 0)"
+    assert describe(1.5, math.nan, math.nan, math.nan) == "1.500 [n/a, n/a], p = n/a"
