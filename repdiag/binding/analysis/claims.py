@@ -176,13 +176,19 @@ def paper_comparison(
 def add_correlation_claims(
     add: Any, corr: pd.DataFrame, metric: str, r_claim: str, p_claim: str
 ) -> None:
-    """Pearson r of ``metric`` with binding and its p-value, from the correlations table."""
-    row = _row(corr, "metric", metric)
+    """Pearson r of ``metric`` with binding and its p-value, from the correlations table: over
+    the objectives (seed means, the unit of the family comparison) where the table has them,
+    else over the models (one seed each, or pretrained encoders)."""
+    units = corr["unit"].astype(str) if "unit" in corr else pd.Series("", index=corr.index)
+    objectives = corr[units.str.startswith("objective")]
+    row = _row(objectives if len(objectives) else corr, "metric", metric)
     if row is None:
         r, p, k, note = math.nan, math.nan, 0, f"{metric} not measured"
     else:
         r, p, k = float(row["pearson_r"]), float(row["pearson_p"]), int(row["n"])
         note = str(row["note"] or "")
+        if len(objectives):
+            note = f"unit: objective (mean over its seeds), n = {k} objectives. {note}".strip()
     add(r_claim, r, f"r = {r:.3f}", k, note)
     add(p_claim, p, f"p = {p:.3g}", k, note)
 

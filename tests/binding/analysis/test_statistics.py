@@ -147,3 +147,10 @@ def test_objectives_are_the_unit_of_the_family_comparison(fake_run):
     assert (rows.loc["jer", "pearson_r"], rows.loc["jer", "pearson_p"]) == pytest.approx((r, p))
     assert set(rows["unit"]) == {"objective (mean over its seeds)"}
     assert correlations["unit"].notna().all()
+    # the paper comparison's r and p claims read the objective rows
+    tables = statistics_tables(table, result.depth, SETTINGS)
+    comparison = tables["paper_comparison"].set_index("claim_id")
+    assert comparison.loc["jer_binding_r", "run_value"] == pytest.approx(r)
+    assert comparison.loc["jer_binding_p", "run_value"] == pytest.approx(p)
+    assert comparison.loc["jer_binding_r", "n_models"] == len(means)
+    assert comparison.loc["jer_binding_r", "note"].startswith("unit: objective")
