@@ -11,6 +11,7 @@ from repdiag.core.config import (
     seeded,
 )
 from repdiag.core.gpu import count_visible_gpus
+from repdiag.core.offline import enforce_offline
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
 from repdiag.studies import TARGETS, target
@@ -19,6 +20,9 @@ from repdiag.studies import TARGETS, target
 expose_package(workflow.basedir)
 # With --workflow-profile profiles/slurm: report jobs killed by scancel as failed.
 patch_slurm_status()
+# Every job runs offline: HF_HUB_OFFLINE=1 and the like, over any value the user's environment
+# gives (jobs inherit this process's environment; a cluster job parses this file again).
+enforce_offline()
 
 # GPU rules ask for gpu=1. Without --resources gpu=N, cap concurrent GPU jobs at the number of
 # visible devices (repdiag.core.gpu.gpu_slot gives each its own); with none, they run on CPU.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from repdiag.core.errors import ConfigError, EncoderError, RegistryError
+from repdiag.core.offline import enforce_offline
 from repdiag.encoders.entries import check_entry, check_model_files, is_local_path
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.sources import SOURCES, BuildOptions
@@ -81,6 +83,19 @@ class Encoder:
         }
 
 
+SOURCE_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "timm": ("torch.hub", "timm.models._hub"),
+    "checkpoint": ("torch.hub", "timm.models._hub"),
+    "zoo": ("torch.hub", "timm.models._hub"),
+    "open_clip": ("torch.hub", "open_clip.pretrained", "open_clip.openai"),
+    "torchvision": ("torch.hub",),
+    "hub": ("torch.hub",),
+    "python": ("torch.hub",),
+}
+"""The modules with download functions each source's build may reach (see
+:func:`repdiag.core.offline.enforce_offline`)."""
+
+
 @contextlib.contextmanager
 def offline() -> Iterator[None]:
     """Hugging Face libraries in offline mode (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``) for a
@@ -122,6 +137,9 @@ def build_encoder(
     if not entry.get("id"):
         raise model_error(key, "the entry has no id")
     options = BuildOptions(Path(zoo_dir), meta=meta, config=config)
+    for library in SOURCE_LIBRARIES.get(str(entry["source"]), ()):
+        importlib.import_module(library)  # imported first, so that its downloads are replaced
+    enforce_offline()  # whatever the environment says (HF_HUB_OFFLINE=0 included)
     with offline() if meta else contextlib.nullcontext():
         built = builder(key, entry, options)
     try:
