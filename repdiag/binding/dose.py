@@ -12,8 +12,8 @@ the run"); the unit is the training run, its final network one row, the seed a b
 1. Per seed, the least-squares slope of each metric on binding over that seed's doses (top-k
    JER, full-spectrum pr and pr2 where the store kept ``singular_values_full``, G.PR, G.Iso,
    every L.Iso k, Same/Different); the mean over seeds with its Student-t interval and the
-   one-sample t p (n = seeds). The same slope standardised, x sd(binding) / sd(metric) over the
-   final runs. Beside it: Pearson r over the runs with a bootstrap interval over runs and the
+   one-sample t p (n = seeds). The same slope standardised, x sd(binding) / sd(metric) within
+   seeds (deviations from each seed's mean, so a seed offset does not shrink it). Beside it: Pearson r over the runs with a bootstrap interval over runs and the
    seed-blocked permutation p, and the mixed model ``metric ~ binding + (1 | seed)`` as a check.
 2. The paper's question, does JER track binding more than global geometry does: per seed,
    |standardised slope of JER| - |standardised slope of G| for each geometry metric G, with its
@@ -115,10 +115,17 @@ def _r(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _standardised(finals: pd.DataFrame, metric: str) -> float:
-    """sd(binding) / sd(metric) over the final runs: turns a slope into a standardised one."""
-    sd_metric = float(np.nanstd(finals[metric].to_numpy(float), ddof=1))
-    sd_binding = float(np.nanstd(finals["binding"].to_numpy(float), ddof=1))
-    return sd_binding / sd_metric if sd_metric > 0 else np.nan
+    """sd(binding) / sd(metric) within seeds, both taken on the deviations from each seed's
+    mean (the degrees of freedom cancel): turns a slope into a standardised one without letting
+    differences between seeds, which the per-seed slopes do not see, enter the scale."""
+    seeds = finals["seed"].astype(str)
+    within = {
+        column: finals[column].astype(float) - finals.groupby(seeds)[column].transform("mean")
+        for column in ("binding", metric)
+    }
+    ss_metric = float((within[metric] ** 2).sum())
+    ss_binding = float((within["binding"] ** 2).sum())
+    return float(np.sqrt(ss_binding / ss_metric)) if ss_metric > 0 else np.nan
 
 
 def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +179,7 @@ def comparison_row(
     finals: pd.DataFrame, sensitivity: str, geometry: str, confidence: float
 ) -> dict[str, Any]:
     """Step 2 for one pair: per seed, |standardised slope of ``sensitivity``| minus that of
-    ``geometry`` (each metric standardised by its SD over all final runs), t-interval over
+    ``geometry`` (each standardised by its SD within seeds, :func:`_standardised`), t-interval over
     seeds. Positive: the sensitivity metric moves more per SD of binding."""
     x, seeds = finals["binding"].to_numpy(float), finals["seed"].astype(str).tolist()
     per_metric = {}

@@ -106,7 +106,10 @@ def test_slopes_per_seed_with_a_t_interval_over_seeds():
     assert (jer["ci_low"], jer["ci_high"]) == pytest.approx(tuple(test.confidence_interval()))
     assert jer["p"] == pytest.approx(test.pvalue)
     assert jer["estimate"] == pytest.approx(4.0, abs=0.5)  # the generated slope
-    scale = finals["binding"].std(ddof=1) / finals["jer"].std(ddof=1)
+    centred = finals[["binding", "jer"]] - finals.groupby("seed")[["binding", "jer"]].transform(
+        "mean"
+    )
+    scale = np.sqrt((centred["binding"] ** 2).sum() / (centred["jer"] ** 2).sum())
     assert jer["std_estimate"] == pytest.approx(np.mean(independent) * scale)
     r, p = sps.pearsonr(finals["binding"], finals["jer"])
     assert (jer["pearson_r"], jer["pearson_p"]) == pytest.approx((r, p))
@@ -125,7 +128,9 @@ def test_jer_against_geometry_compares_standardised_slopes_within_seed():
         f"{s} - {g}" for s in ("jer", "pr_full") for g in ("g_pr", "g_iso", "l_iso_k5")
     }
     finals = final_runs(dose_series(table))
-    sd = finals[["binding", "jer", "g_iso"]].std(ddof=1)
+    columns = ["binding", "jer", "g_iso"]
+    within = finals[columns] - finals.groupby("seed")[columns].transform("mean")
+    sd = np.sqrt((within**2).sum())  # ddof cancels in each ratio
     jer = np.abs(per_seed_slopes(finals, "jer")) * sd["binding"] / sd["jer"]
     iso = np.abs(per_seed_slopes(finals, "g_iso")) * sd["binding"] / sd["g_iso"]
     test = sps.ttest_1samp(jer - iso, 0.0)
