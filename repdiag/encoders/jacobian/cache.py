@@ -1,7 +1,15 @@
-"""The restartable chunked driver of the engine: images are processed in chunks whose spectra are
-cached (atomically) outside the declared output, so a killed job resumes where it stopped and gives
-the same result as an uninterrupted run (:func:`run_chunked`); the cache folder is named by a hash
-of everything that determines the spectra (:func:`cache_key`)."""
+"""The restartable chunked driver of the engine: images are cached (atomically, outside the declared
+output) in chunks of ``chunk_size``, so a killed job resumes where it stopped and gives the same
+result as an uninterrupted run (:func:`run_chunked`); the cache folder is named by a hash of
+everything that determines the spectra (:func:`cache_key`).
+
+``chunk_size`` is the restart granularity only. One engine call takes as many whole chunks as one
+pass of ``batch_size`` Jacobian-vector products can hold (a randomized pass holds
+``batch_size // k`` images of k products each; :func:`chunks_per_call`), so a pass is never
+capped at ``chunk_size x k`` products. Calls cover fixed runs of chunks (0..m-1, m..2m-1, ...)
+and a resumed run reuses the ``batch_size`` its cached chunks were computed with, so its passes,
+hence its bits, are those of an uninterrupted run. ``batch_size=None`` on CUDA is sized from the
+planner's memory estimate and the device's free memory (:mod:`.pass_size`)."""
 
 from __future__ import annotations
 
@@ -18,7 +26,12 @@ import torch
 from repdiag.core.errors import ConfigError
 from repdiag.core.runtime import Progress
 from repdiag.core.store import atomic_path
-from repdiag.encoders.jacobian.engine import Readout, Spectra, jacobian_spectra
+from repdiag.encoders.jacobian.engine import (
+    DEFAULT_BATCH_SIZE,
+    Readout,
+    Spectra,
+    jacobian_spectra,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +80,9 @@ def cache_key(settings: Mapping[str, Any], model_digest: str, images_digest: str
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _save_chunk(path: Path, spectra: Spectra, n_images: int) -> None:
+def _save_chunk(path: Path, spectra: Spectra, n_images: int, batch_size: int | None = None) -> None:
     meta = {
+        "batch_size": batch_size,
         "methods": spectra.methods,
         "d_out": spectra.d_out,
         "d_in": spectra.d_in,
@@ -126,6 +140,60 @@ def _merge(chunks: Sequence[Spectra]) -> Spectra:
     return merged
 
 
+def _split(spectra: Spectra, sizes: Sequence[int]) -> list[Spectra]:
+    """One engine call's spectra cut back into its chunks (``sizes`` images each)."""
+    parts = {name: torch.split(values, list(sizes)) for name, values in spectra.items()}
+    chunks = []
+    for index in range(len(sizes)):
+        chunk = Spectra((name, parts[name][index].clone()) for name in spectra)
+        chunk.methods, chunk.d_out, chunk.d_in = spectra.methods, spectra.d_out, spectra.d_in
+        chunks.append(chunk)
+    return chunks
+
+
+def chunks_per_call(batch_size: int, k: int, chunk_size: int) -> int:
+    """Whole chunks per engine call: as many as one randomized pass of ``batch_size`` products
+    holds (``batch_size // k`` images), at least one. Exact taps are split further by the engine
+    (``batch_size // d`` images per pass)."""
+    return max(1, max(1, batch_size // k) // chunk_size)
+
+
+def resumed_batch_size(cache_dir: Path) -> int | None:
+    """The ``batch_size`` the cached chunks in ``cache_dir`` were computed with (None: none)."""
+    for path in sorted(cache_dir.glob("chunk_*.npz")):
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                value = json.loads(str(data["meta"])).get("batch_size")
+        except Exception:  # an unreadable chunk is recomputed by _load_chunk; look further
+            continue
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _call_batch_size(
+    model: Any,
+    images: torch.Tensor,
+    cache_dir: Path,
+    engine: dict[str, Any],
+    layers: Sequence[str],
+) -> tuple[int, str]:
+    """(batch_size, where it came from) for this run: the cached chunks', else the given one,
+    else on CUDA the largest the free memory holds, else the device's default."""
+    resumed = resumed_batch_size(cache_dir)
+    if resumed is not None:
+        return resumed, "resumed from the cached chunks"
+    if engine.get("batch_size"):
+        return int(engine["batch_size"]), "given"
+    device = torch.device(engine.get("device") or images.device)
+    if device.type == "cuda":
+        from repdiag.encoders.jacobian.pass_size import memory_batch_size
+
+        sized = memory_batch_size(model, images, {**engine, "layers": list(layers)}, device)
+        return sized, "sized to free GPU memory"
+    return DEFAULT_BATCH_SIZE["cpu"], "CPU default"
+
+
 def run_chunked(
     model: Any,
     images: torch.Tensor,
@@ -136,33 +204,48 @@ def run_chunked(
     label: str = "Jacobian spectra",
     **engine: Any,
 ) -> Spectra:
-    """:func:`~.engine.jacobian_spectra` over chunks of ``chunk_size`` images, each cached in
-    ``cache_dir``; ``engine``: its settings (:func:`.options.engine_options`).
+    """:func:`~.engine.jacobian_spectra` over ``images``, cached in chunks of ``chunk_size``
+    images in ``cache_dir``; ``engine``: its settings (:func:`.options.engine_options`).
 
-    A finished chunk is written atomically to ``cache_dir/chunk_XXXX.npz`` and reused by a later
-    call, so a killed run resumes with the missing chunks only. Chunks do not depend on each other
-    (same directions for every image), so the result equals an uninterrupted run bit for bit.
-    ``cache_dir`` must be specific to the model, images and settings (see :func:`cache_key`).
+    Each engine call takes :func:`chunks_per_call` whole chunks (fixed runs 0..m-1, m..2m-1,
+    ...); its chunks are written atomically to ``cache_dir/chunk_XXXX.npz`` with the
+    ``batch_size`` used, and reused by a later call, so a killed run resumes with the missing
+    runs of chunks only, with the same passes: the result equals an uninterrupted run bit for
+    bit. ``cache_dir`` must be specific to the model, images and settings (see
+    :func:`cache_key`). The result's ``batch_size`` is the one used.
     """
     if chunk_size < 1:
         raise ConfigError(f"chunk_size must be >= 1 (got {chunk_size})")
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     layers = Readout(model).check(layers)
+    batch_size, source = _call_batch_size(model, images, cache_dir, engine, layers)
+    engine = {**engine, "batch_size": batch_size}
+    per_call = chunks_per_call(batch_size, int(engine["k"]), chunk_size)
+    log.info(
+        "%s: batch_size %d (%s), %d chunks of %d images per engine call",
+        label, batch_size, source, per_call, chunk_size,
+    )  # fmt: skip
     n_total = len(images)
+    starts = list(range(0, n_total, chunk_size))
     progress = Progress(n_total, label)
     chunks, reused = [], 0
-    for index, start in enumerate(range(0, n_total, chunk_size)):
-        part = images[start : start + chunk_size]
-        path = cache_dir / f"chunk_{index:04d}.npz"
-        spectra = _load_chunk(path, layers, len(part))
-        if spectra is None:
-            spectra = jacobian_spectra(model, part, layers=layers, **engine)
-            _save_chunk(path, spectra, len(part))
+    for first in range(0, len(starts), per_call):
+        indices = range(first, min(first + per_call, len(starts)))
+        sizes = [min(chunk_size, n_total - starts[i]) for i in indices]
+        paths = [cache_dir / f"chunk_{i:04d}.npz" for i in indices]
+        cached = [_load_chunk(path, layers, size) for path, size in zip(paths, sizes, strict=True)]
+        if all(chunk is not None for chunk in cached):
+            reused += len(cached)
         else:
-            reused += 1
-        chunks.append(spectra)
-        progress.update(len(part))
+            part = images[starts[indices[0]] : starts[indices[0]] + sum(sizes)]
+            cached = _split(jacobian_spectra(model, part, layers=layers, **engine), sizes)
+            for path, chunk, size in zip(paths, cached, sizes, strict=True):
+                _save_chunk(path, chunk, size, batch_size)
+        chunks.extend(cached)
+        progress.update(sum(sizes))
     if reused:
         log.info("%s: reused %d cached chunks of %d from %s", label, reused, len(chunks), cache_dir)
-    return _merge(chunks)
+    merged = _merge(chunks)
+    merged.batch_size = batch_size
+    return merged

@@ -302,13 +302,15 @@ def _randomized_spectra(
 
 class Spectra(dict):
     """``{layer: singular values (n_images, rank)}`` plus ``methods`` {layer: method used},
-    ``d_out`` {layer: readout width}, ``d_in`` (input dimension) and, from the engine,
+    ``d_out`` {layer: readout width}, ``d_in`` (input dimension), ``batch_size`` (from
+    :func:`.cache.run_chunked`: the products per pass used) and, from the engine,
     ``numerics`` (:func:`repdiag.core.gpu.numerics`' record)."""
 
     methods: dict[str, str]
     d_out: dict[str, int]
     d_in: int
     numerics: dict[str, Any] | None = None
+    batch_size: int | None = None  # products per pass, set by cache.run_chunked
 
 
 def _module_dtype_device(
