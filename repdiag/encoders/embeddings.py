@@ -4,7 +4,13 @@
 dims (``image``, ``dim_<layer>``) per tap, coordinates ``image`` (ids such as ``query/q00003``,
 ``candidate/q00003/c5``, ``pair/p00004/m1``, ``folder/<relative path>``), ``image_set`` (image,)
 and ``layer`` (depth order); attrs ``model``, ``entry``, ``family``, ``source``, ``preprocess``,
-``pooling``, ``taps``, ``device`` and ``provenance``.
+``pooling``, ``taps``, ``device``, ``precision``, ``numerics`` and ``provenance``.
+
+Embeddings are computed under the numerics of the Jacobian stage
+(:func:`repdiag.core.gpu.numerics`): ``fp32`` by default, i.e. TF32 off for matmuls and cuDNN
+convolutions (torch's own default lets cuDNN convolutions use TF32, so CNN embeddings on a GPU
+would otherwise not be IEEE float32 while their Jacobians are) and deterministic algorithms on
+CUDA; the switches used are recorded in the ``numerics`` attr.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import xarray as xr
 import zarr
 
 from repdiag.core.errors import EncoderError, StoreError
+from repdiag.core.gpu import autocast, numerics
 from repdiag.core.runtime import Progress, select_device
 from repdiag.core.store import check_finite, open_store, write_store
 from repdiag.encoders.preprocess import load_image_folder
@@ -54,8 +61,11 @@ def _check_features(key: str, arrays: Mapping[str, np.ndarray], ids: np.ndarray)
             )
 
 
-def _store_attrs(encoder: Encoder, device: str | torch.device) -> dict[str, Any]:
-    """The embeddings store's attrs (docs/contracts.md): what built the features, and where."""
+def _store_attrs(
+    encoder: Encoder, device: str | torch.device, record: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The embeddings store's attrs (docs/contracts.md): what built the features, where, and
+    under which numerics (``record``: :func:`repdiag.core.gpu.numerics`' record)."""
     return {
         "model": encoder.key,
         "entry": json.loads(json.dumps(encoder.entry, default=str)),
@@ -65,6 +75,8 @@ def _store_attrs(encoder: Encoder, device: str | torch.device) -> dict[str, Any]
         "pooling": encoder.pooling,
         "taps": encoder.plan.kind,
         "device": str(device),
+        "precision": str(record["precision"]),
+        "numerics": json.loads(json.dumps(dict(record), default=str)),
     }
 
 
@@ -75,11 +87,14 @@ def extract_embeddings(
     batch_size: int = 64,
     device: str | torch.device = "auto",
     layers: Iterable[str] | None = None,
+    precision: str = "fp32",
 ) -> xr.Dataset:
     """Run every image through ``encoder`` in batches and return the embeddings Dataset.
 
     Images are uint8 (N, H, W, 3); each batch is moved to ``device`` as uint8, preprocessed there and
-    tapped under ``torch.inference_mode``. Non-finite features are an :class:`EncoderError` naming
+    tapped under ``torch.inference_mode`` and :func:`repdiag.core.gpu.numerics` at ``precision``
+    (``fp32``, ``tf32`` or ``bf16``, as ``jacobians.precision``; ``bf16`` under bfloat16
+    autocast), whose record is stored. Non-finite features are an :class:`EncoderError` naming
     the array, the count and the first images concerned.
     """
     device = select_device(device) if isinstance(device, str) else device
@@ -96,7 +111,11 @@ def extract_embeddings(
     arrays: dict[str, np.ndarray] = {}
     progress = Progress(total, f"{encoder.key} embeddings")
     offset, start = 0, time.monotonic()
-    with torch.inference_mode():
+    with (
+        torch.inference_mode(),
+        numerics(precision, device) as record,
+        autocast(precision, device),
+    ):
         for name, (_, images) in image_sets.items():
             for lo in range(0, len(images), batch_size):
                 batch = torch.from_numpy(np.ascontiguousarray(images[lo : lo + batch_size])).to(
@@ -136,7 +155,7 @@ def extract_embeddings(
         "image_set": ("image", set_of.astype(str)),
         "layer": np.array(names, dtype=str),
     }
-    return xr.Dataset(data_vars, coords=coords, attrs=_store_attrs(encoder, device))
+    return xr.Dataset(data_vars, coords=coords, attrs=_store_attrs(encoder, device, record))
 
 
 def write_embeddings(
@@ -165,14 +184,17 @@ def extract_model(
     device: str = "auto",
     zoo_dir: str | Path = "results/zoo",
     config: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> xr.Dataset:
     """Build model ``key``, embed ``image_sets`` (plus ``folder``, at the encoder's input size)
-    and write ``output``."""
+    at ``precision`` (:func:`extract_embeddings`) and write ``output``."""
     encoder = build_encoder(key, entry, zoo_dir=zoo_dir)
     sets: dict[str, tuple[Sequence[str], np.ndarray]] = dict(image_sets)
     if folder:
         sets["folder"] = load_image_folder(folder, encoder.preprocess.input_size)
-    ds = extract_embeddings(encoder, sets, batch_size=batch_size, device=device)
+    ds = extract_embeddings(
+        encoder, sets, batch_size=batch_size, device=device, precision=precision
+    )
     write_embeddings(output, ds, config=config)
     return ds
 

@@ -212,3 +212,34 @@ def test_extract_model_embeds_the_sets_it_is_given_and_a_folder_set(tmp_path, im
     assert read_embeddings(out, "final", "folder").shape == (2, 12)
     with pytest.raises(EncoderError, match=r"image folder .* does not exist"):
         load_image_folder(tmp_path / "none", 16)
+
+
+def test_extraction_runs_and_records_the_jacobian_stage_numerics(image_sets):
+    """fp32 (the default, as jacobians.precision): TF32 off for matmuls and cuDNN convolutions
+    during extraction, recorded in the store; torch's switches restored after it; bf16 runs
+    under bfloat16 autocast (features close to float32's, not equal)."""
+    from repdiag.core.gpu import numerics_record
+
+    encoder = build_encoder("mine", TOKEN_NET)
+    before = numerics_record()
+    seen = {}
+    real = encoder.layer_outputs
+
+    def spy(x, names):
+        seen.setdefault("tf32", numerics_record()["tf32"])
+        seen.setdefault("autocast", torch.is_autocast_enabled("cpu"))
+        return real(x, names)
+
+    encoder.layer_outputs = spy
+    ds = extract_embeddings(encoder, image_sets, batch_size=64, device="cpu")
+    assert ds.attrs["precision"] == "fp32" and ds.attrs["numerics"]["precision_effective"] == "fp32"
+    switches = {k: v for k, v in seen["tf32"].items() if k != "cudnn.fp32_precision"}
+    assert switches and set(switches.values()) <= {"ieee", False} and not seen["autocast"]
+    assert ds.attrs["numerics"]["tf32"] == seen["tf32"]
+    assert numerics_record() == before
+    seen.clear()
+    bf16 = extract_embeddings(encoder, image_sets, batch_size=64, device="cpu", precision="bf16")
+    assert seen["autocast"] and bf16.attrs["precision"] == "bf16"
+    a, b = ds["emb_final"].values, bf16["emb_final"].values
+    assert not np.array_equal(a, b)
+    np.testing.assert_allclose(b, a, rtol=0.1, atol=0.1 * float(np.abs(a).max()))
