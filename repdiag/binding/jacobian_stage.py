@@ -86,8 +86,8 @@ def _folder_images(path: str | Path, n: int, size: int) -> tuple[list[str], np.n
 
     if not Path(path).is_dir():
         raise ConfigError(f"jacobians.probes.folder.path: {path} is not a folder of images")
-    ids, images = load_image_folder(path, size)
-    return list(ids[:n]), images[:n]
+    ids, images = load_image_folder(path, size, limit=n)  # decodes only the n it keeps
+    return list(ids), images
 
 
 def load_probes(

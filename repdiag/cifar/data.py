@@ -9,11 +9,9 @@ Two layouts are read, found automatically under ``data_dir`` (``cifar.data_dir``
 - ``folder``: ``<data_dir>/train/<class>/*.png`` and ``<data_dir>/test/<class>/*.png``; the class
   names are the sorted sub-folder names of ``train``.
 
-Pickle safety: unpickling calls whatever globals the file names, so a pickle from the internet can
-run arbitrary code. :class:`NumpyOnlyUnpickler` resolves only the few globals that rebuild numpy
-arrays (``numpy._core.multiarray._reconstruct``, ``numpy.ndarray``, ``numpy.dtype``, numpy
-scalars) and ``_codecs.encode`` (how protocol-2 pickles store bytes); any other global is refused,
-so a batch file can only ever produce dicts, lists, strings, numbers and numpy arrays.
+Pickle safety: batches are read by :mod:`repdiag.cifar.pickles` (an allow-list unpickler; no
+global but numpy's array rebuilders, every array filled from its own bytes). Image folders are read
+by the one image reader, :mod:`repdiag.common.images`.
 
 ``python -m repdiag.cifar.data download DIR`` fetches and verifies the official archive (needs
 internet); ``python -m repdiag.cifar.data fixture DIR`` writes a small synthetic stand-in in the
@@ -23,10 +21,8 @@ same format (what the tests and ``config/cifar_smoke.yaml`` use).
 from __future__ import annotations
 
 import argparse
-import codecs
 import dataclasses
 import hashlib
-import io
 import logging
 import math
 import pickle
@@ -40,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from repdiag.cifar.pickles import NumpyOnlyUnpickler, read_pickle_batch  # noqa: F401 (API)
+from repdiag.common.images import ImageError, ReadOptions, list_images, read_rgb_array
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import atomic_path
 
@@ -137,49 +135,6 @@ def data_files(data_dir: str | Path | None, layout: str = "auto") -> list[str]:
     return [str(root / "train"), str(root / "test")]
 
 
-class NumpyOnlyUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only the globals needed to rebuild numpy arrays (see module doc)."""
-
-    def __init__(self, file: io.BufferedIOBase, source: Path) -> None:
-        # latin1: the official batches were pickled by Python 2; numpy needs its str payloads as
-        # latin1 to rebuild arrays (numpy.load docs).
-        super().__init__(file, encoding="latin1")
-        self.source = source
-
-    def find_class(self, module: str, name: str) -> Any:
-        if name == "_reconstruct" and module in ("numpy.core.multiarray", "numpy._core.multiarray"):
-            return np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's own _reconstruct
-        if name == "scalar" and module in ("numpy.core.multiarray", "numpy._core.multiarray"):
-            return np.int64(0).__reduce__()[0]
-        if module == "numpy" and name in ("ndarray", "dtype"):
-            return getattr(np, name)
-        if module == "_codecs" and name == "encode":
-            return codecs.encode
-        raise StoreError(
-            f"{self.source}: refusing to unpickle {module}.{name}: a CIFAR-10 batch holds only "
-            "numpy arrays, lists and strings, so this file is not one (or was tampered with). "
-            "Replace it with the official python version of CIFAR-10."
-        )
-
-
-def read_pickle_batch(path: str | Path) -> dict[str, Any]:
-    """One batch file as a dict with str keys, read with :class:`NumpyOnlyUnpickler`."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as stream:
-            batch = NumpyOnlyUnpickler(stream, path).load()
-    except StoreError:
-        raise
-    except Exception as err:  # truncated or not a pickle at all
-        raise StoreError(
-            f"{path} is not a readable CIFAR-10 batch ({type(err).__name__}: {err}); "
-            "re-extract cifar-10-python.tar.gz"
-        ) from err
-    if not isinstance(batch, dict):
-        raise StoreError(f"{path}: expected a pickled dict, found {type(batch).__name__}")
-    return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in batch.items()}
-
-
 def _batch_split(path: Path) -> Split:
     batch = read_pickle_batch(path)
     for key in ("data", "labels"):
@@ -217,30 +172,32 @@ def _read_pickle_layout(root: Path) -> tuple[Split, Split, tuple[str, ...]]:
     return train, test, classes
 
 
-def _read_folder_split(split_dir: Path, classes: Sequence[str]) -> Split:
-    from PIL import Image
+FOLDER_MAX_PIXELS = 1 << 20
+"""Largest image of a CIFAR folder (1024 x 1024): CIFAR-like sets hold small images."""
 
+
+def _read_folder_split(split_dir: Path, classes: Sequence[str]) -> Split:
+    """Every image of ``split_dir/<class>/``, read by :func:`repdiag.common.images.read_rgb`:
+    regular files only, square and of the first image's size (checked from each header, before
+    decoding), at most :data:`FOLDER_MAX_PIXELS`, converted by mode (16-bit grey scaled)."""
     images, labels = [], []
+    options = ReadOptions(root=split_dir, max_pixels=FOLDER_MAX_PIXELS, max_aspect=1.0)
     for index, name in enumerate(classes):
         class_dir = split_dir / name
         if not class_dir.is_dir():
             raise StoreError(f"{class_dir} is missing: {split_dir} must have one folder per class")
-        for path in sorted(class_dir.iterdir()):
-            if path.suffix.lower() not in IMAGE_SUFFIXES:
-                continue
+        for path in list_images(class_dir, IMAGE_SUFFIXES, recursive=False):
             try:
-                with Image.open(path) as image:
-                    images.append(np.asarray(image.convert("RGB"), dtype=np.uint8))
-            except OSError as err:
-                raise StoreError(f"{path} is not a readable image ({err})") from err
+                images.append(read_rgb_array(path, options))
+            except ImageError as err:
+                raise StoreError(
+                    f"{err} ({split_dir}: images must all be square, one size)"
+                ) from err
+            if options.shape is None:
+                options = dataclasses.replace(options, shape=images[0].shape[1::-1])
             labels.append(index)
     if not images:
         raise StoreError(f"{split_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
-    shapes = {im.shape for im in images}
-    if len(shapes) != 1 or next(iter(shapes))[0] != next(iter(shapes))[1]:
-        raise StoreError(
-            f"{split_dir}: images must all be square and of one size, found {sorted(shapes)}"
-        )
     return Split(np.stack(images), np.asarray(labels, dtype=np.int64))
 
 

@@ -11,8 +11,10 @@ overridden key by key by the ``preprocess:`` mapping of its config entry.
     x = (clamp(x, 0, 1) - mean) / std                   # per channel
 
 The whole synthetic scene is resized, never cropped: cropping would cut objects out of their grid
-slots. Natural images of any size are read by :func:`load_image_folder`, which resizes the shorter
-side to ``S`` and centre-crops, as timm/torchvision evaluation transforms do (crop_pct = 1).
+slots. Natural images of any size are read by :func:`load_image_folder`, which resamples the centre
+square to ``S`` (what resizing the shorter side to ``S`` and centre-cropping gives, as timm and
+torchvision evaluation transforms do with crop_pct = 1), through the one image reader
+:mod:`repdiag.common.images`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from repdiag.common.images import (
+    ImageError,
+    ReadOptions,
+    list_images,
+    read_rgb,
+    read_rgb_array,
+)
 from repdiag.core.errors import EncoderError
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
@@ -150,91 +159,42 @@ def from_torchvision(weights: Any | None) -> Preprocess:
     return Preprocess(int(size), tf.mean, tf.std, _interpolation_name(tf.interpolation))
 
 
-# Largest image (width x height) read from a folder; over it the file is refused, naming it,
-# before it is decoded. REPDIAG_MAX_IMAGE_PIXELS overrides it.
-MAX_IMAGE_PIXELS = 50_000_000
-
-
-def max_image_pixels() -> int:
-    import os
-
-    value = os.environ.get("REPDIAG_MAX_IMAGE_PIXELS")
-    if value is None:
-        return MAX_IMAGE_PIXELS
-    try:
-        return int(value)
-    except ValueError:
-        raise EncoderError(
-            f"REPDIAG_MAX_IMAGE_PIXELS={value!r} is not an integer number of pixels"
-        ) from None
-
-
 def open_rgb(path: str | Path, max_pixels: int | None = None) -> Any:
-    """A PIL RGB image of ``path``, read by its mode, refused over the pixel budget.
-
-    8-bit modes go through ``convert("RGB")``; 16-bit grey (``I;16*``) is scaled from its type's
-    range 0..65535, 32-bit integer (``I``) and float (``F``) images from their own min..max
-    (a float image already inside [0, 1] is taken as is). PIL's own ``convert`` would clip
-    these to 0..255 (all white) or truncate them (all black).
-    """
-    from PIL import Image
-
-    limit = max_image_pixels() if max_pixels is None else max_pixels
+    """A PIL RGB image of ``path`` read by :func:`repdiag.common.images.read_rgb` (regular files
+    only, pixel budget and side ratio checked from the header, converted by mode)."""
     try:
-        with Image.open(path) as image:
-            width, height = image.size
-            if width * height > limit:
-                raise EncoderError(
-                    f"image {path} is {width} x {height} = {width * height} pixels, over the budget "
-                    f"of {limit}; shrink it, remove it from the folder or raise "
-                    "REPDIAG_MAX_IMAGE_PIXELS"
-                )
-            mode = image.mode
-            if mode.startswith("I;16") or mode in ("I", "F"):
-                values = np.asarray(image, dtype=np.float64)
-                if mode.startswith("I;16"):
-                    scaled = values / 65535.0
-                elif mode == "F" and values.size and values.min() >= 0 and values.max() <= 1:
-                    scaled = values
-                else:
-                    finite = values[np.isfinite(values)]
-                    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
-                    scaled = (values - low) / (high - low) if high > low else values * 0.0
-                grey = np.round(np.nan_to_num(scaled, nan=0.0).clip(0, 1) * 255).astype(np.uint8)
-                return Image.fromarray(np.repeat(grey[..., None], 3, axis=2), "RGB")
-            return image.convert("RGB")
-    except Image.DecompressionBombError as err:
-        raise EncoderError(f"image {path} is refused by PIL as too large ({err})") from err
+        return read_rgb(path, ReadOptions(max_pixels=max_pixels))
+    except ImageError as err:
+        raise EncoderError(str(err)) from err
 
 
-def load_image_folder(folder: str | Path, size: int) -> tuple[list[str], np.ndarray]:
-    """Every image under ``folder`` (recursive, sorted), as uint8 ``(N, size, size, 3)``.
+def load_image_folder(
+    folder: str | Path, size: int, limit: int | None = None
+) -> tuple[list[str], np.ndarray]:
+    """The images under ``folder`` (recursive, sorted; the first ``limit`` when given), as uint8
+    ``(N, size, size, 3)``.
 
-    Each image is read by its mode (:func:`open_rgb`: 16-bit and float images scaled to their
-    range, over :data:`MAX_IMAGE_PIXELS` refused), its shorter side resized to ``size`` (bicubic)
-    and the centre ``size`` x ``size`` cropped. Ids are ``folder/<relative path>``.
+    Each image is read by :func:`repdiag.common.images.read_rgb`: a regular file inside
+    ``folder``, within the pixel budget and side ratio, converted by mode, and its centre square
+    resampled to ``size`` x ``size`` (bicubic), which is what resizing the shorter side to
+    ``size`` and centre-cropping gives, without ever resizing the long side. Only the kept files
+    are decoded. Ids are ``folder/<relative path>``.
     """
-    from PIL import Image
-
     folder = Path(folder)
     if not folder.is_dir():
         raise EncoderError(f"image folder {folder} does not exist (config key embeddings.folder)")
-    paths = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    paths = list_images(folder, IMAGE_SUFFIXES)[:limit]
     if not paths:
         raise EncoderError(
             f"image folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}); "
             "set embeddings.folder to a folder of natural images or to null"
         )
+    options = ReadOptions(root=folder, size=size)
     images = np.empty((len(paths), size, size, 3), dtype=np.uint8)
     for i, path in enumerate(paths):
         try:
-            image = open_rgb(path)
-            scale = size / min(image.size)
-            w, h = (max(size, round(d * scale)) for d in image.size)
-            image = image.resize((w, h), Image.Resampling.BICUBIC)
-            left, top = (w - size) // 2, (h - size) // 2
-            images[i] = np.asarray(image.crop((left, top, left + size, top + size)))
-        except OSError as err:
-            raise EncoderError(f"cannot read image {path}: {err}") from err
+            images[i] = read_rgb_array(path, options)
+        except ImageError as err:
+            raise EncoderError(str(err)) from err
     ids = [f"folder/{p.relative_to(folder).as_posix()}" for p in paths]
     return ids, images

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repdiag.core.errors import ConfigError, EncoderError
+from repdiag.common.images import list_images
+from repdiag.core.errors import ConfigError
 
 CATEGORIES = (
     "replace_obj",
@@ -114,6 +115,13 @@ def check_images(images: str | Path | None, filenames: Sequence[str]) -> Path:
     folder = Path(images)
     if not folder.is_dir():
         raise ConfigError(f"sugarcrepe.images: {folder} is not a folder; {download_help('images')}")
+    real = folder.resolve()
+    outside = sorted({n for n in filenames if not (folder / n).resolve().is_relative_to(real)})
+    if outside:
+        raise ConfigError(
+            f"sugarcrepe.images: {len(outside)} file names that SugarCrepe references lead "
+            f"outside {folder}, e.g. {outside[:3]}; the data files were altered: download them again"
+        )
     missing = sorted({name for name in filenames if not (folder / name).is_file()})
     if missing:
         raise ConfigError(
@@ -143,20 +151,21 @@ def load_examples(
     return examples
 
 
-def open_rgb(path: str | Path) -> Any:
-    """The image at ``path`` as an RGB ``PIL.Image`` (fully read, file closed)."""
-    from PIL import UnidentifiedImageError
+def open_rgb(path: str | Path, root: str | Path | None = None) -> Any:
+    """The image at ``path`` as an RGB ``PIL.Image`` (fully read, file closed), its centre square.
 
-    from repdiag.encoders.preprocess import open_rgb as read_by_mode
+    Read by :func:`repdiag.common.images.read_rgb`: a regular file inside ``root`` (default: its
+    folder), within the pixel budget and side ratio (checked from the header), converted by mode,
+    and cropped to its centre square before the model's own transform resizes it. open_clip's
+    evaluation transform resizes the shorter side and centre-crops that square anyway; cropping
+    first means a long thin image is never resized along its long side.
+    """
+    from repdiag.common.images import ImageError, ReadOptions, read_rgb
 
-    try:  # by mode (16-bit, float) and within the pixel budget, naming the file
-        return read_by_mode(path)
-    except EncoderError as err:
+    try:
+        return read_rgb(path, ReadOptions(root=root, square=True))
+    except ImageError as err:
         raise ConfigError(str(err)) from err
-    except (OSError, UnidentifiedImageError) as err:
-        raise ConfigError(
-            f"cannot read image {path} ({err}); the file is corrupt or truncated"
-        ) from err
 
 
 # --------------------------------------------------------------------------- zero-shot folder
@@ -221,9 +230,7 @@ def labelled_folder(
             )
     paths, labels = [], []
     for index, name in enumerate(dirs):
-        found = sorted(p for p in (folder / name).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[
-            :max_per_class
-        ]
+        found = list_images(folder / name, IMAGE_SUFFIXES)[:max_per_class]
         if not found:
             raise ConfigError(
                 f"sugarcrepe.zero_shot.folder: class folder {folder / name} has no images"
