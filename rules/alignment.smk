@@ -1,6 +1,7 @@
 # The alignment study (CoSAE vs Crosscoder, USAE and SAE-A): one job per synthetic grid cell, one
 # job per real-embedding pair, then tables, claims and figures (repdiag.alignment, repdiag.alignment.metrics).
 # Modules, not names, are imported: every .smk shares one namespace.
+import repdiag.core.gpu
 import repdiag.alignment.grid
 
 ALIGNMENT = config["alignment"]
@@ -74,12 +75,12 @@ rule alignment_cell:
         "../envs/torch.yaml"
     threads: 1
     resources:
-        gpu=1,
+        gpu=repdiag.core.gpu.small_job_gpus(config),
     params:
         cell=lambda wildcards: repdiag.alignment.grid.cell_params(
             ALIGNMENT, wildcards.cell
         ),
-        device=config["device"],
+        device=repdiag.core.gpu.small_job_device(config),
     script:
         "../workflow_scripts/alignment_cell.py"
 
@@ -101,12 +102,12 @@ rule alignment_real:
         "../envs/torch.yaml"
     threads: 1
     resources:
-        gpu=1,
+        gpu=repdiag.core.gpu.small_job_gpus(config),
     params:
         real=lambda wildcards: repdiag.alignment.grid.real_params(
             ALIGNMENT, wildcards.pair
         ),
-        device=config["device"],
+        device=repdiag.core.gpu.small_job_device(config),
     script:
         "../workflow_scripts/alignment_real.py"
 

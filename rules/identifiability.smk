@@ -1,6 +1,7 @@
 # The identifiability study (repdiag.identifiability, repdiag.identifiability.sphere): one job per grid cell
 # (generator x sampling x encoder x loss [x constrained ratio] x seed), then tables and figures.
 # Modules, not names, are imported: every .smk shares one namespace.
+import repdiag.core.gpu
 import repdiag.identifiability.study
 
 IDENTIFIABILITY = config["identifiability"]
@@ -21,12 +22,12 @@ rule identifiability_cell:
         "../envs/torch.yaml"
     threads: 1
     resources:
-        gpu=1,
+        gpu=repdiag.core.gpu.small_job_gpus(config),
     params:
         cell=lambda wildcards: repdiag.identifiability.study.cell_params(
             IDENTIFIABILITY, wildcards.cell
         ),
-        device=config["device"],
+        device=repdiag.core.gpu.small_job_device(config),
     script:
         "../workflow_scripts/identifiability_cell.py"
 

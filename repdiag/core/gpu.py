@@ -188,6 +188,16 @@ def gpu_slot(
         handle.close()
 
 
+def small_job_device(config: dict[str, Any]) -> str:
+    """The device of the small jobs (config ``small_jobs_device``, default ``cpu``)."""
+    return str(config.get("small_jobs_device") or "cpu")
+
+
+def small_job_gpus(config: dict[str, Any]) -> int:
+    """The ``gpu`` resource of a small job: 0 when it runs on the CPU, else 1 (a slot)."""
+    return 0 if small_job_device(config) == "cpu" else 1
+
+
 # ----------------------------------------------------------------------------------------------
 # Numerics: TF32, bfloat16 autocast, deterministic algorithms
 # ----------------------------------------------------------------------------------------------

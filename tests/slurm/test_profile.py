@@ -57,7 +57,7 @@ def test_set_resources_name_rules_of_the_workflow() -> None:
 
 def test_every_gpu_rule_asks_slurm_for_a_gpu_with_limits() -> None:
     gpu_rules = {name for name, body in rule_blocks().items() if re.search(r"\bgpu=1,", body)}
-    assert {"extract_embeddings", "jacobian_spectra", "identifiability_cell"} <= gpu_rules
+    assert {"extract_embeddings", "jacobian_spectra", "identifiability_check_cell"} <= gpu_rules
     resources = profile()["set-resources"]
     for rule in gpu_rules:
         assert resources.get(rule, {}).get("gpu") == 1, f"{rule} needs gpu: 1 in profiles/slurm"
@@ -65,6 +65,24 @@ def test_every_gpu_rule_asks_slurm_for_a_gpu_with_limits() -> None:
     # train_zoo takes a GPU only when zoo.device asks for one: the rule decides, not the profile
     assert "gpu" not in resources["train_zoo"]
     assert "gpu=0 if" in rule_blocks()["train_zoo"]
+
+
+def test_small_jobs_run_on_cpu_cores_and_long_jobs_are_retried() -> None:
+    """The small cells hold no GPU by default (the rule asks small_job_gpus: 0 for cpu) and the
+    profile does not force one; failed jobs are resubmitted (the Jacobian chunk cache resumes)."""
+    from repdiag.core.config import fill_defaults
+    from repdiag.core.gpu import small_job_device, small_job_gpus
+
+    resources = profile()["set-resources"]
+    for rule in ("identifiability_cell", "alignment_cell", "alignment_real"):
+        assert "small_job_gpus(config)" in rule_blocks()[rule], rule
+        assert "small_job_device(config)" in rule_blocks()[rule], rule
+        assert "gpu" not in resources[rule], rule
+    defaults = fill_defaults({})
+    assert small_job_device(defaults) == "cpu" and small_job_gpus(defaults) == 0
+    assert small_job_gpus({"small_jobs_device": "auto"}) == 1
+    assert small_job_gpus({"small_jobs_device": "cuda:1"}) == 1
+    assert profile()["retries"] >= 1
 
 
 def test_cpu_override_maps_gpu_rules_to_cpu_and_keeps_the_rest() -> None:
