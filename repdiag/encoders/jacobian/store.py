@@ -13,14 +13,15 @@ with ``n_singular`` (layer,) valid values (0 for randomized layers). Coordinates
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 import xarray as xr
 
-from repdiag.encoders.jacobian.engine import Spectra
-from repdiag.encoders.jacobian.jer import jer
+if TYPE_CHECKING:  # the writer's types; readers (table and plot jobs) never import torch
+    import torch
+
+    from repdiag.encoders.jacobian.engine import Spectra
 
 STORE_CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "singular_values": ("float32", ("layer", "image", "rank")),
@@ -45,6 +46,8 @@ MEANING: dict[str, str] = {
 
 
 def _padded(values: torch.Tensor, width: int) -> np.ndarray:
+    import torch
+
     values = values[:, :width].to(torch.float64)
     return torch.nn.functional.pad(values, (0, width - values.shape[1])).numpy()
 
@@ -59,6 +62,8 @@ def spectra_dataset(
     attrs: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
     """The store's Dataset: top-k spectra, JER per formula, the full exact spectra when computed."""
+    from repdiag.encoders.jacobian.jer import jer
+
     layers = list(spectra)
     top = np.stack([_padded(spectra[name], k) for name in layers])
     data: dict[str, Any] = {"singular_values": (("layer", "image", "rank"), top.astype(np.float32))}
