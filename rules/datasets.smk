@@ -5,7 +5,7 @@
 rule render_binding:
     output:
         store=directory("results/datasets/binding.zarr"),
-        sheet=report("results/figures/binding_contact_sheet.png", category="Dataset"),
+        sheet=report("results/datasets/binding_contact_sheet.png", category="Dataset"),
     log:
         log_file("render_binding", "binding"),
     benchmark:

@@ -44,7 +44,7 @@ def test_binding_store_opens_with_named_dimensions_and_coordinates(workflow_run:
 
 
 def test_binding_contact_sheet_and_logs_exist(workflow_run: Path) -> None:
-    sheet = workflow_run / "results" / "figures" / "binding_contact_sheet.png"
+    sheet = workflow_run / "results" / "datasets" / "binding_contact_sheet.png"
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     log = (workflow_run / "logs" / "render_binding" / "binding.log").read_text()
     assert "rendered" in log
