@@ -1,6 +1,8 @@
 # SimCLR on CIFAR-10 (repdiag.cifar, repdiag.cifar.data): one GPU job per architecture x
 # augmentation regime x seed (train + linear probe), then a table and a figure. Off unless
 # cifar.enabled; `snakemake cifar` builds just this branch.
+from pathlib import Path
+
 from repdiag.cifar.study import run_names, run_params
 from repdiag.cifar.data import data_files
 
@@ -28,6 +30,14 @@ rule cifar_simclr:
     params:
         run=lambda wildcards: run_params(CIFAR, wildcards.run),
         device=config["device"],
+        # the train/ and test/ folders of the folder layout, by manifest (batch files are inputs)
+        inputs=lambda wildcards: folder_digests(
+            *(
+                (f"cifar.data_dir/{Path(path).name}", path)
+                for path in data_files(CIFAR["data_dir"], CIFAR["format"])
+                if Path(path).is_dir()
+            )
+        ),
     script:
         "../workflow_scripts/cifar_simclr.py"
 

@@ -10,10 +10,12 @@ from repdiag.core.config import (
     section,
     seeded,
 )
+from repdiag.core.digests import digests
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.offline import enforce_offline
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
+from repdiag.encoders.entries import model_files
 from repdiag.studies import TARGETS, target
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
@@ -132,6 +134,28 @@ def bench_file(rule_name, stem="{model}"):
 def model_entry(wildcards):
     """The config entry of one model: exactly what that model's jobs depend on."""
     return MODELS[wildcards.model]
+
+
+# Files a job reads that are not Snakemake inputs (weights files, image folders) enter its params
+# as digests (repdiag.core.digests: a file's SHA-256, a folder's manifest of names, sizes and
+# mtimes), so a change reruns exactly the jobs that read them; SHA-256s are cached here between
+# Snakemake calls by path, size and mtime.
+DIGEST_CACHE = ".snakemake/repdiag/digests.json"
+
+
+def folder_digests(*named):
+    """``{dotted key: manifest digest}`` of each ``(dotted key, folder)`` whose folder is set."""
+    return digests(
+        [(where, path, "dir") for where, path in named if path], DIGEST_CACHE
+    )
+
+
+def model_digests(wildcards):
+    """Digests of the files a model's encoder reads (``pretrained:`` and ``weights:`` files, a hub
+    repository; repdiag.encoders.entries.model_files). Zoo checkpoints are inputs instead.
+    """
+    key = wildcards.model
+    return digests(model_files(key, MODELS[key]), DIGEST_CACHE)
 
 
 def encoder_entry(wildcards):

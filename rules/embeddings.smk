@@ -2,6 +2,10 @@
 # results/embeddings/{model}.zarr, one job per model (repdiag.encoders.embeddings).
 from repdiag.encoders.entries import zoo_files
 
+EMBEDDINGS_FOLDER_DIGEST = folder_digests(
+    ("embeddings.folder", config["embeddings"]["folder"])
+)
+
 
 rule extract_embeddings:
     input:
@@ -26,6 +30,10 @@ rule extract_embeddings:
         image_sets=config["embeddings"]["image_sets"],
         folder=config["embeddings"]["folder"],
         device=config["device"],
+        inputs=lambda wildcards: {
+            **model_digests(wildcards),
+            **EMBEDDINGS_FOLDER_DIGEST,
+        },
     script:
         "../workflow_scripts/extract_embeddings.py"
 

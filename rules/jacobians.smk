@@ -2,6 +2,17 @@
 # Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.encoders.jacobian).
 from repdiag.encoders.entries import zoo_files
 
+JACOBIAN_FOLDER_DIGEST = folder_digests(
+    (
+        "jacobians.probes.folder.path",
+        (
+            config["jacobians"]["probes"]["folder"]["path"]
+            if config["jacobians"]["probes"]["folder"]["n"] > 0
+            else None
+        ),
+    )
+)
+
 
 rule jacobian_spectra:
     input:
@@ -34,6 +45,10 @@ rule jacobian_spectra:
         entry=encoder_entry,
         jacobians=config["jacobians"],
         device=config["device"],
+        inputs=lambda wildcards: {
+            **model_digests(wildcards),
+            **JACOBIAN_FOLDER_DIGEST,
+        },
     script:
         "../workflow_scripts/jacobian_spectra.py"
 

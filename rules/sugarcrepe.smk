@@ -9,6 +9,17 @@ SUGARCREPE_MODELS = scored_models(config)
 SUGARCREPE_STATS = seeded(config["stats"], config)
 
 
+# the image folders the scoring jobs read, by manifest (computed only when the branch is on)
+SUGARCREPE_FOLDER_DIGEST = (
+    folder_digests(
+        ("sugarcrepe.images", SUGARCREPE["images"]),
+        ("sugarcrepe.zero_shot.folder", SUGARCREPE["zero_shot"]["folder"]),
+    )
+    if SUGARCREPE["enabled"]
+    else {}
+)
+
+
 rule sugarcrepe_score:
     input:
         data=sugarcrepe_files(SUGARCREPE["root"], SUGARCREPE["categories"]),
@@ -50,6 +61,10 @@ rule sugarcrepe_score:
             ),
         },
         device=config["device"],
+        inputs=lambda wildcards: {
+            **model_digests(wildcards),
+            **SUGARCREPE_FOLDER_DIGEST,
+        },
     script:
         "../workflow_scripts/sugarcrepe_score.py"
 

@@ -31,7 +31,12 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         batch_size=params.batch_size,
         device=params.device,
         zoo_dir=Path(zoo_inputs[0]).parent.parent if zoo_inputs else "results/zoo",
-        config={"models": {key: dict(params.entry)}, "embeddings": settings},
+        # inputs: digests of the weights files and folders read (not Snakemake inputs)
+        config={
+            "models": {key: dict(params.entry)},
+            "embeddings": settings,
+            "inputs": dict(params.inputs),
+        },
     )
     log.info(
         "wrote %s: %d images, layers %s",

@@ -39,6 +39,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
             "models": {key: dict(params.entry)},
             "jacobians": dict(params.jacobians),
             "device": params.device,
+            "inputs": dict(params.inputs),  # digests of the weights files and folders read
         },
     )
     log.info("wrote %s and %s", snakemake.output.store, snakemake.output.summary)

@@ -15,7 +15,11 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     device = select_device(params.device)
     result = evaluate_model(key, params.entry, params.sugarcrepe, device=device)
     result["provenance"] = provenance(
-        {"models": {key: dict(params.entry)}, "sugarcrepe": dict(params.sugarcrepe)},
+        {
+            "models": {key: dict(params.entry)},
+            "sugarcrepe": dict(params.sugarcrepe),
+            "inputs": dict(params.inputs),
+        },
         seed=params.sugarcrepe["seed"],
     )
     write_json(snakemake.output[0], result)

@@ -1,0 +1,131 @@
+"""Digests of the files and folders a job reads that are not Snakemake inputs of their own.
+
+Snakemake reruns a job when an input is newer than its outputs or a param changed. A weights file
+or an image folder read by a job but not declared would change unseen, so the rules put a digest
+of each in the job's params (and the job records it in its store's provenance):
+
+* a **file** (weights: ``pretrained:`` files, checkpoint and hub ``weights:``): the SHA-256 of its
+  content, cached by (path, size, mtime_ns, inode) in memory and in an optional JSON file, so a
+  large file is read again only when its size or time changed. A file rewritten with new content
+  reruns its jobs; a file only touched (same bytes, new mtime) is read again and reruns nothing.
+* a **folder** (image sets, probe folders, CIFAR's ``train/``/``test/``, SugarCrepe's images, a
+  hub repository): the SHA-256 of its manifest, one ``relative name, size, mtime_ns`` line per
+  file at any depth, in name order. Cheap for thousands of images (one ``stat`` each, no reads);
+  a file added, removed, renamed, resized or rewritten reruns its jobs, and so does a file only
+  touched (its mtime is in the manifest): hashing every image on every parse would cost more
+  than the rare rerun.
+
+A path that does not exist gets the digest ``missing``: the job itself reports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+_SHA_CACHE: dict[tuple[str, int, int, int], str] = {}
+
+MISSING = "missing"
+
+
+def _stat_key(path: Path) -> tuple[str, int, int, int]:
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+def _read_cache(cache: Path | None) -> dict[str, str]:
+    if cache is None:
+        return {}
+    try:
+        data = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def _write_cache(cache: Path, entries: dict[str, str]) -> None:
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entries))
+        partial.replace(cache)
+    except OSError:  # an unwritable cache only costs the next parse a read of the file
+        pass
+
+
+def file_sha256(path: str | Path, cache: str | Path | None = None) -> str:
+    """``sha256:<hex>`` of the content of ``path``, cached by (path, size, mtime_ns, inode).
+
+    ``cache``: a JSON file keeping the digests between processes (each Snakemake call parses the
+    workflow again); without it, only this process remembers them.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        return MISSING
+    key = _stat_key(path)
+    if key in _SHA_CACHE:
+        return _SHA_CACHE[key]
+    cache = None if cache is None else Path(cache)
+    stored = _read_cache(cache)
+    text_key = json.dumps(key)
+    if text_key not in stored:
+        sha = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(block)
+        stored[text_key] = f"sha256:{sha.hexdigest()}"
+        if cache is not None:
+            _write_cache(cache, stored)
+    _SHA_CACHE[key] = stored[text_key]
+    return stored[text_key]
+
+
+def folder_manifest(folder: str | Path) -> list[tuple[str, int, int]]:
+    """``(relative name, size, mtime_ns)`` of every regular file under ``folder``, by name; hidden
+    entries (``.DS_Store``, ``.ipynb_checkpoints``) left out, symlinks not followed."""
+    root = Path(folder).expanduser()
+    found = []
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        with os.scandir(current) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    name = Path(entry.path).relative_to(root).as_posix()
+                    found.append((name, stat.st_size, stat.st_mtime_ns))
+    return sorted(found)
+
+
+def folder_digest(folder: str | Path) -> str:
+    """``manifest:<sha256 hex>`` of :func:`folder_manifest` (``missing`` when not a folder)."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        return MISSING
+    sha = hashlib.sha256()
+    for name, size, mtime_ns in folder_manifest(root):
+        sha.update(f"{name}\0{size}\0{mtime_ns}\n".encode())
+    return f"manifest:{sha.hexdigest()}"
+
+
+def digests(
+    files: Iterable[tuple[str, str | Path, str]], cache: str | Path | None = None
+) -> dict[str, str]:
+    """``{dotted key: digest}`` of ``(dotted key, path, "file"|"dir")`` triples: a file's content
+    (:func:`file_sha256`), a folder's manifest (:func:`folder_digest`)."""
+    out = {}
+    for where, path, kind in files:
+        if kind == "dir":
+            out[where] = folder_digest(path)
+        elif kind == "file":
+            out[where] = file_sha256(path, cache)
+        else:
+            raise ValueError(f"{where}: kind {kind!r} is neither 'file' nor 'dir'")
+    return out

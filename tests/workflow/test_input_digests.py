@@ -1,0 +1,171 @@
+"""Files a job reads that are not Snakemake inputs rerun exactly their jobs when they change.
+
+One copy of the workflow on config/test.yaml plus a checkpoint model (a weights file), an
+embeddings image folder and a Jacobian probe folder. Every output is created empty and marked
+done by Snakemake's own touch executor, which records each job's params (the digests among them,
+repdiag.core.digests); then each test changes one file and asks the in-process planner
+(tests.planning.plan) what reruns, and puts the file back. Nothing is executed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_workflow
+from tests.planning import Planned, plan, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+WEIGHTS = Path("weights") / "ck.safetensors"
+IMAGES = Path("images")
+PROBES = Path("probes")
+
+
+def _touch_all(workdir: Path, configfile: Path) -> None:
+    """Create every output empty and let Snakemake's touch executor record its jobs as done."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+
+    for job in plan(workdir, configfiles=[configfile], forceall=True):
+        for output in job.outputs:
+            path = workdir / output
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.mkdir(exist_ok=True) if output.endswith(".zarr") else path.write_text("")
+    cwd = Path.cwd()
+    try:
+        with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+            workflow = api.workflow(
+                resource_settings=ResourceSettings(cores=2),
+                config_settings=ConfigSettings(
+                    configfiles=[workdir / configfile], replace_workflow_config=True
+                ),
+                snakefile=workdir / "Snakefile",
+                workdir=workdir,
+            )
+            dag = workflow.dag(DAGSettings(targets={"all"}, forceall=True))
+            dag.execute_workflow(executor="touch")
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    workdir = copy_workflow(tmp_path_factory.mktemp("digests") / "run")
+    (workdir / WEIGHTS).parent.mkdir()
+    (workdir / WEIGHTS).write_bytes(b"w" * 256)
+    for folder in (IMAGES, PROBES):
+        (workdir / folder / "sub").mkdir(parents=True)
+        (workdir / folder / "a.png").write_bytes(b"a" * 64)
+        (workdir / folder / "sub" / "b.png").write_bytes(b"b" * 64)
+    config = tiny_config(
+        embeddings={"folder": str(IMAGES)},
+        jacobians={"probes": {"folder": {"path": str(PROBES), "n": 2}}},
+    )
+    config["models"]["ck"] = {
+        "source": "checkpoint",
+        "id": "resnet10t",
+        "family": "supervised",
+        "weights": str(WEIGHTS),
+    }
+    configfile = write_config(workdir, config, "digests.yaml")
+    _touch_all(workdir, configfile)
+    assert plan(workdir, configfiles=[configfile]) == []
+    return workdir, configfile
+
+
+def _reruns(done: tuple[Path, Path]) -> dict[tuple[str, str], str]:
+    """(rule, model) -> reason of every planned job that reads a model (model-free jobs left out:
+    they only follow from these)."""
+    workdir, configfile = done
+    jobs: list[Planned] = plan(workdir, configfiles=[configfile])
+    return {(j.rule, j.wildcards["model"]): j.reason for j in jobs if "model" in j.wildcards}
+
+
+def _rewrite(path: Path, data: bytes) -> tuple[bytes, int]:
+    """Write ``data`` to ``path`` with a new mtime; return the old content and mtime_ns."""
+    old = (path.read_bytes(), path.stat().st_mtime_ns)
+    path.write_bytes(data)
+    os.utime(path, ns=(old[1] + 10**9, old[1] + 10**9))
+    return old
+
+
+def _restore(path: Path, old: tuple[bytes, int]) -> None:
+    path.write_bytes(old[0])
+    os.utime(path, ns=(old[1], old[1]))
+
+
+def test_a_rewritten_weights_file_reruns_exactly_its_models_jobs(done: tuple[Path, Path]) -> None:
+    path = done[0] / WEIGHTS
+    old = _rewrite(path, b"v" * 256)
+    try:
+        reruns = _reruns(done)
+    finally:
+        _restore(path, old)
+    assert set(reruns) == {("extract_embeddings", "ck"), ("jacobian_spectra", "ck"),
+                           ("compute_metrics", "ck")}  # fmt: skip
+    assert "models.ck.weights" in reruns[("extract_embeddings", "ck")]
+    assert "Params have changed" in reruns[("jacobian_spectra", "ck")]
+    assert _reruns(done) == {}  # the old bytes back: nothing to do
+
+
+def test_a_weights_file_touched_without_a_change_reruns_nothing(done: tuple[Path, Path]) -> None:
+    path = done[0] / WEIGHTS
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_mtime_ns + 5 * 10**9, stat.st_mtime_ns + 5 * 10**9))
+    try:
+        assert _reruns(done) == {}  # its SHA-256 is read again and is the same
+    finally:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.mark.parametrize("change", ["rewritten", "added", "touched"])
+def test_an_image_folder_change_reruns_the_jobs_reading_it(
+    done: tuple[Path, Path], change: str
+) -> None:
+    """A file of embeddings.folder (at any depth) rewritten, added, or only touched reruns every
+    model's extraction and nothing else (the folder's manifest holds names, sizes and mtimes)."""
+    workdir = done[0]
+    image = workdir / IMAGES / "sub" / "b.png"
+    extra = workdir / IMAGES / "c.png"
+    old = (image.read_bytes(), image.stat().st_mtime_ns)
+    folder_times = (extra.parent.stat().st_atime_ns, extra.parent.stat().st_mtime_ns)
+    if change == "rewritten":
+        _rewrite(image, b"B" * 64)
+    elif change == "touched":
+        _rewrite(image, old[0])
+    else:
+        extra.write_bytes(b"c")
+    try:
+        reruns = _reruns(done)
+    finally:
+        _restore(image, old)
+        extra.unlink(missing_ok=True)
+        os.utime(extra.parent, ns=folder_times)  # the folder itself is a Snakemake input too
+    models = {model for _, model in reruns}
+    assert {rule for rule, _ in reruns} == {"extract_embeddings", "compute_metrics"}
+    assert ("extract_embeddings", "ck") in reruns and len(models) > 1
+    # a file added at the top changes the folder's own mtime, which Snakemake sees first
+    reason = reruns[("extract_embeddings", "ck")]
+    assert "embeddings.folder" in reason or (
+        change == "added" and f"input files: {IMAGES}" in reason
+    )
+    assert _reruns(done) == {}
+
+
+def test_a_probe_folder_change_reruns_the_jacobian_jobs_only(done: tuple[Path, Path]) -> None:
+    image = done[0] / PROBES / "a.png"
+    old = _rewrite(image, b"A" * 64)
+    try:
+        reruns = _reruns(done)
+    finally:
+        _restore(image, old)
+    assert {rule for rule, _ in reruns} == {"jacobian_spectra"}
+    assert "jacobians.probes.folder.path" in reruns[("jacobian_spectra", "ck")]
