@@ -76,15 +76,19 @@ def _array_summary(path: Path, name: str, var: xr.DataArray) -> str:
 def describe_store(path: str | Path) -> str:
     """Dimensions with sizes, coordinate previews, provenance attrs and per-array statistics.
 
-    The store's metadata and chunks are checked (:func:`repdiag.core.store.store_arrays`) and the
-    arrays summarised block by block: memory is bounded by READ_ELEMENTS, not the store's size.
+    The store's files, metadata and chunks are checked (:func:`repdiag.core.store.store_arrays`:
+    what it decodes is bounded by its bytes on disk) and the arrays summarised block by block:
+    memory is bounded by READ_ELEMENTS, not the store's size. No index is built: a coordinate is
+    read only for its first five values, which are printed.
     """
     path = Path(path)
     store_arrays(path)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)
         try:
-            ds = xr.open_zarr(path, zarr_format=3, consolidated=True, chunks=None)
+            ds = xr.open_zarr(
+                path, zarr_format=3, consolidated=True, chunks=None, create_default_indexes=False
+            )
         except Exception as err:
             raise StoreError(
                 f"store {path} cannot be opened ({type(err).__name__}); delete it and rerun "

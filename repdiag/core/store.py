@@ -20,7 +20,6 @@ import glob
 import importlib.metadata
 import json
 import logging
-import math
 import os
 import shutil
 import subprocess
@@ -38,6 +37,14 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 import repdiag
 from repdiag.core.errors import StoreError
+from repdiag.core.store_checks import (
+    check_declared_sizes,
+    check_decoded_bytes,
+    check_entry,
+    check_name,
+    disk_bytes,
+)
+from repdiag.core.store_checks import damaged as _damaged
 
 log = logging.getLogger(__name__)
 
@@ -242,13 +249,6 @@ def write_store(
     return path
 
 
-def _damaged(path: Path, what: str) -> StoreError:
-    return StoreError(
-        f"store {path}: {what}; the store is partial or damaged: delete it and rerun the rule "
-        "that produces it"
-    )
-
-
 def _read_metadata(path: Path, file: Path, what: str) -> dict[str, Any]:
     try:
         metadata = json.loads(file.read_bytes())
@@ -261,61 +261,12 @@ def _read_metadata(path: Path, file: Path, what: str) -> dict[str, Any]:
     return metadata
 
 
-MAX_CHUNKS = 1 << 20
-"""Chunks per array a store may declare: counting its chunk files must stay a matter of seconds."""
-MAX_ARRAY_BYTES = 1 << 40
-"""Bytes per array a store may declare (1 TiB): more is a crafted or corrupt shape."""
-MAX_CHUNK_BYTES = 1 << 31
-"""Decoded bytes per chunk a store may declare (2 GiB): zarr decodes whole chunks."""
-
-
-def _declared_sizes(entry: dict) -> tuple[int, int, int] | None:
-    """(bytes of the array, chunks, bytes of one decoded chunk) from an array's metadata, in
-    Python integers (no overflow); None when the metadata does not state them plainly."""
-    shape = entry.get("shape")
-    grid = (entry.get("chunk_grid") or {}).get("configuration") or {}
-    chunk = grid.get("chunk_shape")
-    dtype = entry.get("data_type")
-    if not (isinstance(shape, list) and isinstance(chunk, list) and len(shape) == len(chunk)):
-        return None
-    if not all(isinstance(n, int) and n >= 0 for n in shape) or not all(
-        isinstance(n, int) and n > 0 for n in chunk
-    ):
-        return None
-    try:
-        itemsize = np.dtype(dtype).itemsize if isinstance(dtype, str) else 0
-    except TypeError:
-        itemsize = 0
-    itemsize = max(itemsize, 1)
-    elements = math.prod(shape)
-    chunks = math.prod(-(-n // c) for n, c in zip(shape, chunk, strict=True))
-    return elements * itemsize, chunks, math.prod(chunk) * itemsize
-
-
-def check_declared_sizes(path: Path, name: str, entry: dict) -> None:
-    """Refuse an array whose metadata declares more chunks or bytes than any store of this
-    workflow holds (:data:`MAX_CHUNKS`, :data:`MAX_ARRAY_BYTES`, :data:`MAX_CHUNK_BYTES`), before
-    zarr counts its chunks or decodes one."""
-    sizes = _declared_sizes(entry)
-    if sizes is None:
-        return  # zarr's own parse reports malformed metadata
-    total, chunks, chunk_bytes = sizes
-    for value, limit, what in (
-        (chunks, MAX_CHUNKS, "chunks"),
-        (total, MAX_ARRAY_BYTES, "bytes"),
-        (chunk_bytes, MAX_CHUNK_BYTES, "bytes per decoded chunk"),
-    ):
-        if value > limit:
-            raise _damaged(
-                path,
-                f"array {name!r} declares {value} {what} (shape {entry.get('shape')}, chunks "
-                f"{entry['chunk_grid']['configuration']['chunk_shape']}); the limit is {limit}",
-            )
-
-
 def store_arrays(path: str | os.PathLike[str]) -> list[str]:
-    """Names of the arrays of the store at ``path``, after checking its metadata and chunks.
+    """Names of the arrays of the store at ``path``, after checking its files, metadata and chunks.
 
+    The store must be what :func:`write_store` writes and nothing else
+    (:mod:`repdiag.core.store_checks`: no link, no zarr v2 file, only zarr v3 arrays with this
+    workflow's codecs and chunk layout, plain names, decoded sizes bounded by the bytes on disk).
     The group's ``zarr.json`` must be zarr format 3 with consolidated metadata; every array it
     lists must have a ``zarr.json`` identical to its consolidated entry, that zarr can parse, and
     every chunk written. Raises :class:`StoreError` naming the store and the array otherwise.
@@ -345,12 +296,13 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
     entries = consolidated.get("metadata") if isinstance(consolidated, dict) else None
     if not isinstance(entries, dict):
         raise _damaged(path, f"{path / 'zarr.json'} has no consolidated metadata")
-    names = []
+    on_disk = disk_bytes(path)
+    decoded = {}
     for name, entry in entries.items():
+        check_name(path, name)
         if not isinstance(entry, dict):
             raise _damaged(path, f"array {name!r} has a corrupt consolidated metadata entry")
-        if entry.get("node_type") != "array":
-            continue
+        check_entry(path, name, entry)
         what = f"array {name!r}"
         if _read_metadata(path, path / name / "zarr.json", what) != entry:
             raise _damaged(
@@ -358,7 +310,11 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
                 f"{what}: {path / name / 'zarr.json'} disagrees with the consolidated metadata "
                 f"in {path / 'zarr.json'}",
             )
-        check_declared_sizes(path, name, entry)
+        decoded[name] = check_declared_sizes(path, name, entry)
+    check_decoded_bytes(path, decoded, on_disk)
+    names = []
+    for name in entries:
+        what = f"array {name!r}"
         try:
             array = zarr.open_array(path / name, mode="r", zarr_format=3)
             written, expected = array.nchunks_initialized, array.nchunks

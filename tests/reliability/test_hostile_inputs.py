@@ -223,8 +223,8 @@ def test_inspect_never_prints_bytes_of_a_file_outside_the_store(tmp_path: Path) 
     )
     chunk.unlink()
     os.symlink(secret, chunk)
-    with pytest.raises(StoreError, match=r"array 'emb_final'") as err:
-        describe_store(path)
+    with pytest.raises(StoreError, match=r"emb_final/c/\S+ is a symbolic link; a store") as err:
+        describe_store(path)  # refused from the listing, before anything is read
     message = str(err.value)
     assert "SECRET" not in message and "0123" not in message and "b'" not in message
 
