@@ -47,8 +47,7 @@ def _logging_to(log_path: str | os.PathLike[str] | None) -> Iterator[logging.Log
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         yield log
         return
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", buffering=1) as stream:
+    with open_log(log_path) as stream:
         handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()
@@ -149,27 +148,63 @@ def expose_package(workflow_dir: str | os.PathLike[str]) -> None:
 OUTPUT_FOLDERS = ("results", "logs")
 
 
-def check_output_folders(root: str | os.PathLike[str], depth: int = 2) -> None:
-    """Refuse output folders that lead outside ``root`` (the workflow's working directory).
+def check_output_folders(root: str | os.PathLike[str]) -> None:
+    """Refuse any symbolic link in the output trees, at any depth: jobs never write through one.
 
-    ``results/`` and ``logs/`` and the folders up to ``depth`` levels below them must resolve
-    inside ``root``: a symlink there would make every job write outside the tree (issue 36).
-    Store internals (deeper levels) are not walked, so the check stays cheap on a full tree.
+    ``results/`` and ``logs/`` (job logs and Snakemake's benchmark files under
+    ``logs/benchmarks/``) and everything below them, folders and files alike, must be plain:
+    Snakemake writes logs and benchmark files itself, following any link, so a link to a file
+    outside the tree would have that file overwritten. Run once per Snakemake invocation, before
+    any job (``rules/common.smk``); the walk reads only directory entries (no file is opened).
     """
     from repdiag.core.errors import ConfigError
 
     root = Path(root).resolve()
-    pending = [(Path(root / name), 0) for name in OUTPUT_FOLDERS]
-    while pending:
-        path, level = pending.pop()
-        if not (path.is_symlink() or path.is_dir()):
-            continue
-        real = path.resolve()
-        if not real.is_relative_to(root):
+    for name in OUTPUT_FOLDERS:
+        link = _first_link(root / name)
+        if link is not None:
+            rel = link.relative_to(root)
             raise ConfigError(
-                f"{path.relative_to(root)} resolves to {real}, outside the workflow directory "
-                f"{root}; jobs write only inside it: replace the link by a folder (or run from "
-                "a working directory on the disk you want, snakemake --directory)"
+                f"{rel} resolves to {link.resolve()} through a symbolic link; jobs write no "
+                f"file through a link (it would overwrite what the link points to): replace "
+                f"{rel} by a plain folder or file (or run from a working directory on the disk "
+                "you want, snakemake --directory)"
             )
-        if level < depth and path.is_dir() and not path.is_symlink():
-            pending += [(child, level + 1) for child in path.iterdir() if child.is_dir()]
+
+
+def _first_link(top: Path) -> Path | None:
+    """The first symbolic link at or under ``top`` (not followed), or None."""
+    if top.is_symlink():
+        return top
+    for folder, dirs, files in os.walk(top, followlinks=False):
+        for name in sorted((*dirs, *files)):
+            if (Path(folder) / name).is_symlink():
+                return Path(folder) / name
+    return None
+
+
+def open_log(path: str | os.PathLike[str]) -> Any:
+    """``path`` opened for appending text, line-buffered, never through a symbolic link:
+    ``O_NOFOLLOW`` refuses a link as the file itself; for a relative path (Snakemake's), a link
+    as any folder between the working directory and the file is refused too."""
+    from repdiag.core.errors import ConfigError
+
+    path = Path(path)
+    if not path.is_absolute():
+        for depth in range(1, len(path.parts)):
+            folder = Path(*path.parts[:depth])
+            if folder.is_symlink():
+                raise ConfigError(
+                    f"log file {path}: {folder} is a symbolic link; a log is never written "
+                    "through a link: replace it by a plain folder"
+                )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        raise ConfigError(
+            f"log file {path} cannot be opened ({err}); a log is never written through a "
+            "symbolic link: replace it by a plain file"
+        ) from err
+    return os.fdopen(fd, "a", buffering=1)

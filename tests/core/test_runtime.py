@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -72,13 +73,51 @@ def test_output_folders_leading_outside_the_tree_are_refused(tmp_path) -> None:
     outside.mkdir()
     check_output_folders(root)  # plain folders, and none at all for logs/
     (root / "results" / "datasets").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(ConfigError, match=r"results/datasets resolves to .*elsewhere, outside"):
+    with pytest.raises(ConfigError, match=r"results/datasets resolves to .*elsewhere through a"):
         check_output_folders(root)
     (root / "results" / "datasets").unlink()
     inside = root / "store"
     inside.mkdir()
     (root / "results" / "datasets").symlink_to(inside, target_is_directory=True)
-    check_output_folders(root)  # a link that stays inside the tree is fine
+    with pytest.raises(ConfigError, match=r"results/datasets resolves to .*store through a"):
+        check_output_folders(root)  # a link is refused wherever it leads
+    (root / "results" / "datasets").unlink()
     (root / "logs").symlink_to(outside, target_is_directory=True)
     with pytest.raises(ConfigError, match="logs resolves to"):
         check_output_folders(root)
+
+
+def test_a_file_link_at_any_depth_of_the_output_trees_is_refused(tmp_path) -> None:
+    """A benchmark file deep under logs/ linked to a file outside: Snakemake would overwrite it."""
+    root, victim = tmp_path / "wf", tmp_path / "victim.tsv"
+    victim.write_text("precious\n")
+    deep = root / "logs" / "benchmarks" / "render_binding"
+    deep.mkdir(parents=True)
+    (root / "results" / "a" / "b" / "c" / "d").mkdir(parents=True)
+    check_output_folders(root)
+    (deep / "binding.tsv").symlink_to(victim)
+    with pytest.raises(
+        ConfigError, match=r"logs/benchmarks/render_binding/binding\.tsv resolves to .*victim"
+    ):
+        check_output_folders(root)
+    (deep / "binding.tsv").unlink()
+    (root / "results" / "a" / "b" / "c" / "d" / "x.json").symlink_to(victim)
+    with pytest.raises(ConfigError, match=r"results/a/b/c/d/x\.json resolves to"):
+        check_output_folders(root)
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_job_log_is_never_written_through_a_link(tmp_path, monkeypatch) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    monkeypatch.chdir(tmp_path)
+    Path("logs").mkdir()
+    Path("logs/job.log").symlink_to(victim)
+    with pytest.raises(ConfigError, match=r"log file logs/job\.log cannot be opened"):
+        with script_logging("logs/job.log"):
+            pass
+    Path("logs/sub").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(ConfigError, match=r"logs/sub is a symbolic link"):
+        with script_logging("logs/sub/job.log"):
+            pass
+    assert victim.read_text() == "precious\n" and not (tmp_path / "job.log").exists()
