@@ -25,9 +25,17 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from repdiag.core.errors import ConfigError
+
+
+def _scipy_stats():
+    """scipy.stats, imported on first use: it costs about a second of every job's start-up, and
+    plotting and table jobs that only format numbers never need it."""
+    from scipy import stats
+
+    return stats
+
 
 NAN = float("nan")
 DEFAULT_MIN_MODELS = 4
@@ -94,7 +102,7 @@ def bootstrap_correlation_ci(
     idx = bootstrap_indices(len(x), n_boot, seed)
     xs, ys = x[idx], y[idx]
     if method == "spearman":
-        xs, ys = sps.rankdata(xs, axis=1), sps.rankdata(ys, axis=1)
+        xs, ys = _scipy_stats().rankdata(xs, axis=1), _scipy_stats().rankdata(ys, axis=1)
     elif method != "pearson":
         raise ValueError(f"unknown correlation method {method!r}; use pearson or spearman")
     r = rowwise_pearson(xs, ys)
@@ -135,7 +143,7 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]:
     x, y = x[mask], y[mask]
     if len(x) < 3 or is_constant(x) or is_constant(y):
         return NAN, NAN, len(x)
-    result = sps.pearsonr(x, y)
+    result = _scipy_stats().pearsonr(x, y)
     return float(result.statistic), float(result.pvalue), len(x)
 
 
@@ -165,8 +173,8 @@ def correlation(
         return Correlation(
             n=n, note=f"{' and '.join(constant)} constant across models: correlation undefined"
         )
-    p = sps.pearsonr(x, y)
-    s = sps.spearmanr(x, y)
+    p = _scipy_stats().pearsonr(x, y)
+    s = _scipy_stats().spearmanr(x, y)
     p_low, p_high, valid = bootstrap_correlation_ci(
         x, y, method="pearson", n_boot=n_boot, seed=seed, confidence=confidence
     )
@@ -410,7 +418,7 @@ def partial_correlation(
             n=n, dof=dof, note="a residual is constant (covariate explains x or y exactly)"
         )
     t = r * np.sqrt(dof / max(1.0 - r * r, 1e-300))
-    p = float(2 * sps.t.sf(abs(t), dof))
+    p = float(2 * _scipy_stats().t.sf(abs(t), dof))
     boot = np.array(
         [
             partial_correlation_value(x[i], y[i], z[i])
