@@ -1,8 +1,14 @@
-"""GPU benchmark of the Jacobian engine (run through ``benchmarks/gpu.sh``; at most 5 minutes).
+"""GPU benchmark of the Jacobian engine (run through ``benchmarks/gpu.sh``; at most 8 minutes).
 
 On one device (default: CUDA when visible, else CPU), in one process, it measures:
 
 * ``matmul``: the device's matmul rate at n >= 8192 in FP32 (IEEE), TF32 and BF16 (TFLOP/s);
+* ``paper_pass`` and ``projection`` (benchmarks/gpu_paper.py, first, as the question the run
+  answers): the paper's pass (8 images, k = 32, q = 5) on ViT-L/14 (``final`` and a middle
+  block), ViT-B/16, ConvNeXt-B and ResNet-50 in FP32, TF32 and BF16 with each one's JER error
+  against FP32, the fraction of the H200's datasheet dense peak (``peak_tflops``) and of the
+  measured matmul rate, bit-for-bit repeatability and the cost of deterministic mode; then the
+  projected hours of config/paper.yaml's Jacobian stage, per model against its SLURM runtime;
 * ``throughput``: images per second of ViT-B/16 at 224 px (timm ``vit_base_patch16_224``,
   random weights) over all 13 taps for ``exact``, ``randomized`` and ``auto`` (k = 32, q = 5) at
   Jacobian-vector-product batch sizes 256-2048, with peak memory, FLOPs per image (counted with
@@ -44,6 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gpu_paper import paper_pass  # benchmarks/gpu_paper.py
 from gpu_steps import (  # benchmarks/gpu_steps.py
     Budget,
     Fallbacks,
@@ -80,7 +87,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "matmul_n": 8192,
         # the float64 CPU reference: a few taps at shallow-to-full depth, fewer directions
         "reference": {"layers": ["block00", "block05", "block11"], "k": 16, "power_iters": 2},
-        "budget_s": 240.0,
+        "budget_s": 440.0,
     },
     "tiny": {
         "vit": {
@@ -186,6 +193,9 @@ def new_report(size_name: str, size: dict[str, Any], device: torch.device) -> di
         "accuracy": {},
         "repeatable": {},
         "other_encoder": {},
+        "paper_pass": {},
+        "peak_tflops": {},
+        "projection": {},
         "vmap_fallbacks": [],
         "skipped": [],
         "effective_precision": {p: effective_precision(p, device) for p in PRECISIONS},
@@ -243,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "tflops": matmul_tflops(device, n, precision),
                 }
             save()
+            paper_pass(report, save, budget, args.size_name, device)
             on_device = _accuracy_on_device(fallbacks, device, size)
             steps = Steps(report, save, budget, fallbacks, device, size)
             count_method_flops(steps)
@@ -259,9 +270,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             reference.wait()
             save()
     print(json.dumps({key: report[key] for key in report if key != "throughput"}, default=str))
+    print(projection_text(report))
     for row in report["throughput"]:
         print(json.dumps(row, default=str))
     return report
+
+
+def projection_text(report: dict[str, Any]) -> str:
+    """One line: the projected hours of the config's Jacobian stage and the models over their
+    SLURM runtime."""
+    projection = report.get("projection") or {}
+    if not projection:
+        return "projection: none (no model of the paper pass was measured)"
+    over = sorted(k for k, m in projection["models"].items() if not m["fits_runtime"])
+    return (
+        f"projection: {projection['config']} Jacobian stage {projection['stage_pflop']:.3g} PFLOP, "
+        f"{projection['stage_hours']:.3g} h at the measured FP32 rates; over the SLURM runtime: "
+        f"{', '.join(over) or 'none'}"
+    )
 
 
 def _accuracy_on_device(fallbacks, device, size) -> dict[str, Any]:
