@@ -32,7 +32,6 @@ from repdiag.common.images import (
     ImageError,
     ReadOptions,
     list_images,
-    read_rgb,
     read_rgb_array,
 )
 from repdiag.core.errors import EncoderError
@@ -157,15 +156,6 @@ def from_torchvision(weights: Any | None) -> Preprocess:
     tf = weights.transforms()
     size = tf.crop_size[0] if isinstance(tf.crop_size, (list, tuple)) else tf.crop_size
     return Preprocess(int(size), tf.mean, tf.std, _interpolation_name(tf.interpolation))
-
-
-def open_rgb(path: str | Path, max_pixels: int | None = None) -> Any:
-    """A PIL RGB image of ``path`` read by :func:`repdiag.common.images.read_rgb` (regular files
-    only, pixel budget and side ratio checked from the header, converted by mode)."""
-    try:
-        return read_rgb(path, ReadOptions(max_pixels=max_pixels))
-    except ImageError as err:
-        raise EncoderError(str(err)) from err
 
 
 def load_image_folder(
