@@ -15,7 +15,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     lr = read_json(snakemake.input.lr)["picked_lr"] if snakemake.input.get("lr") else None
     if lr is not None:
         log.info("learning rate %g, picked on the validation split (%s)", lr, snakemake.input.lr)
-    with gpu_slot():
+    with gpu_slot(device=snakemake.params.device):
         result = run_cell(params, select_device(snakemake.params.device), lr=lr)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     log.info(

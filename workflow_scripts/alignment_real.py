@@ -16,7 +16,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     log.info("alignment on real embeddings: %s", params["pair"])
     # the images' known attributes, read here: the alignment study imports no other study
     dataset = open_binding_store(snakemake.input.dataset, variables=ATTRIBUTE_ARRAYS)
-    with gpu_slot():
+    with gpu_slot(device=snakemake.params.device):
         result = run_real(
             params,
             snakemake.input.a,

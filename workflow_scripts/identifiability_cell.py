@@ -5,7 +5,7 @@ from repdiag.core.runtime import script_logging, select_device
 from repdiag.core.store import write_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    with gpu_slot():
+    with gpu_slot(device=snakemake.params.device):
         from repdiag.identifiability.study import run_cell
 
         device = select_device(snakemake.params.device)

@@ -150,15 +150,39 @@ def try_slot(folder: Path, devices: list[str]) -> tuple[str, IO[str]] | None:
 
 
 @contextlib.contextmanager
+def _no_gpu() -> Iterator[None]:
+    """Hide every GPU for the block (``CUDA_VISIBLE_DEVICES`` empty), then restore it."""
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        yield None
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
+@contextlib.contextmanager
 def gpu_slot(
-    devices: list[str] | None = None, poll_s: float = 0.5, timeout_s: float = 86400.0
+    devices: list[str] | None = None,
+    poll_s: float = 0.5,
+    timeout_s: float = 86400.0,
+    *,
+    device: str = "auto",
 ) -> Iterator[str | None]:
     """Hold one free device for the block and expose only it through ``CUDA_VISIBLE_DEVICES``.
 
     ``devices``: default :func:`visible_devices`; slots in :func:`slot_dir`. Yields the device
     id, or ``None`` (no GPU visible: the job runs on the CPU). Blocks, polling every ``poll_s``,
-    while every device is held by other jobs; ``timeout_s`` is a hang guard.
+    while every device is held by other jobs; ``timeout_s`` is a hang guard. ``device``: the
+    job's configured device; ``cpu`` takes no slot and hides every GPU for the block (a CPU job
+    neither holds a GPU another job waits for nor initialises CUDA on one).
     """
+    if str(device) == "cpu":
+        with _no_gpu():
+            yield None
+        return
     devices = visible_devices() if devices is None else devices
     if not devices:
         log.debug("no CUDA device visible: no GPU slot to take")  # select_device logs the CPU

@@ -286,6 +286,18 @@ def test_importing_the_package_never_touches_cuda(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_cpu_job_takes_no_slot_and_sees_no_gpu(tmp_path, monkeypatch):
+    """Small jobs on the CPU (small_jobs_device: cpu) on a GPU machine: no lock held, every GPU
+    hidden for the block, the environment restored after it."""
+    clean_env(monkeypatch, CUDA_VISIBLE_DEVICES="0,1", REPDIAG_GPU_SLOT_DIR=str(tmp_path / "s"))
+    with gpu_slot(device="cpu") as device:
+        assert device is None and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+        assert not (tmp_path / "s").exists()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+    with gpu_slot(device="auto") as device:
+        assert device == "0"
+
+
 def test_a_symlinked_lock_is_refused(tmp_path, monkeypatch):
     clean_env(monkeypatch, REPDIAG_GPU_DEVICES="0", REPDIAG_GPU_SLOT_DIR=str(tmp_path / "slots"))
     (tmp_path / "slots").mkdir()
