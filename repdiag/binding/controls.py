@@ -206,8 +206,8 @@ class ShapeClassifier(Control):
         foreground = (cells > FOREGROUND_THRESHOLD).to(x.dtype)  # as Control.foreground
         occupied = foreground.mean(dim=(2, 3, 4)).flatten() > EMPTY_FRACTION
         mass = flat.sum(dim=(1, 2, 3))
-        ys = torch.arange(h, dtype=x.dtype) + 0.5
-        xs = torch.arange(w, dtype=x.dtype) + 0.5
+        ys = torch.arange(h, dtype=x.dtype, device=x.device) + 0.5
+        xs = torch.arange(w, dtype=x.dtype, device=x.device) + 0.5
         safe = mass.clamp(min=1.0)
         cy = (flat.sum(dim=(1, 3)) * ys).sum(dim=1) / safe
         cx = (flat.sum(dim=(1, 2)) * xs).sum(dim=1) / safe

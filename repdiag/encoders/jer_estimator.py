@@ -53,7 +53,11 @@ def probe_norms(
         # J^T w as a function of a dummy w: its derivative in w along v is J v (double backward)
         w = torch.zeros_like(y, requires_grad=True)
         (jt_w,) = torch.autograd.grad(y, rows, grad_outputs=w, create_graph=True)
-        v = torch.randn(rows.shape, generator=generator, dtype=x.dtype, device=x.device)
+        # drawn where the generator lives (torch refuses a CPU generator for CUDA tensors), then
+        # moved: a CPU generator gives the same probes on every device
+        draw_on = x.device if generator is None else generator.device
+        v = torch.randn(rows.shape, generator=generator, dtype=x.dtype, device=draw_on)
+        v = v.to(x.device)
         (jv,) = torch.autograd.grad(jt_w, w, grad_outputs=v, create_graph=create_graph)
         (jtjv,) = torch.autograd.grad(y, rows, grad_outputs=jv, create_graph=create_graph)
     forward = jv.flatten(1).square().sum(1).view(n_probes, n).T

@@ -220,8 +220,10 @@ def check_learning(
 ) -> dict[str, Any]:
     """``meta.json``'s ``learning``: the loss against step 0 and the trivial solution, and a
     per-slot shape probe against the random-initialised backbone (repdiag.encoders.zoo.learning)."""
+    # on the objective's device: the trivial loss normalises with its buffers
     batch = to_batch(
-        scene_batch(objective.scenes, spec["scenes"]["seed"], 0, spec["batch_size"]), "cpu"
+        scene_batch(objective.scenes, spec["scenes"]["seed"], 0, spec["batch_size"]),
+        objective.pixel_mean.device,
     )
     plateau = plateau_check(losses, objective.trivial_loss(batch))
     fresh, _ = build_objective(spec, "cpu")

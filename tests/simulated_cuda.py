@@ -1,0 +1,244 @@
+"""CUDA simulated on the CPU, with CUDA's same-device rule, for tests on machines without a GPU.
+
+Inside :func:`simulated_cuda`, a tensor moved or created on ``cuda:0`` is a :class:`CudaTensor`:
+real CPU data that reports ``device == cuda:0`` (``is_cuda``, no ``.numpy()``). Every aten op
+goes through :func:`_run`, which enforces what real CUDA enforces and raises
+:class:`DeviceMismatch` naming the op and the repdiag (else caller) file and line:
+
+- an op mixing a ``cuda:0`` tensor with a CPU tensor of one or more dimensions ("Expected all
+  tensors to be on the same device"; CPU 0-dim tensors pass, as on CUDA; copies and indexing
+  with CPU indices pass, as on CUDA);
+- a random op on ``cuda:0`` given a CPU generator ("Expected a 'cuda' device type for
+  generator");
+- ``.numpy()`` of a ``cuda:0`` tensor.
+
+The data live on the CPU, so autograd, ``torch.func``, optimisers and ``.item()`` work as on a GPU.
+Why not ``FakeTensorMode``: fake tensors hold no data (no ``.item()``, so no training loop), and
+autograd's engine refuses a backward pass on a CUDA device when no GPU is visible. The device
+here is ``cuda:0`` (a bare ``"cuda"`` asks the driver for the current index, which fails without a
+GPU). What it cannot see: kernels that exist on CPU only, numerics (TF32, cuDNN) and memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
+# The wrapper's own (C++) device: what torch's C++ code reads when it makes a tensor "like" a
+# CUDA one (tensor.options()); a factory op asked for META is one of those, so it is CUDA too.
+META = torch.device("meta")
+_aten = torch.ops.aten
+# Ops that CUDA runs with CPU tensors among their arguments: copies between devices, and
+# indexing a CUDA tensor with CPU indices.
+MIXED_DEVICES_ALLOWED = {
+    _aten.to,
+    _aten._to_copy,
+    _aten.copy_,
+    _aten.index,
+    _aten.index_put,
+    _aten.index_put_,
+    _aten._index_put_impl_,
+}
+_TENSOR = torch.tensor
+_HERE = str(Path(__file__).resolve())
+_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class DeviceMismatch(RuntimeError):
+    """What real CUDA would have raised, with the file and line that caused it."""
+
+
+def where() -> str:
+    """The innermost repdiag (or workflow script) frame of the current stack, else the innermost
+    frame outside torch and this module: ``path:line in function: source``."""
+    frames = [
+        f
+        for f in traceback.extract_stack()
+        if f.filename != _HERE and "/torch/" not in f.filename and "contextlib" not in f.filename
+    ]
+    ours = [f for f in frames if "/repdiag/" in f.filename or "/workflow_scripts/" in f.filename]
+    frame = (ours or frames)[-1]
+    path = frame.filename.removeprefix(_ROOT + "/")
+    return f"{path}:{frame.lineno} in {frame.name}: {frame.line}"
+
+
+class CudaTensor(torch.Tensor):
+    """A tensor on simulated ``cuda:0``: ``elem`` holds its (CPU) data."""
+
+    elem: torch.Tensor
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> CudaTensor:
+        wrapped = torch.Tensor._make_wrapper_subclass(
+            cls,
+            elem.shape,
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            device=META,
+            requires_grad=elem.requires_grad,
+        )
+        wrapped.elem = elem
+        return wrapped
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return CUDA
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
+
+    def numpy(self, *args: Any, **kwargs: Any) -> Any:
+        raise DeviceMismatch(
+            "can't convert cuda:0 device type tensor to numpy: use Tensor.cpu() first "
+            f"(simulated CUDA, at {where()})"
+        )
+
+    def new_tensor(self, data: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        # torch builds it below the dispatcher's Python key, on the wrapper's C++ device (meta)
+        device = kwargs.pop("device", None)
+        kwargs.setdefault("dtype", self.dtype)
+        made = _TENSOR(data, **kwargs)
+        return made if device is not None and not _on_cuda(device) else CudaTensor(made)
+
+    def tolist(self) -> Any:
+        return self.elem.tolist()
+
+    def cpu(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        # the wrapper's C++ device is the CPU, where Tensor.cpu would alias instead of copying
+        return _aten._to_copy.default(self, device=CPU)
+
+    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and device.type == "cpu":
+            moved = _aten._to_copy.default(self, device=CPU)
+            return moved if dtype is None else moved.to(dtype)
+        return super().to(*args, **kwargs)
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"CudaTensor({self.elem!r})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _run(func, args, kwargs or {})
+
+
+def _on_cuda(device: Any) -> bool:
+    return device is not None and torch.device(device).type in ("cuda", "meta")
+
+
+def _check(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
+    if func.overloadpacket in MIXED_DEVICES_ALLOWED:
+        return
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if any(not isinstance(t, CudaTensor) and t.dim() > 0 for t in tensors):
+        raise DeviceMismatch(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"cuda:0 and cpu! ({func}; simulated CUDA, at {where()})"
+        )
+    generator = kwargs.get("generator")
+    if generator is not None and generator.device.type != "cuda":
+        raise DeviceMismatch(
+            f"Expected a 'cuda' device type for generator but found '{generator.device.type}' "
+            f"({func}; simulated CUDA, at {where()})"
+        )
+
+
+def _run(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` on the CPU data; its outputs are on cuda:0 when an input is or when asked."""
+    on_cuda = any(isinstance(t, CudaTensor) for t in tree_leaves((args, kwargs)))
+    devices = [d for d in tree_leaves((args, kwargs)) if isinstance(d, torch.device)]
+    target = devices[0] if devices else None
+    if target is not None:  # the op's device argument, given by keyword or by position
+        args, kwargs = tree_map(lambda v: CPU if isinstance(v, torch.device) else v, (args, kwargs))
+    moves = func.overloadpacket in MIXED_DEVICES_ALLOWED
+    wrap = _on_cuda(target) or (on_cuda and (target is None or not moves))
+    if wrap:
+        _check(func, args, kwargs)
+    if func is _aten._efficientzerotensor.default:
+        func = _aten.zeros.default  # a data-less zero tensor would not survive the unwrapping
+    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    if not wrap:
+        return out
+    # an in-place op returns its input's data: give back the input itself
+    inputs = {id(t.elem): t for t in tree_leaves(args) if isinstance(t, CudaTensor)}
+    return tree_map(lambda value: inputs[id(value)] if id(value) in inputs else _wrap(value), out)
+
+
+def _unwrap(value: Any) -> Any:
+    return value.elem if isinstance(value, CudaTensor) else value
+
+
+def _wrap(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and not isinstance(value, CudaTensor):
+        # a normal tensor even under inference_mode: torch gives views of normal tensors made
+        # there a version counter, which an inference-mode wrapper refuses
+        with torch.inference_mode(False):
+            return CudaTensor(value)
+    return value
+
+
+def _from_data(make: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``torch.tensor`` or ``torch.as_tensor``, simulated for ``device=cuda``: torch copies the
+    data to the device below the dispatcher's Python key, where no mode sees it."""
+
+    def simulated(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        if not _on_cuda(device):
+            return make(data, *args, device=device, **kwargs)
+        if isinstance(data, CudaTensor):
+            return make(data, *args, **kwargs)
+        return CudaTensor(make(data, *args, **kwargs))
+
+    return simulated
+
+
+_IS_AUTOCAST_ENABLED = torch.is_autocast_enabled
+
+
+def _autocast_enabled(device_type: str | None = None) -> bool:
+    """Inside ``torch.func`` transforms a simulated tensor reports its C++ device (meta)."""
+    if device_type is None:
+        return _IS_AUTOCAST_ENABLED()
+    return _IS_AUTOCAST_ENABLED("cuda" if device_type == "meta" else device_type)
+
+
+class _Mode(TorchDispatchMode):
+    """Sees factory ops too (``torch.arange(..., device="cuda:0")``), which no tensor carries."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return _run(func, args, kwargs or {})
+
+
+@contextlib.contextmanager
+def simulated_cuda() -> Iterator[torch.device]:
+    """Yield ``cuda:0``, simulated (module docstring). CUDA is never initialised; modules moved
+    with ``.to(cuda)`` get new parameters (as ``torch.__future__``'s overwrite option does)."""
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        with (
+            mock.patch("torch.cuda._lazy_init", lambda: None),
+            mock.patch("torch.tensor", _from_data(torch.tensor)),
+            mock.patch("torch.as_tensor", _from_data(torch.as_tensor)),
+            mock.patch("torch.is_autocast_enabled", _autocast_enabled),
+            _Mode(),
+        ):
+            yield CUDA
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)

@@ -1,0 +1,283 @@
+"""Every device path on CUDA, simulated on the CPU (tests/simulated_cuda.py): the model sources,
+the controls, extraction, the Jacobian engine's methods, each zoo objective (the JER regulariser
+and CLIP's captions included), the CIFAR and identifiability training loops. A tensor left on the
+CPU fails with the module and line that made it; the two breaks once found are put back to show
+that the harness sees them."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from repdiag.binding import controls
+from repdiag.encoders import build_encoder, jer_estimator
+from repdiag.encoders.embeddings import extract_embeddings
+from repdiag.encoders.jacobian.engine import jacobian_spectra
+from tests.encoders.sources.helpers import TINY_CLIP, VIT, random_images
+from tests.encoders.sources.test_hub import HUBCONF, TINYNET
+from tests.encoders.zoo.conftest import tiny_config
+from tests.simulated_cuda import CudaTensor, DeviceMismatch, simulated_cuda
+
+torch.set_num_threads(1)
+
+SCENE_SIZE = 64  # the controls' default dataset size
+
+
+def _torch_with(**overrides: Any) -> types.SimpleNamespace:
+    """``torch`` as a module sees it, with some functions replaced (to put a break back)."""
+    proxy = types.SimpleNamespace(**{name: getattr(torch, name) for name in dir(torch)})
+    for name, fn in overrides.items():
+        setattr(proxy, name, fn)
+    return proxy
+
+
+def _scenes(n: int = 4, size: int = SCENE_SIZE) -> torch.Tensor:
+    """Rendered benchmark-like scenes in [0, 1] (N, 3, size, size): shapes on a 2x2 grid."""
+    from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
+
+    stream = SceneConfig.from_config({"grid": [2, 2], "min_objects": 1, "max_objects": 4}, size)
+    images = scene_batch(stream, 0, 0, n).images
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+
+
+def _spectra(model: Any, x: torch.Tensor, method: str, **options: Any) -> Any:
+    settings = {"k": 4, "power_iters": 1, "seed": 0, "precision": "fp32", **options}
+    return jacobian_spectra(model, x, method=method, **settings)
+
+
+# --- the harness itself --------------------------------------------------------------------------
+
+
+def test_the_harness_keeps_cudas_same_device_rule_and_runs_clean_code():
+    with simulated_cuda() as cuda:
+        x = torch.randn(4, 3, device=cuda)
+        assert isinstance(x, CudaTensor) and x.device == cuda and x.is_cuda
+        with pytest.raises(DeviceMismatch, match=r"same device.*test_simulated_cuda\.py:"):
+            x * torch.arange(3.0)
+        with pytest.raises(DeviceMismatch, match="'cuda' device type for generator"):
+            torch.randn(3, generator=torch.Generator().manual_seed(0), device=cuda)
+        with pytest.raises(DeviceMismatch, match="numpy"):
+            x.numpy()
+        # what CUDA allows: CPU scalars, copies, indexing with CPU indices, .item()
+        y = x * torch.tensor(2.0) + torch.arange(3.0, device=x.device)
+        y[torch.tensor([0, 2])] = x[torch.tensor([1, 3])]
+        assert float(y.sum()) == pytest.approx(float(y.cpu().sum()))
+        # autograd and an optimiser step, and a result equal to the same on the CPU
+        torch.manual_seed(0)
+        layer = nn.Linear(3, 2)
+        reference = layer(x.cpu()).square().sum()
+        layer.to(cuda)
+        loss = layer(x).square().sum()
+        loss.backward()
+        assert layer.weight.grad.device == cuda
+        assert float(loss.detach()) == pytest.approx(float(reference.detach()))
+        back = layer.cpu()
+        assert back.weight.device.type == "cpu" and not isinstance(back.weight, CudaTensor)
+
+
+# --- the controls and the two breaks -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(controls.CONTROLS.names()))
+def test_each_control_runs_on_cuda_with_its_cpu_values_and_jacobian(name):
+    x = _scenes()
+    control = controls.build_control(name)
+    expected = control(x)
+    with simulated_cuda() as cuda:
+        control.to(cuda)
+        got = control(x.to(cuda))
+        assert got.device == cuda
+        spectra = _spectra(control, x, "exact", device=cuda)
+    torch.testing.assert_close(got.cpu(), expected)
+    assert spectra["output"].shape[0] == len(x)
+
+
+def test_the_harness_fails_on_the_controls_arange_without_a_device(monkeypatch):
+    """The shape classifier's pixel-centre coordinates made without the input's device."""
+
+    def arange(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        return torch.arange(*args, **kwargs)  # the device dropped, as the break had it
+
+    monkeypatch.setattr(controls, "torch", _torch_with(arange=arange))
+    control = controls.build_control("shape_oracle")
+    assert control(_scenes()).shape[0] == 4  # the CPU cannot tell
+    with simulated_cuda() as cuda:
+        control.to(cuda)
+        with pytest.raises(DeviceMismatch, match=r"repdiag/binding/controls.py:\d+ in slot_scores"):
+            control(_scenes().to(cuda))
+
+
+def test_the_harness_fails_on_a_cpu_generator_drawing_on_the_inputs_device(monkeypatch):
+    """The JER probes drawn with the CPU generator straight onto the input's (CUDA) device."""
+    with simulated_cuda() as cuda:
+
+        def randn(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+            return torch.randn(*args, device=cuda, **kwargs)  # the input's device, as it was
+
+        monkeypatch.setattr(jer_estimator, "torch", _torch_with(randn=randn))
+        net = nn.Linear(6, 3).to(cuda)
+        x = torch.randn(2, 6, device=cuda)
+        with pytest.raises(DeviceMismatch, match=r"generator.*repdiag/encoders/jer_estimator.py"):
+            jer_estimator.estimate_pr2(net, x, 2, torch.Generator().manual_seed(0))
+
+
+def test_the_jer_estimate_on_cuda_equals_the_cpu_one_bit_for_bit():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    x = torch.randn(2, 6)
+    cpu = jer_estimator.estimate_pr2(net, x, 3, torch.Generator().manual_seed(4))
+    with simulated_cuda() as cuda:
+        net.to(cuda)
+        got = jer_estimator.estimate_pr2(net, x.to(cuda), 3, torch.Generator().manual_seed(4))
+        assert got.device == cuda
+    assert torch.equal(got.cpu(), cpu)
+
+
+# --- model sources, extraction and the Jacobian engine -------------------------------------------
+
+
+def _entries(tmp_path) -> dict[str, dict[str, Any]]:
+    repo = tmp_path / "hub"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text(HUBCONF)
+    (repo / "tinynet.py").write_text(TINYNET)
+    small = {"preprocess": {"input_size": 32}}
+    return {
+        "timm": VIT,
+        "open_clip": {
+            "source": "open_clip",
+            "id": "ViT-S-32",
+            "family": "vision_language",
+            "kwargs": TINY_CLIP,
+        },
+        "torchvision": {"source": "torchvision", "id": "resnet18", "family": "supervised", **small},
+        "hub": {
+            "source": "hub",
+            "id": "tiny_resnet",
+            "repo": str(repo),
+            "family": "variance_decorrelation",
+            "kwargs": {"width": 4},
+            **small,
+        },
+        "python": {
+            "source": "python",
+            "id": "repdiag.binding.controls:layout_mask",
+            "family": "control",
+            "kwargs": {"image_size": 32},
+        },
+    }
+
+
+def test_every_model_source_extracts_and_differentiates_on_cuda(tmp_path):
+    images = random_images()
+    sets = {"probe": (np.array(["a", "b", "c"], dtype=object), images)}
+    for source, entry in _entries(tmp_path).items():
+        encoder = build_encoder(source, entry)
+        expected = extract_embeddings(encoder, sets, device="cpu")
+        with simulated_cuda() as cuda:
+            got = extract_embeddings(encoder, sets, device=cuda)
+            x = encoder.preprocess(images).to(cuda)
+            layer = encoder.layers[0]
+            for method in ("exact", "randomized"):
+                spectra = _spectra(encoder, x[:2], method, layers=[layer], device=cuda)
+                assert spectra[layer].shape[0] == 2, (source, method)
+        assert got.attrs["device"].startswith("cuda"), source
+        for name in expected.data_vars:
+            np.testing.assert_allclose(got[name].values, expected[name].values, atol=1e-5)
+
+
+def test_the_engines_methods_and_precisions_on_cuda_match_the_cpu():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 12))
+    x = torch.rand(3, 3, 8, 8)
+    for method in ("exact", "randomized", "auto"):
+        expected = _spectra(net, x, method, device="cpu")["output"]
+        with simulated_cuda() as cuda:
+            got = _spectra(net, x, method, device=cuda)["output"]
+            net.cpu()
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+    with simulated_cuda() as cuda:
+        for precision in ("tf32", "bf16"):
+            got = _spectra(net, x, "exact", device=cuda, precision=precision)["output"]
+            assert got.shape == (3, 12) and torch.isfinite(got).all()
+
+
+# --- training loops ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "run", ["barlow_twins", "vicreg", "dino", "simclr", "clip", "mae", "simmim"]
+)
+def test_each_zoo_objective_trains_on_cuda(run):
+    from repdiag.encoders.zoo.spec import run_spec
+    from repdiag.encoders.zoo.train import train
+
+    spec = {**run_spec(tiny_config(), run), "steps": 2, "batch_size": 4}
+    if run == "simclr":  # the JER regulariser rides on one objective: it is the backbone's
+        spec["jer_regulariser"] = {"weight": 0.1, "images": 2, "probes": 2}
+    with simulated_cuda() as cuda:
+        result = train(spec, cuda)
+    assert result.meta["device"] == "cuda:0" and len(result.losses) == 2
+    assert all(np.isfinite(result.losses))
+    assert all(p.device.type == "cpu" for p in result.backbone.parameters())
+    if run == "simclr":
+        assert np.isfinite(result.meta["jer_regulariser"]["estimate_first"])
+
+
+def test_the_supervised_zoo_run_on_cuda_trains_as_on_the_cpu():
+    from repdiag.encoders.zoo.spec import run_spec
+    from repdiag.encoders.zoo.train import train
+
+    spec = {**run_spec(tiny_config(), "supervised"), "steps": 2, "batch_size": 4}
+    spec["jer_regulariser"] = {"weight": 0.1, "images": 2, "probes": 2}
+    cpu = train(spec)
+    with simulated_cuda() as cuda:
+        got = train(spec, cuda)
+    assert got.losses == pytest.approx(cpu.losses, rel=1e-4)
+
+
+def test_the_cifar_loop_and_its_features_on_cuda():
+    from repdiag.cifar.data import synthetic_images
+    from repdiag.cifar.encoders import build_simclr_model
+    from repdiag.cifar.train import TrainSettings, extract_features, train_simclr
+    from repdiag.cifar.views import to_chw_tensor, view_transform
+    from repdiag.core.config import fill_defaults
+
+    images = to_chw_tensor(synthetic_images(4, 4, 32, seed=0).images)
+    augment = fill_defaults({"cifar": {}})["cifar"]["augment"]
+    view = view_transform("no_crop", augment, 32, (0.5,) * 3, (0.25,) * 3)
+    settings = TrainSettings(epochs=2, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1)
+    torch.manual_seed(0)
+    model = build_simclr_model("mlp", {"hidden": [32]}, 16, 16, 8, 32)
+    with simulated_cuda() as cuda:
+        result = train_simclr(model, images, view, settings, seed=0, device=cuda)
+        features = extract_features(model.encoder, images, view, device=cuda)
+    assert len(result.curve) == 4 and all(np.isfinite(loss) for _, loss, _ in result.curve)
+    assert features.shape[0] == len(images) and np.isfinite(features).all()
+
+
+def test_the_identifiability_loop_on_cuda_matches_the_cpu():
+    from repdiag.identifiability.encoders import build_encoder as build_id_encoder
+    from repdiag.identifiability.sphere import build_generator
+    from repdiag.identifiability.train import TrainSettings, encode_latents, train_contrastive
+
+    settings = TrainSettings(steps=4, batch_size=16, n_negatives=16, log_every=2)
+    z = np.random.default_rng(1).normal(size=(8, 3))
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+
+    def run(device: Any) -> tuple[list, np.ndarray]:
+        g = build_generator("identity", 3, 0)
+        f = build_id_encoder("mlp", g, seed=0, hidden=(16,))
+        curve = train_contrastive(f, g, settings, seed=0, device=device).curve
+        return curve, encode_latents(f, g, z, device)
+
+    cpu_curve, cpu_h = run("cpu")
+    with simulated_cuda() as cuda:
+        curve, h = run(cuda)
+    np.testing.assert_allclose(np.array(curve), np.array(cpu_curve), rtol=1e-4)
+    np.testing.assert_allclose(h, cpu_h, rtol=1e-4, atol=1e-6)
