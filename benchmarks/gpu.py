@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_paper import paper_pass  # benchmarks/gpu_paper.py
+from gpu_paper import paper_pass, write_runtimes  # benchmarks/gpu_paper.py
 from gpu_steps import (  # benchmarks/gpu_steps.py
     Budget,
     Fallbacks,
@@ -167,6 +167,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--images", type=int, default=0, help="images per throughput run (0: 2 exact, 4 others)"
     )
+    parser.add_argument(
+        "--runtimes",
+        type=Path,
+        default=None,
+        help="write the per-model SLURM runtimes (e.g. profiles/slurm/jacobian_runtimes.yaml)",
+    )
     parser.add_argument("--reference-threads", type=int, default=0, help="0: all cores but 2")
     parser.add_argument("--reference-out", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--size-name", default=None, help=argparse.SUPPRESS)
@@ -269,6 +275,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 reference.kill()
             reference.wait()
             save()
+    if args.runtimes and report["projection"]:
+        write_runtimes(
+            {**report["projection"], "device_name": report["device_name"]}, args.runtimes
+        )
     print(json.dumps({key: report[key] for key in report if key != "throughput"}, default=str))
     print(projection_text(report))
     for row in report["throughput"]:

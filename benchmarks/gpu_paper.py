@@ -15,8 +15,9 @@ the same architectures) it times one engine call of the paper's pass (8 images, 
 
 :func:`project` then plans config/paper.yaml's Jacobian stage (``--tiny``: config/test.yaml),
 takes for each planned model the measured float32 rate of the benchmarked model nearest to it
-in FLOPs per image, and gives its projected hours against the SLURM runtime of
-``jacobian_spectra`` in profiles/slurm/config.yaml.
+in FLOPs per image, and gives its projected hours against the SLURM runtime ``jacobian_spectra`` gives
+it (:func:`repdiag.core.slurm.jacobian_runtime`); ``--runtimes`` writes the suggested minutes
+(1.5 x projected) to the table that function reads.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 import yaml
 
 from repdiag.core import gpu as core_gpu
+from repdiag.core.slurm import MARGIN, RUNTIMES_FILE, jacobian_runtime, runtime_minutes
 from repdiag.encoders.jacobian.engine import jacobian_spectra
 from repdiag.encoders.jacobian.jer import jer
 from repdiag.encoders.jacobian.plan_project import plan_config, plan_model
@@ -195,9 +197,20 @@ def repeatability(taps: Taps, x, layers, size: dict, device, first: dict) -> dic
     }
 
 
-def slurm_runtime_minutes() -> int:
-    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
-    return int(profile["set-resources"]["jacobian_spectra"]["runtime"])
+def slurm_runtime_minutes(model: str) -> int:
+    """The SLURM runtime ``jacobian_spectra`` gives ``model`` now (first attempt)."""
+    return jacobian_runtime(model, 1, ROOT / RUNTIMES_FILE)
+
+
+def write_runtimes(projection: dict[str, Any], path: Path) -> None:
+    """The per-model runtime table the rule reads (:func:`repdiag.core.slurm.jacobian_runtime`)."""
+    table = {key: m["runtime_min_suggested"] for key, m in projection["models"].items()}
+    header = (
+        "# SLURM minutes per model of jacobian_spectra, written by benchmarks/gpu.sh --runtimes:\n"
+        f"# the planner's FLOPs of {projection['config']} at the FP32 rates measured on "
+        f"{projection.get('device_name', 'this device')}, times {MARGIN}\n"
+    )
+    path.write_text(header + yaml.safe_dump(table, sort_keys=True))
 
 
 def project(rows: dict[str, dict], size: dict) -> dict[str, Any]:
@@ -207,7 +220,6 @@ def project(rows: dict[str, dict], size: dict) -> dict[str, Any]:
 
     config_path = ROOT / size["config"]
     plan = plan_config(load_config(config_path), rate=1.0, device="cuda")
-    runtime = slurm_runtime_minutes()
     measured = {name: r for name, r in rows.items() if "tflops" in r.get("fp32", {})}
     models, total_h = {}, 0.0
     for model in plan.models:
@@ -219,8 +231,9 @@ def project(rows: dict[str, dict], size: dict) -> dict[str, Any]:
             "pflop": model.total_flops / 1e15,
             "rate_from": near,
             "hours": hours,
-            "slurm_runtime_min": runtime,
-            "fits_runtime": hours * 60 <= runtime,
+            "slurm_runtime_min": slurm_runtime_minutes(model.key),
+            "fits_runtime": hours * 60 <= slurm_runtime_minutes(model.key),
+            "runtime_min_suggested": runtime_minutes(hours),
         }
     return {
         "config": size["config"],

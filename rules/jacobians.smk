@@ -1,5 +1,6 @@
 # Per-layer Jacobian spectra and JER of every model on the probe images (binding queries, a
 # Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.encoders.jacobian).
+import repdiag.core.slurm
 from repdiag.encoders.entries import zoo_files
 
 JACOBIAN_FOLDER_DIGEST = folder_digests(
@@ -41,6 +42,12 @@ rule jacobian_spectra:
     threads: 1
     resources:
         gpu=1,
+        # SLURM minutes per model (profiles/slurm/jacobian_runtimes.yaml), times the attempt
+        runtime=lambda wildcards, attempt: repdiag.core.slurm.jacobian_runtime(
+            wildcards.model,
+            attempt,
+            f"{workflow.basedir}/{repdiag.core.slurm.RUNTIMES_FILE}",
+        ),
     params:
         entry=encoder_entry,
         jacobians=config["jacobians"],

@@ -9,6 +9,9 @@ are one word already are unchanged, so the patch is a no-op once the plugin hand
 
 ``rules/common.smk`` calls :func:`patch_slurm_status` when the workflow is loaded; it does nothing
 where the plugin is not installed. tests/slurm/test_slurm.py checks the behaviour on a real SLURM.
+
+:func:`jacobian_runtime` gives each ``jacobian_spectra`` job its SLURM runtime per model, from
+the table the GPU benchmark writes (profiles/slurm/jacobian_runtimes.yaml), longer on retries.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import functools
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -67,3 +71,37 @@ def patch_slurm_status() -> bool:
     if not getattr(query, _PATCHED, False):
         setattr(plugin, QUERY, normalising(query))
     return True
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-model runtimes of the Jacobian jobs
+# ----------------------------------------------------------------------------------------------
+
+JACOBIAN_RUNTIME_MIN = 240  # a model the table does not name (minutes per attempt)
+RUNTIMES_FILE = "profiles/slurm/jacobian_runtimes.yaml"
+MARGIN = 1.5  # on the projected time: the projection is of one measured pass per architecture
+
+
+def runtime_minutes(projected_hours: float) -> int:
+    """SLURM minutes for a projected time: ``ceil(MARGIN x minutes)``, at least 30."""
+    import math
+
+    return max(30, math.ceil(MARGIN * projected_hours * 60))
+
+
+def jacobian_runtime(model: str, attempt: int, table: str | Path) -> int:
+    """``runtime`` (minutes) of ``jacobian_spectra`` for ``model`` at ``attempt`` (1, 2, ...):
+    the table's minutes (written by ``benchmarks/gpu.sh --runtimes``: the planner's FLOPs at
+    the benchmark's measured rates, :func:`runtime_minutes`), else :data:`JACOBIAN_RUNTIME_MIN`,
+    times the attempt (a retried job resumes from its chunk cache and gets longer)."""
+    import yaml
+
+    minutes = JACOBIAN_RUNTIME_MIN
+    path = Path(table)
+    if path.is_file():
+        entries = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(entries, dict):
+            raise ValueError(f"{path}: expected a mapping model -> minutes; rewrite it with "
+                             "benchmarks/gpu.sh --runtimes")  # fmt: skip
+        minutes = int(entries.get(model, minutes))
+    return minutes * max(1, int(attempt))

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 # one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
 pytestmark = pytest.mark.xdist_group("benchmarks/test_gpu")
@@ -43,6 +44,8 @@ def report(tmp_path_factory):
             "cpu",
             "--json",
             str(out),
+            "--runtimes",
+            str(out.with_name("runtimes.yaml")),
         ],
         capture_output=True,
         text=True,
@@ -56,6 +59,10 @@ def report(tmp_path_factory):
     result = json.loads(out.read_text())
     assert printed["accuracy"] == result["accuracy"]
     assert lines[1].startswith("projection: config/test.yaml Jacobian stage")
+    table = yaml.safe_load(out.with_name("runtimes.yaml").read_text())
+    assert table == {
+        key: model["runtime_min_suggested"] for key, model in result["projection"]["models"].items()
+    }
     return result
 
 
@@ -166,19 +173,19 @@ def test_the_paper_pass_in_every_precision_against_the_peaks(report):
 
 
 def test_the_projection_uses_the_measured_rates_and_the_slurm_runtime(report):
-    import yaml
+    from repdiag.core.slurm import RUNTIMES_FILE, jacobian_runtime, runtime_minutes
 
     projection = report["projection"]
-    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
-    runtime = profile["set-resources"]["jacobian_spectra"]["runtime"]
     rates = {name: row["fp32"]["tflops"] for name, row in report["paper_pass"].items()}
     assert projection["config"] == "config/test.yaml" and projection["models"]
     total = 0.0
     for key, model in projection["models"].items():
         hours = model["pflop"] * 1e15 / (rates[model["rate_from"]] * 1e12) / 3600
         assert model["hours"] == pytest.approx(hours), key
+        runtime = jacobian_runtime(key, 1, ROOT / RUNTIMES_FILE)
         assert model["slurm_runtime_min"] == runtime
         assert model["fits_runtime"] == (model["hours"] * 60 <= runtime)
+        assert model["runtime_min_suggested"] == runtime_minutes(model["hours"])
         total += model["hours"]
     assert projection["stage_hours"] == pytest.approx(total)
     assert projection["stage_pflop"] == pytest.approx(

@@ -63,3 +63,21 @@ def test_patch_warns_and_gives_up_when_the_plugin_changed(monkeypatch, caplog) -
 def test_patch_is_a_no_op_without_the_plugin(monkeypatch) -> None:
     monkeypatch.setattr(slurm_compat, "PLUGIN", "no_such_plugin_module")
     assert not patch_slurm_status()
+
+
+def test_jacobian_runtimes_per_model_and_attempt(tmp_path) -> None:
+    from repdiag.core.slurm import JACOBIAN_RUNTIME_MIN, jacobian_runtime, runtime_minutes
+
+    assert runtime_minutes(0.01) == 30  # at least 30 minutes
+    assert runtime_minutes(2.0) == 180  # 1.5 x 120
+    assert runtime_minutes(1.001) == 91  # rounded up
+    table = tmp_path / "jacobian_runtimes.yaml"
+    assert jacobian_runtime("clip_l14", 1, table) == JACOBIAN_RUNTIME_MIN  # no table yet
+    table.write_text("clip_l14: 300\nresnet50: 45\n")
+    assert jacobian_runtime("clip_l14", 1, table) == 300
+    assert jacobian_runtime("clip_l14", 2, table) == 600  # a retry resumes and gets longer
+    assert jacobian_runtime("resnet50", 3, table) == 135
+    assert jacobian_runtime("unknown", 1, table) == JACOBIAN_RUNTIME_MIN
+    table.write_text("- not a mapping\n")
+    with pytest.raises(ValueError, match="expected a mapping model -> minutes"):
+        jacobian_runtime("clip_l14", 1, table)
