@@ -204,6 +204,7 @@ def test_a_probe_folder_decodes_only_the_images_it_keeps(tmp_path):
     assert result["ids"] == ["folder/0000.png", "folder/0001.png"]
     assert result["shape"] == [2, 3, 16, 16]
     assert result["files"] == 2 and result["pixels"] == 2 * 64 * 48
+    assert result["peak_mib"] - result["before_mib"] < GROWTH_MIB
 
 
 class _ClaimsMore:
