@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -409,15 +410,36 @@ def _plan_entry(
         return dataclasses.replace(seen[signature], key=key, kind=how)
     try:
         plan = plan_model(encoder, shape, kind=how, **engine)
-    except Exception:
+    except Exception as err:
         if entry.get("source") != "python":
             raise
-        # a control whose forward makes tensors of its own: counted on one real image
+        check_runs_off_cpu(key, err, settings["device"])
+        # a control whose forward needs data (not shapes alone): counted on one real image
         with offline():
             encoder = build_encoder(key, entry)
         plan = plan_model(encoder, shape, kind=f"{how} (counted on CPU)", **engine)
     seen[signature] = plan
     return plan
+
+
+# What torch says when an op mixes devices (CUDA and meta word it differently) or a random op is
+# given a generator of another device.
+DEVICE_MISMATCH = re.compile(
+    r"same device|not on the expected device|device type for generator|found two devices"
+)
+
+
+def check_runs_off_cpu(key: str, err: Exception, device: str) -> None:
+    """Raise :class:`NotPlanned` when ``models.<key>`` failed on the meta device because its
+    forward mixes devices: it would fail on ``device`` too (a tensor made without the input's
+    device lands on the CPU), so counting it on the CPU would hide the failure. A CPU target runs it
+    as counted."""
+    if device != "cpu" and DEVICE_MISMATCH.search(str(err)):
+        first = str(err).splitlines()[0][:80]
+        raise NotPlanned(
+            f"cannot run on {device}, a tensor stays on the CPU ({first}); "
+            f"make it on the input's device in models.{key}'s forward"
+        ) from err
 
 
 def _device_name() -> str:
