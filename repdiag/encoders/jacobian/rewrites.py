@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -39,11 +39,12 @@ class _JacobianRewrites(TorchFunctionMode):
       derivative of ``adaptive_avg_pool2d`` calls ``as_strided_``, which has no batching rule: every
       vmapped JVP then loops over the directions one at a time (torch 2.14).
 
-    Under autocast (``precision: bf16``) two more run as their decompositions, whose vmapped
+    Under autocast (``precision: bf16``) three more run as their decompositions, whose vmapped
     backward on bfloat16 CPU inputs otherwise fails (torch 2.14: "expected scalar type BFloat16
     but found Float"): attention (:func:`_attention`: matmuls in bfloat16, the softmax in
     float32, as the math SDPA kernel computes it) and eval-mode batch norm (:func:`_batch_norm`:
-    the affine map of the running statistics, in float32).
+    the affine map of the running statistics, in float32) and layer norm (:func:`_layer_norm`,
+    in float32; ConvNeXt's LayerNorm2d after a bfloat16 depthwise convolution).
     """
 
     patchify = True
@@ -73,6 +74,11 @@ class _JacobianRewrites(TorchFunctionMode):
             ):
                 eps = kwargs.get("eps", args[7] if len(args) > 7 else 1e-5)
                 return _batch_norm(x, call, eps)
+        elif func is nn.functional.layer_norm:
+            names = ("input", "normalized_shape", "weight", "bias", "eps")
+            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            if torch.is_autocast_enabled(call["input"].device.type):
+                return _layer_norm(**call)
         elif func is nn.functional.scaled_dot_product_attention:
             names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
             call = {**dict(zip(names, args, strict=False)), **kwargs}
@@ -153,6 +159,29 @@ def _batch_norm(x: torch.Tensor, call: Mapping[str, Any], eps: float) -> torch.T
     y = (x.to(dtype) - call["running_mean"].to(dtype).reshape(shape)) * scale.reshape(shape)
     if call.get("bias") is not None:
         y = y + call["bias"].to(dtype).reshape(shape)
+    return y
+
+
+def _layer_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """Layer norm, (x - mean) / sqrt(var + eps) * weight + bias over the last
+    ``len(normalized_shape)`` dimensions (biased variance, as ``F.layer_norm``), in float32 or
+    wider, as autocast runs ``layer_norm``."""
+    dtype = torch.promote_types(input.dtype, torch.float32)
+    dims = tuple(range(-len(tuple(normalized_shape)), 0))
+    x = input.to(dtype)
+    mean = x.mean(dim=dims, keepdim=True)
+    var = (x - mean).square().mean(dim=dims, keepdim=True)
+    y = (x - mean) * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight.to(dtype)
+    if bias is not None:
+        y = y + bias.to(dtype)
     return y
 
 

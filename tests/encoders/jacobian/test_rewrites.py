@@ -125,3 +125,37 @@ def test_the_eval_batch_norm_decomposition_is_batch_norm():
             torch.testing.assert_close(
                 rewrites._batch_norm(x, call, 1e-3), want, rtol=1e-12, atol=1e-12
             )
+
+
+def test_the_layer_norm_decomposition_is_layer_norm():
+    generator = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 5, 4, 6, generator=generator, dtype=F64)
+    weight, bias = torch.randn(4, 6, dtype=F64), torch.randn(4, 6, dtype=F64)
+    for shape, affine in (((6,), {}), ((4, 6), {"weight": weight, "bias": bias})):
+        want = nn.functional.layer_norm(x, shape, eps=1e-6, **affine)
+        got = rewrites._layer_norm(x, shape, eps=1e-6, **affine)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+class _ConvNeXtStart(nn.Module):
+    """A depthwise convolution, then layer norm over channels (timm's LayerNorm2d): the pair
+    whose vmapped bfloat16 backward failed on the CPU before layer norm was decomposed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(self.dw(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return y.flatten(1)
+
+
+def test_bf16_runs_a_depthwise_convolution_into_layer_norm():
+    model, x = _ConvNeXtStart().eval(), images(2, (4, 5, 5)).float()
+    settings = engine(method="randomized", k=6, power_iters=2, seed=0)
+    fp32 = jacobian_spectra(model, x, **{**settings, "precision": "fp32"})
+    bf16 = jacobian_spectra(model, x, **{**settings, "precision": "bf16"})
+    torch.testing.assert_close(bf16["output"], fp32["output"], rtol=0.05, atol=0.05)
+    assert not torch.equal(bf16["output"], fp32["output"])  # bfloat16 did run
