@@ -3,13 +3,8 @@ import re
 
 from repdiag.binding.causal_options import causal_models
 from repdiag.core.checks import check_before_run
-from repdiag.core.config import (
-    check_config,
-    check_repeated_entries,
-    fill_defaults,
-    section,
-    seeded,
-)
+from repdiag.core.config import check_config, fill_defaults, section, seeded
+from repdiag.core.config_files import check_repeated_entries
 from repdiag.core.digests import digests
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.offline import enforce_offline

@@ -274,54 +274,6 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
             load_yaml(path)
 
 
-def named_entry_maps(
-    schema: Mapping[str, Any] | None = None, base: Path | None = None, prefix: str = ""
-) -> list[str]:
-    """The dotted keys of the config's maps of named entries (``models``, ``zoo.backbones``,
-    ``zoo.objectives``): objects whose schema takes any key and an object under each."""
-    if schema is None:
-        schema, base = yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent
-    schema, base = _resolve(schema, base)
-    found = []
-    extra = schema.get("additionalProperties")
-    if prefix and isinstance(extra, Mapping) and _resolve(extra, base)[0].get("type") == "object":
-        found.append(prefix)
-    for key, sub in (schema.get("properties") or {}).items():
-        found += named_entry_maps(sub, base, f"{prefix}.{key}" if prefix else key)
-    return found
-
-
-def _entries_at(data: Any, dotted: str) -> Mapping[str, Any]:
-    for key in dotted.split("."):
-        data = data.get(key) if isinstance(data, Mapping) else None
-    return data if isinstance(data, Mapping) else {}
-
-
-def check_repeated_entries(paths: Iterable[str | Path]) -> None:
-    """Refuse two config files given together (``--configfile a.yaml b.yaml``) that both define
-    one named entry (a model, a zoo backbone or run: :func:`named_entry_maps`), naming both files.
-
-    Snakemake deep-merges the files, so a key of the first file's entry would survive into the
-    second's (a ``weights:`` or ``kwargs`` the second never set); a user reading the second file
-    expects its entry as written. Sections (``embeddings: {batch_size: 8}``) still merge.
-    """
-    first: dict[str, str] = {}
-    for path in paths:
-        if not Path(path).is_file():
-            continue
-        data = load_yaml(path)
-        for dotted in named_entry_maps():
-            for name in _entries_at(data, dotted):
-                where = f"{dotted}.{name}"
-                if where in first and first[where] != str(path):
-                    raise ConfigError(
-                        f"{where} is defined in two config files, {first[where]} and {path}; "
-                        "Snakemake would merge the two entries key by key. Define it in one "
-                        "file only (rename one of them)"
-                    )
-                first.setdefault(where, str(path))
-
-
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:
     """Follow a relative-file ``$ref`` (the only kind our schemas use)."""
     while "$ref" in schema:

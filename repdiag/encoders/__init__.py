@@ -32,7 +32,10 @@ CONFIG_CHECKS: tuple[str, ...] = (
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 
-BUILD_CHECKS: tuple[str, ...] = ("repdiag.encoders.zoo.prerun:check_zoo_backbones",)
+BUILD_CHECKS: tuple[str, ...] = (
+    "repdiag.encoders.zoo.prerun:check_zoo_backbones",
+    "repdiag.encoders.registry:check_model_sizes",
+)
 """Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""
 
 WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.registry:check_weights_available",)

@@ -201,3 +201,39 @@ def check_weights_available(config: Mapping[str, Any], models: Iterable[str] | N
     entries = config.get("models") or {}
     for key in entries if models is None else [m for m in entries if m in set(models)]:
         check_cached_weights(key, entries[key])
+
+
+SIZE_CHECKED_SOURCES = frozenset({"zoo", "timm", "checkpoint", "torchvision", "open_clip"})
+"""Sources built from library code on the meta device; a python or hub entry would run the user's
+code to be built (its job builds it once)."""
+
+
+def check_model_sizes(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
+    """Every model of ``models`` (default: all) from :data:`SIZE_CHECKED_SOURCES`, built on the
+    meta device as its job builds it (a zoo model from its run's spec), is under the caps of
+    :func:`repdiag.encoders.size.check_model_size` as a whole; a BUILD_CHECK of
+    :mod:`repdiag.encoders`, run by ``repdiag validate`` and a real run's ``onstart``. A model
+    that cannot be built here is left to the checks (or the job) that report it."""
+    from repdiag.encoders.size import check_model_size
+
+    entries = config.get("models") or {}
+    chosen = set(entries) if models is None else set(models)
+    for key, entry in entries.items():
+        if key not in chosen or entry.get("source") not in SIZE_CHECKED_SOURCES:
+            continue
+        try:
+            encoder = build_encoder(
+                key,
+                entry,
+                default_pooling=config["embeddings"]["pooling"],
+                meta=True,
+                config=config,
+            )
+        except Exception:  # not this check's error: the build checks or the job report it
+            continue
+        where = (
+            f"zoo run {entry['id']!r} (zoo.objectives, zoo.backbones)"
+            if entry.get("source") == "zoo"
+            else f"models.{key}"
+        )
+        check_model_size(key, encoder.model, encoder.preprocess.input_size, where)

@@ -60,6 +60,14 @@ def check_safetensors(path: str | Path, key: str) -> Path:
     return path
 
 
+WEIGHT_DTYPES = frozenset(
+    {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool, torch.complex64,
+     torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
+)  # fmt: skip
+"""Dtypes :func:`check_weights` looks at further (bool and complex are then refused by name);
+any other (float8 types, unsigned 16-64-bit, quantized) is refused naming model, file and tensor."""
+
+
 def check_weights(state: Mapping[str, Any], key: str, where: object) -> dict[str, Any]:
     """Refuse bool and non-finite weights naming the tensor; cast float16/bfloat16 to float32.
 
@@ -69,6 +77,14 @@ def check_weights(state: Mapping[str, Any], key: str, where: object) -> dict[str
     checked, cast = {}, []
     for name, tensor in state.items():
         if isinstance(tensor, torch.Tensor):
+            if tensor.dtype not in WEIGHT_DTYPES:
+                raise model_error(
+                    key,
+                    f"{where}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}"
+                    ", which repdiag does not load (weights: float32, float64, float16, bfloat16; "
+                    "index buffers: integers); convert the checkpoint, e.g. "
+                    "tensor.to(torch.float32) for float8 weights",
+                )
             if tensor.dtype == torch.bool or tensor.is_complex():
                 raise model_error(
                     key,

@@ -298,3 +298,161 @@ def test_only_a_python_entry_runs_code_and_it_runs_the_named_callable(
     with pytest.raises(EncoderError, match=r"returned NoneType, not an nn\.Module"):
         build_encoder("x", {**python, "kwargs": {"path": str(marker)}})
     assert marker.read_text() == "ran"  # it ran: a python entry is code, like the package it names
+
+
+# --- Models checked as one thing, zoo meta.json and weights like config models ------------------
+
+
+def _peak_rss_growth(action) -> int:
+    """Bytes by which this process's peak resident memory grew while ``action()`` ran (0 when
+    the peak was already higher): a memory bound, not a time."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    action()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+
+
+def _validate_error(tmp_path: Path, config: dict, capsys: pytest.CaptureFixture[str]) -> str:
+    from repdiag.cli import main
+
+    path = _write(tmp_path, config)
+    assert main(["validate", "--no-weights", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("repdiag: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_numbers_each_under_their_cap_building_a_huge_backbone_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """embed_dim 16384 and depth 2 are each far under their caps (65536); together 4.3 G
+    parameters: `repdiag validate` refuses the zoo run, measured on the meta device. (The
+    reported 51.6 G case, depth 1000 at embed_dim 65536, is refused the same way; its meta build
+    of 1000 blocks takes minutes on a busy machine, so it is not run here.)"""
+    config = copy.deepcopy(BASE)
+    backbone = next(iter(config["zoo"]["backbones"]))
+    config["zoo"]["backbones"][backbone]["timm_kwargs"].update(
+        {"embed_dim": 16384, "num_heads": 64, "depth": 2}
+    )
+    from repdiag.cli import main
+
+    assert main(["validate", "--no-weights", str(_write(tmp_path, BASE))]) == 0  # imports warm
+    capsys.readouterr()
+    errors: list[str] = []
+    growth = _peak_rss_growth(lambda: errors.append(_validate_error(tmp_path, config, capsys)))
+    assert "4.3 G parameters, above the cap of 2.0 G" in errors[0], errors
+    assert "zoo.backbones" in errors[0]
+    assert growth < 500 * 2**20, growth  # nothing of the 17 GB model allocated
+
+
+def test_a_config_model_with_a_huge_activation_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = copy.deepcopy(BASE)
+    config["models"]["wide"] = {
+        "source": "timm",
+        "id": "vit_small_patch16_224",
+        "family": "supervised",
+        "kwargs": {"img_size": 2048, "patch_size": 4},
+    }
+    err = _validate_error(tmp_path, config, capsys)
+    assert "model 'wide': models.wide: one 2048 px image makes" in err and "GiB" in err
+
+
+def _zoo_run(tmp_path: Path, meta_edit=None, tensor_edit=None) -> Path:
+    """A tiny zoo run folder written as train_zoo writes it, then edited like a hostile user."""
+    import json
+
+    import timm
+    from safetensors.torch import save_file
+
+    from repdiag.encoders.zoo.checkpoint import file_sha256
+
+    kwargs = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2}
+    backbone = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs)
+    tensors = {k: v.contiguous().clone() for k, v in backbone.state_dict().items()}
+    if tensor_edit:
+        tensor_edit(tensors)
+    run = tmp_path / "zoo" / "run"
+    run.mkdir(parents=True)
+    save_file(tensors, str(run / "model.safetensors"))
+    meta = {
+        "objective": "simclr",
+        "family": "contrastive",
+        "timm_model": "vit_tiny_patch16_224",
+        "timm_kwargs": kwargs,
+        "pooling": "cls",
+        "preprocess": {"input_size": 32, "mean": [0.5] * 3, "std": [0.5] * 3},
+        "head": None,
+        "weights_sha256": file_sha256(run / "model.safetensors"),
+    }
+    if meta_edit:
+        meta_edit(meta)
+    (run / "meta.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_a_zoo_meta_json_goes_through_the_config_caps(tmp_path: Path) -> None:
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.zoo.checkpoint import load_zoo_model
+
+    assert load_zoo_model(_zoo_run(tmp_path / "ok")).meta["timm_model"]  # the control loads
+    load_zoo_model(_zoo_run(tmp_path / "ok2"))  # and, loaded twice, sets this process's peak
+
+    def huge(meta: dict) -> None:
+        meta["timm_kwargs"].update({"img_size": 4096, "patch_size": 1})
+
+    run = _zoo_run(tmp_path / "huge", meta_edit=huge)
+    errors: list[str] = []
+
+    def load() -> None:
+        with pytest.raises(EncoderError) as err:
+            load_zoo_model(run)
+        errors.append(str(err.value))
+
+    growth = _peak_rss_growth(load)
+    assert str(run / "meta.json") in errors[0] and "above the cap" in errors[0], errors
+    assert growth < 500 * 2**20, growth  # refused on the meta device, before the 3 GB build
+
+    def over_cap(meta: dict) -> None:
+        meta["preprocess"]["input_size"] = 10**6
+
+    with pytest.raises(EncoderError, match=r"preprocess\.input_size: 1000000 is above the cap"):
+        load_zoo_model(_zoo_run(tmp_path / "cap", meta_edit=over_cap))
+
+    def loads_weights(meta: dict) -> None:
+        meta["timm_kwargs"]["pretrained_cfg_overlay"] = {"file": "/etc/passwd"}
+
+    with pytest.raises(EncoderError, match=r"timm_kwargs\.pretrained_cfg_overlay"):
+        load_zoo_model(_zoo_run(tmp_path / "kw", meta_edit=loads_weights))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_zoo_weights_go_through_check_weights(tmp_path: Path, dtype: str) -> None:
+    import torch
+
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.zoo.checkpoint import load_zoo_model
+
+    def edit(tensors: dict) -> None:
+        tensors["cls_token"] = tensors["cls_token"].to(getattr(torch, dtype))
+
+    with pytest.raises(EncoderError, match=rf"tensor 'cls_token' has dtype (torch\.)?{dtype}"):
+        load_zoo_model(_zoo_run(tmp_path, tensor_edit=edit))
+
+
+def test_float8_weights_are_a_named_error(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.weights import load_safetensors
+
+    path = tmp_path / "w.safetensors"
+    save_file({"fc.weight": torch.ones(2, 2).to(torch.float8_e4m3fn)}, str(path))
+    with pytest.raises(EncoderError) as err:
+        load_safetensors(path, "eight")
+    message = str(err.value)
+    assert "model 'eight'" in message and str(path) in message and "'fc.weight'" in message
+    assert "float8_e4m3fn" in message

@@ -23,6 +23,7 @@ from torch import nn
 
 from repdiag.core.errors import EncoderError, StoreError
 from repdiag.core.store import atomic_path, read_json, write_json, write_text
+from repdiag.encoders.weights import check_float_slots, check_weights
 from repdiag.encoders.zoo.backbones import build_backbone
 from repdiag.encoders.zoo.heads import MLPHead, build_head
 
@@ -110,6 +111,43 @@ def _read_tensors(path: Path, expected_sha256: str | None) -> dict[str, torch.Te
         ) from err
 
 
+def check_meta(meta: dict[str, Any], meta_path: Path) -> None:
+    """The checks a config's zoo run gets, on a run's ``meta.json`` before anything is built:
+    every number finite and under its cap (``timm_kwargs``, ``preprocess``: SIZE_CAPS), no
+    keyword that loads weights or files, and the backbone as a whole under the size caps on the
+    meta device (:func:`repdiag.encoders.size.check_model_size`)."""
+    from repdiag.core.config import check_numbers
+    from repdiag.core.errors import ConfigError
+    from repdiag.encoders.entries import weights_kwargs
+    from repdiag.encoders.size import check_model_size
+
+    kwargs, preprocess = meta["timm_kwargs"], meta["preprocess"]
+    if not isinstance(kwargs, dict) or not isinstance(preprocess, dict):
+        raise EncoderError(f"{meta_path}: timm_kwargs and preprocess must be mappings")
+    try:
+        check_numbers({"timm_kwargs": kwargs, "preprocess": preprocess})
+    except ConfigError as err:
+        raise EncoderError(f"{meta_path}: {err}") from None
+    bad = weights_kwargs(kwargs, "timm_kwargs")
+    if bad:
+        raise EncoderError(
+            f"{meta_path}: {bad[0]} names a weights, file or download switch; a zoo run's "
+            "meta.json may not (rerun train_zoo for it)"
+        )
+    sizes = [preprocess.get("input_size"), kwargs.get("img_size", 1)]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+        raise EncoderError(
+            f"{meta_path}: preprocess.input_size and timm_kwargs.img_size must be positive integers"
+        )
+    size = max(sizes)  # the side the backbone is built for, when it differs from preprocessing
+    with torch.device("meta"):
+        try:
+            backbone = build_backbone(meta["timm_model"], kwargs)
+        except EncoderError as err:
+            raise EncoderError(f"{meta_path}: {err}") from None
+    check_model_size(meta_path.parent.name, backbone, size, str(meta_path))
+
+
 def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> ZooModel:
     """Rebuild the encoder of ``results/zoo/<run>/``: strict loads, eval mode, on ``device``."""
     run_dir = Path(run_dir)
@@ -121,9 +159,13 @@ def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> Zoo
     missing = [key for key in META_KEYS if key not in meta]
     if missing:
         raise EncoderError(f"{meta_path} lacks {missing}; rerun train_zoo for {run_dir.name}")
-    tensors = _read_tensors(model_path, meta.get("weights_sha256"))
+    check_meta(meta, meta_path)
+    tensors = check_weights(
+        _read_tensors(model_path, meta.get("weights_sha256")), run_dir.name, model_path
+    )
     backbone = build_backbone(meta["timm_model"], meta["timm_kwargs"])
     backbone_keys = set(backbone.state_dict())
+    check_float_slots(backbone.state_dict(), tensors, run_dir.name, model_path)
     head_state = {
         k[len(HEAD_PREFIX) :]: v
         for k, v in tensors.items()
@@ -136,7 +178,13 @@ def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> Zoo
             f"{model_path} does not match {meta['timm_model']} {meta['timm_kwargs']}: "
             f"missing {absent[:5]}, unexpected {stray[:5]}; rerun train_zoo for {run_dir.name}"
         )
-    backbone.load_state_dict({k: tensors[k] for k in backbone_keys}, strict=True)
+    try:
+        backbone.load_state_dict({k: tensors[k] for k in backbone_keys}, strict=True)
+    except RuntimeError as err:  # a shape that is not meta.json's architecture
+        raise EncoderError(
+            f"{model_path} does not match {meta_path}: {' '.join(str(err).split())[:500]}; "
+            f"rerun train_zoo for {run_dir.name}"
+        ) from None
     head = build_head(meta["head"])
     if head is not None:
         try:
