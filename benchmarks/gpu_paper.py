@@ -213,13 +213,17 @@ def write_runtimes(projection: dict[str, Any], path: Path) -> None:
     path.write_text(header + yaml.safe_dump(table, sort_keys=True))
 
 
-def project(rows: dict[str, dict], size: dict) -> dict[str, Any]:
-    """Projected hours of the config's Jacobian stage: each planned model at the measured
-    float32 rate of the benchmarked model nearest to it in FLOPs per image."""
+def stage_plan(size: dict):
+    """The planner's plan of the size's config (FLOPs only: the rate is the benchmark's)."""
     from repdiag.core.config import load_config
 
-    config_path = ROOT / size["config"]
-    plan = plan_config(load_config(config_path), rate=1.0, device="cuda")
+    return plan_config(load_config(ROOT / size["config"]), rate=1.0, device="cuda")
+
+
+def project(rows: dict[str, dict], size: dict, plan) -> dict[str, Any]:
+    """Projected hours of the config's Jacobian stage (``plan``: :func:`stage_plan`): each
+    planned model at the measured float32 rate of the benchmarked model nearest to it in FLOPs
+    per image."""
     measured = {name: r for name, r in rows.items() if "tflops" in r.get("fp32", {})}
     models, total_h = {}, 0.0
     for model in plan.models:
@@ -253,6 +257,8 @@ def paper_pass(report: dict, save, budget, size_name: str, device: torch.device)
     x_all = torch.randn(size["images"], 3, size["size"], size["size"],
                         generator=torch.Generator().manual_seed(7)).to(device)  # fmt: skip
     rows: dict[str, dict] = report["paper_pass"]
+    report["peak_tflops"] = {"device": PEAK_DEVICE, **PEAK_TFLOPS}
+    plan = stage_plan(size)  # first: a run cut short still projects from what it measured
     seconds_per_tflop = 0.0
     for name, spec in size["models"].items():
         taps = build(spec, device)
@@ -263,8 +269,5 @@ def paper_pass(report: dict, save, budget, size_name: str, device: torch.device)
         rows[name] = measure_model(name, taps, spec, size, device, report["matmul"], x_all)
         if "s" in rows[name]["fp32"]:
             seconds_per_tflop = rows[name]["fp32"]["s"] / max(rows[name]["tflop"], 1e-12)
+            report["projection"] = project(rows, size, plan)  # refined after every model
         save()
-    report["peak_tflops"] = {"device": PEAK_DEVICE, **PEAK_TFLOPS}
-    if any("tflops" in row.get("fp32", {}) for row in rows.values()):
-        report["projection"] = project(rows, size)
-    save()
