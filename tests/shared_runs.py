@@ -42,7 +42,15 @@ def worker_id() -> str | None:
 
 
 def shared_root(basetemp: Path) -> Path:
-    """The folder every process of this pytest run shares: the parent of a worker's basetemp."""
+    """The folder every process of this pytest run shares: the parent of a worker's basetemp.
+
+    ``REPDIAG_TEST_SHARED_ROOT=DIR`` keeps the shared runs in DIR across pytest runs instead,
+    for iterating on the tests that read them; they are then as old as their build, so delete
+    DIR (or its ``NAME.complete`` marker) after changing the workflow or the library.
+    """
+    if kept := os.environ.get("REPDIAG_TEST_SHARED_ROOT"):
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
     return basetemp.parent if worker_id() else basetemp
 
 
