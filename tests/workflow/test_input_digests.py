@@ -24,7 +24,7 @@ IMAGES = Path("images")
 PROBES = Path("probes")
 
 
-def _touch_all(workdir: Path, configfile: Path) -> None:
+def _touch_all(workdir: Path, *configfiles: Path, target: str = "all") -> None:
     """Create every output empty and let Snakemake's touch executor record its jobs as done."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
@@ -34,7 +34,7 @@ def _touch_all(workdir: Path, configfile: Path) -> None:
         ResourceSettings,
     )
 
-    for job in plan(workdir, configfiles=[configfile], forceall=True):
+    for job in plan(workdir, target, configfiles=configfiles, forceall=True):
         for output in job.outputs:
             path = workdir / output
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,12 +45,12 @@ def _touch_all(workdir: Path, configfile: Path) -> None:
             workflow = api.workflow(
                 resource_settings=ResourceSettings(cores=2),
                 config_settings=ConfigSettings(
-                    configfiles=[workdir / configfile], replace_workflow_config=True
+                    configfiles=[workdir / f for f in configfiles], replace_workflow_config=True
                 ),
                 snakefile=workdir / "Snakefile",
                 workdir=workdir,
             )
-            dag = workflow.dag(DAGSettings(targets={"all"}, forceall=True))
+            dag = workflow.dag(DAGSettings(targets={target}, forceall=True))
             dag.execute_workflow(executor="touch")
     finally:
         os.chdir(cwd)
@@ -169,3 +169,39 @@ def test_a_probe_folder_change_reruns_the_jacobian_jobs_only(done: tuple[Path, P
         _restore(image, old)
     assert {rule for rule, _ in reruns} == {"jacobian_spectra"}
     assert "jacobians.probes.folder.path" in reruns[("jacobian_spectra", "ck")]
+
+
+CIFAR_FILES = (Path("config") / "test.yaml", Path("config") / "cifar_smoke.yaml")
+
+
+@pytest.fixture(scope="module")
+def cifar_done(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CIFAR branch on a folder-layout fixture (train/<class>/<image>), every job done."""
+    import yaml
+
+    from repdiag.cifar.data import write_fixture
+
+    workdir = copy_workflow(tmp_path_factory.mktemp("cifar") / "run")
+    smoke = yaml.safe_load((workdir / CIFAR_FILES[1]).read_text())["cifar"]
+    write_fixture(workdir / smoke["data_dir"], "folder", n_train_per_class=2, n_test_per_class=1)
+    _touch_all(workdir, *CIFAR_FILES, target="cifar")
+    assert plan(workdir, "cifar", configfiles=CIFAR_FILES) == []
+    return workdir
+
+
+@pytest.mark.parametrize("change", ["rewritten", "touched"])
+def test_a_cifar_image_change_reruns_every_cifar_run(cifar_done: Path, change: str) -> None:
+    """An image inside a class folder changes no mtime Snakemake compares (train/ is the input);
+    the train/ manifest in the params reruns every SimCLR run, which all read it."""
+    image = next(p for p in sorted((cifar_done / "data").rglob("*.png")) if "train" in p.parts)
+    old = _rewrite(image, image.read_bytes()[::-1] if change == "rewritten" else image.read_bytes())
+    try:
+        jobs = plan(cifar_done, "cifar", configfiles=CIFAR_FILES)
+    finally:
+        _restore(image, old)
+    runs = [job for job in jobs if job.rule == "cifar_simclr"]
+    jobs = [job for job in jobs if job.rule != "cifar"]  # the target rule itself
+    assert len(runs) == 6 and {job.rule for job in jobs} == {
+        "cifar_simclr", "cifar_tables", "cifar_figure"}  # fmt: skip
+    assert all("cifar.data_dir/train" in job.reason for job in runs)
+    assert plan(cifar_done, "cifar", configfiles=CIFAR_FILES) == []
