@@ -110,14 +110,26 @@ def run_test_config(workdir: Path) -> None:
 RECOMPUTED = ("results/metrics", "results/alignment/real", "results/tables", "results/figures")
 
 
-def rerun_downstream(workdir: Path) -> None:
-    """A copy of the shared run with :data:`RECOMPUTED` and the summaries removed, run again."""
-    source = build_shared(workdir.parent, "workflow_run")
-    shutil.copytree(source, workdir, symlinks=True, dirs_exist_ok=True)
+def is_recomputed(output: str) -> bool:
+    """Whether :func:`remove_recomputed` removes ``output`` (a path relative to the run)."""
+    path = Path(output)
+    in_folder = any(path.is_relative_to(part) for part in RECOMPUTED)
+    return in_folder or (path.parent == Path("results") and path.suffix == ".md")
+
+
+def remove_recomputed(workdir: Path) -> None:
+    """Remove :data:`RECOMPUTED` and the study summaries (``results/*.md``) from a run."""
     for part in RECOMPUTED:
         shutil.rmtree(workdir / part)
     for summary in (workdir / "results").glob("*.md"):
         summary.unlink()
+
+
+def rerun_downstream(workdir: Path) -> None:
+    """A copy of the shared run with :func:`remove_recomputed` applied, run again."""
+    source = build_shared(workdir.parent, "workflow_run")
+    shutil.copytree(source, workdir, symlinks=True, dirs_exist_ok=True)
+    remove_recomputed(workdir)
     snakemake(workdir)
 
 

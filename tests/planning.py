@@ -29,18 +29,25 @@ TEST_CONFIG = Path("config") / "test.yaml"
 
 @dataclass(frozen=True)
 class Planned:
-    """One job a dry run would execute: its rule, its wildcards and Snakemake's reason."""
+    """One job a dry run would execute: its rule, wildcards, outputs and Snakemake's reason."""
 
     rule: str
     wildcards: dict[str, str] = field(hash=False)
+    outputs: tuple[str, ...] = field(hash=False, default=())
     reason: str = field(hash=False, default="")
+    resources: dict[str, object] = field(hash=False, default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """(rule, sorted wildcards): what identifies the job across two plans."""
+        return self.rule, tuple(sorted(self.wildcards.items()))
 
 
 class PlanError(RuntimeError):
     """Snakemake refused to plan: the Snakefile, its config checks or the DAG failed."""
 
 
-def _plan_only(found: list[Planned]):
+def _plan_only(found: list[Planned], rules: set[str]):
     """A stand-in for ``Workflow.execute`` that builds and post-processes the DAG as a dry run
     does, records its jobs and returns before the scheduler starts."""
 
@@ -54,11 +61,14 @@ def _plan_only(found: list[Planned]):
         workflow._build_dag()
         workflow.async_run(workflow.dag.postprocess(update_needrun=False, check_initial=True))
         dag = workflow.dag
+        rules.update(rule.name for rule in workflow.rules)
         found.extend(
             Planned(
                 job.rule.name,
                 {k: str(v) for k, v in job.wildcards_dict.items()},
+                tuple(str(f) for f in job.output),
                 str(dag.reason(job)),
+                dict(job.resources.items()),
             )
             for job in dag.needrun_jobs()
         )
@@ -72,12 +82,15 @@ def plan(
     *targets: str,
     configfiles: Iterable[Path | str] = (TEST_CONFIG,),
     forceall: bool = False,
+    rules: set[str] | None = None,
 ) -> list[Planned]:
     """The jobs ``snakemake -n TARGETS --configfile F...`` would run in ``workdir``, the
     target rule ``all`` left out; sorted by rule, then wildcards.
 
     ``configfiles`` (relative to ``workdir``) replace config.yaml, as the workflow profile makes
-    them. Raises :class:`PlanError` with Snakemake's message when it refuses to plan.
+    them. ``rules``, when given, receives the name of every rule the workflow defines (so that
+    a test can check that the names it asserts on exist). Raises :class:`PlanError` with
+    Snakemake's message when it refuses to plan.
     """
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
@@ -91,7 +104,7 @@ def plan(
     found: list[Planned] = []
     cwd = Path.cwd()
     execute = workflow_class.execute
-    workflow_class.execute = _plan_only(found)
+    workflow_class.execute = _plan_only(found, set() if rules is None else rules)
     try:
         with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
             workflow = api.workflow(
@@ -110,7 +123,7 @@ def plan(
         workflow_class.execute = execute
         os.chdir(cwd)
     jobs = [job for job in found if job.rule != "all"]
-    return sorted(jobs, key=lambda job: (job.rule, sorted(job.wildcards.items())))
+    return sorted(jobs, key=lambda job: job.key)
 
 
 def rule_counts(jobs: Iterable[Planned]) -> Counter[str]:

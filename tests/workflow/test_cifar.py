@@ -7,7 +7,6 @@ module runs its own small workflow copy: the fixture is written, then `snakemake
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from repdiag.cifar.data import write_fixture
 from repdiag.cifar.study import run_names
 from repdiag.core.config import fill_defaults
 from tests.conftest import copy_workflow, snakemake
+from tests.planning import PlanError, plan, wildcard_values
 
 # one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
 pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("workflow/test_cifar")]
@@ -37,20 +37,6 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_fixture(workdir / _smoke_cifar(workdir)["data_dir"], n_train_per_class=8)
     snakemake(workdir, "cifar", *SMOKE)
     return workdir
-
-
-def _planned(workdir: Path, *args: str) -> list[tuple[str, str]]:
-    """(rule, run wildcard) of every job a dry run would execute."""
-    out = snakemake(workdir, "-n", *args)
-    text = out.stdout + out.stderr
-    jobs, rule = [], None
-    for line in text.splitlines():
-        if match := re.match(r"^(?:local)?rule (\w+):\s*$", line):
-            rule = match.group(1)
-            jobs.append((rule, ""))
-        elif (match := re.match(r"^\s+wildcards: run=(\S+)", line)) and jobs:
-            jobs[-1] = (rule, match.group(1))
-    return jobs
 
 
 def test_fixture_run_trains_probes_and_writes_the_table(smoke_run: Path) -> None:
@@ -95,7 +81,9 @@ def test_only_the_regimes_using_a_changed_key_rerun(smoke_run: Path) -> None:
     try:
         config["cifar"]["augment"] = {"blur_p": 0.25}  # a photometric key: all and no_crop
         path.write_text(yaml.safe_dump(config, sort_keys=True))  # key order is not a change
-        runs = {run for rule, run in _planned(smoke_run, "cifar", *SMOKE) if rule == "cifar_simclr"}
+        runs = set(
+            wildcard_values(plan(smoke_run, "cifar", configfiles=SMOKE[1:]), "cifar_simclr", "run")
+        )
     finally:
         path.write_text(original)
     assert runs == {f"{a}__{r}__s0" for a in ("resnet18", "mlp") for r in ("all", "no_crop")}
@@ -106,17 +94,9 @@ def test_missing_data_directory_fails_before_any_job(tmp_path: Path) -> None:
     (workdir / "config" / "missing.yaml").write_text(
         "cifar: {enabled: true, data_dir: no/such/dir}\n"
     )
-    proc = snakemake(
-        workdir,
-        "-n",
-        "cifar",
-        "--configfile",
-        "config/test.yaml",
-        "config/missing.yaml",
-        check=False,
-    )
-    text = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    with pytest.raises(PlanError) as refused:
+        plan(workdir, "cifar", configfiles=["config/test.yaml", "config/missing.yaml"])
+    text = str(refused.value)
     assert "CIFAR-10 was not found in no/such/dir (config key cifar.data_dir)" in text
     assert "python -m repdiag.cifar.data download" in text
 

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import xarray as xr
 import yaml
 
 from repdiag.encoders.embeddings import read_embeddings
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import copy_workflow
+from tests.planning import PlanError, plan, wildcard_values
 
 pytestmark = pytest.mark.workflow
 
@@ -50,24 +46,16 @@ def test_every_model_has_a_labelled_embeddings_store(workflow_run):
 def test_rerun_with_nothing_changed_runs_nothing(completed):
     config = yaml.safe_load((completed / "config/test.yaml").read_text())
     targets = [f"results/embeddings/{key}.zarr" for key in config["models"]]
-    proc = snakemake(completed, "-n", *targets)
-    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert plan(completed, *targets) == []
 
 
 def test_paper_config_validates_and_plans_every_encoder(tmp_path):
     workdir = copy_workflow(tmp_path / "paper")
-    exe = Path(sys.executable).with_name("snakemake")
-    cmd = [str(exe), "-n", "--cores", "1", "--configfile", "config/paper.yaml"]
-    proc = subprocess.run(
-        cmd, cwd=workdir, capture_output=True, text=True, timeout=600, env={**os.environ}
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = plan(workdir, configfiles=["config/paper.yaml"])
     paper = yaml.safe_load((workdir / "config/paper.yaml").read_text())["models"]
     assert len([k for k, e in paper.items() if e["family"] != "control"]) == 26
     assert len([k for k, e in paper.items() if e["family"] == "control"]) == 7
-    planned = proc.stdout + proc.stderr
-    for key in paper:
-        assert f"results/embeddings/{key}.zarr" in planned
+    assert wildcard_values(jobs, "extract_embeddings", "model") == sorted(paper)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +81,7 @@ def test_bad_model_entries_fail_before_any_job(tmp_path, entry, message):
     config = yaml.safe_load(config_path.read_text())
     config["models"]["bad"] = {"family": "other", **entry}
     config_path.write_text(yaml.safe_dump(config))
-    proc = snakemake(workdir, "-n", check=False)
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr
+    with pytest.raises(PlanError) as refused:
+        plan(workdir)
+    assert message in str(refused.value)
     assert not (workdir / "results").exists()

@@ -1,28 +1,27 @@
-"""On the paper config, every GPU rule holds exactly one gpu in the dry run."""
+"""On the paper config, every GPU rule holds exactly one gpu and every other rule none."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import copy_workflow
+from tests.planning import plan, rule_counts
 
-GPU_RULES = {"extract_embeddings", "jacobian_spectra", "identifiability_cell", "alignment_cell"}
+GPU_RULES = {"extract_embeddings", "jacobian_spectra"}
+# small cells run on CPU cores unless config small_jobs_device asks for a GPU
+SMALL_CELLS = {"identifiability_cell", "alignment_cell", "alignment_real"}
 
 
-def test_paper_dry_run_gives_each_gpu_job_one_gpu(tmp_path: Path) -> None:
+def test_paper_plan_gives_each_gpu_job_one_gpu_and_small_cells_none(tmp_path: Path) -> None:
     workdir = copy_workflow(tmp_path / "wf")
-    proc = snakemake(
-        workdir, "-n", "--cores", "8", "--resources", "gpu=2", "--configfile", "config/paper.yaml"
-    )
-    text = proc.stdout + proc.stderr
+    jobs = plan(workdir, configfiles=["config/paper.yaml"])
     gpus_by_rule: dict[str, set[int]] = {}
-    for block in re.split(r"\n\s*\n", text):
-        rule = re.search(r"^\s*(?:local)?rule (\w+):", block, re.MULTILINE)
-        gpu = re.search(r"resources: .*\bgpu=(\d+)", block)
-        if rule and gpu:
-            gpus_by_rule.setdefault(rule.group(1), set()).add(int(gpu.group(1)))
+    for job in jobs:
+        gpus_by_rule.setdefault(job.rule, set()).add(int(job.resources.get("gpu", 0)))
     for rule in GPU_RULES:
         assert gpus_by_rule.get(rule) == {1}, (rule, gpus_by_rule)
+    assert SMALL_CELLS <= set(gpus_by_rule), sorted(gpus_by_rule)  # the check is not vacuous
+    for rule in SMALL_CELLS:
+        assert gpus_by_rule[rule] == {0}, (rule, gpus_by_rule)
     assert gpus_by_rule["render_binding"] == {0}
-    assert len(re.findall(r"rule jacobian_spectra:", text)) == 26 + 7  # encoders + controls
+    assert rule_counts(jobs)["jacobian_spectra"] == 26 + 7  # encoders + controls

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from repdiag.core.config import load_config
 from repdiag.core.store import read_json
 from repdiag.identifiability.report import PAPER_CLAIMS
 from repdiag.identifiability.study import cell_names, parse_cell
-from tests.conftest import snakemake
+from tests.planning import plan, wildcard_values
 
 pytestmark = pytest.mark.workflow
 
@@ -79,24 +78,9 @@ def test_tables_aggregate_the_cells_and_compare_with_the_paper(workflow_run: Pat
             )
 
 
-RULE_LINE = re.compile(r"^(?:local)?rule (\w+):\s*$")
-WILDCARDS_LINE = re.compile(r"^\s+wildcards: (.*)$")
-
-
 def planned_cells(workdir: Path) -> list[str]:
     """The ``cell`` wildcard of every identifiability_cell job a dry run would execute."""
-    proc = snakemake(workdir, "-n")
-    cells, rule = [], None
-    for line in (proc.stdout + "\n" + proc.stderr).splitlines():
-        if match := RULE_LINE.match(line):
-            rule = match.group(1)
-        elif (match := WILDCARDS_LINE.match(line)) and rule == "identifiability_cell":
-            cells += [
-                item.split("=", 1)[1]
-                for item in match.group(1).split(", ")
-                if item.startswith("cell=")
-            ]
-    return sorted(cells)
+    return wildcard_values(plan(workdir), "identifiability_cell", "cell")
 
 
 def test_changing_the_inverse_learning_rate_reruns_only_inverse_cells(

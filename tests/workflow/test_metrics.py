@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -13,7 +12,8 @@ import yaml
 
 from repdiag.binding.metrics.readouts import binding_accuracy
 from repdiag.core.store import open_store
-from tests.conftest import REPO, copy_workflow, snakemake
+from tests.conftest import REPO, copy_workflow
+from tests.planning import PlanError, plan, rule_counts
 
 pytestmark = pytest.mark.workflow
 
@@ -84,10 +84,8 @@ def test_cosine_accuracy_matches_the_embedding_reader(workflow_run: Path) -> Non
 
 
 def _planned(workdir: Path, *targets: str) -> dict[str, int]:
-    """Rule -> job count from the "Job stats" table of a dry run for ``targets``."""
-    out = snakemake(workdir, "-n", "-p", *targets).stdout  # -p ends --configfile's file list
-    table = out.split("Job stats:", 1)[-1].split("total", 1)[0]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+    """Rule -> job count of a dry run for ``targets``."""
+    return dict(rule_counts(plan(workdir, *targets)))
 
 
 def test_a_metrics_option_reruns_only_the_metrics(workflow_run: Path, tmp_path: Path) -> None:
@@ -115,7 +113,7 @@ def test_bad_metrics_config_fails_before_any_job(tmp_path: Path, metrics: dict, 
     config = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
     config["metrics"] = metrics
     (workdir / "config" / "bad.yaml").write_text(yaml.safe_dump(config))
-    proc = snakemake(workdir, "-n", "--configfile", "config/bad.yaml", check=False)
-    assert proc.returncode != 0
-    assert named in proc.stdout + proc.stderr
+    with pytest.raises(PlanError) as refused:
+        plan(workdir, configfiles=["config/bad.yaml"])
+    assert named in str(refused.value)
     assert not (workdir / "results").exists()

@@ -19,6 +19,7 @@ import yaml
 from repdiag.common.intervals import wilson_interval
 from repdiag.sugarcrepe.data import CATEGORIES
 from tests.conftest import REPO, copy_workflow, snakemake
+from tests.planning import plan, rule_counts
 from tests.sugarcrepe.fixture import make_sugarcrepe
 
 # one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
@@ -145,17 +146,17 @@ def test_figure_is_written(sugarcrepe_run: Path) -> None:
 def test_rule_all_adds_the_join_and_a_covariate_change_reruns_no_score(
     sugarcrepe_run: Path,
 ) -> None:
-    dry = snakemake(sugarcrepe_run, "--dry-run", "--quiet", "rules")
-    assert "sugarcrepe_models" in dry.stdout and "aggregate_models" in dry.stdout
-    assert "sugarcrepe_score" not in dry.stdout and "sugarcrepe_tables" not in dry.stdout
+    planned = rule_counts(plan(sugarcrepe_run))  # the fixture built TARGETS only, not `all`
+    assert "sugarcrepe_models" in planned and "aggregate_models" in planned
+    assert "sugarcrepe_score" not in planned and "sugarcrepe_tables" not in planned
     path = sugarcrepe_run / "config" / "test.yaml"
     original = path.read_text()
     config = yaml.safe_load(original)
     config["models"]["clip_a"]["covariates"]["zero_shot_accuracy"] = 0.99
     try:
         path.write_text(yaml.safe_dump(config))
-        dry = snakemake(sugarcrepe_run, *TARGETS, "--dry-run", "--quiet", "rules")
+        planned = rule_counts(plan(sugarcrepe_run, *TARGETS))
     finally:
         path.write_text(original)
-    assert "sugarcrepe_tables" in dry.stdout and "sugarcrepe_figure" in dry.stdout
-    assert "sugarcrepe_score" not in dry.stdout
+    assert "sugarcrepe_tables" in planned and "sugarcrepe_figure" in planned
+    assert "sugarcrepe_score" not in planned
