@@ -14,38 +14,24 @@ import yaml
 from repdiag.core.config import load_config
 from repdiag.core.store import read_json
 from tests.conftest import REPO, copy_workflow, plan_in_process, snakemake
+from tests.planning import tiny_config
 
 CONFIG = REPO / "config" / "zoo_long.yaml"
 OBJECTIVES = ("barlow_twins", "vicreg", "simmim", "dino", "simclr", "clip", "supervised")
 TINY_STEPS = 3
-# the smallest config that runs every stage: config/test.yaml's sizes (32 px, a few images)
-TINY = {
-    "datasets": {"binding": {"image_size": 32, "n_queries": 24, "n_pairs": 24}},
-    "jacobians": {"k": 8, "power_iters": 1, "batch_size": 64, "chunk_size": 2,
-                  "probes": {"binding": {"n": 2}, "noise": {"n": 2}}},
-    "metrics": {"reference": {"max_size": 200}, "readouts": {"knn": {"k": 3},
-                "local_pca": {"k": 5, "dim": 2}}, "geometry": {"l_iso_k": [3, 5]},
-                "probe": {"folds": 2, "inner_folds": 2}},
-    "stats": {"n_bootstrap": 200},
-}  # fmt: skip
-# run end to end: one self-supervised and the supervised objective (every objective trains on
-# this backbone in tests/encoders/zoo/test_learning.py), and the untrained backbone, the floor
-KEPT_RUNS = ("simclr_s0", "supervised_s0", "random_resnet")
-
-
-def _merge(base: dict, update: dict) -> dict:
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value
-    return base
+# run end to end: one self-supervised objective (every objective trains on this backbone in
+# tests/encoders/zoo/test_learning.py) and the untrained backbone, the floor
+KEPT_RUNS = ("simclr_s0", "random_resnet")
 
 
 def tiny(config: dict) -> dict:
-    """``config`` at a size that runs in about a minute: TINY's sizes, KEPT_RUNS only,
-    TINY_STEPS steps at batch 8 on a narrow backbone on the CPU."""
-    small = _merge(copy.deepcopy(config), TINY)
+    """``config`` at the test config's sizes (tests.planning.tiny_config: the benchmark, the
+    Jacobians, the metrics and the statistics), KEPT_RUNS only, TINY_STEPS steps at batch 8 on
+    a narrow backbone on the CPU; its keys and stages unchanged."""
+    test = tiny_config()
+    small = copy.deepcopy(config)
+    small["datasets"]["binding"] = test["datasets"]["binding"]
+    small.update({section: test[section] for section in ("jacobians", "metrics", "stats")})
     small["models"] = {key: small["models"][key] for key in KEPT_RUNS}
     zoo = small["zoo"]
     zoo.update(image_size=32, device="cpu", threads=1)
@@ -94,7 +80,7 @@ def test_zoo_long_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     results = workdir / "results"
     models = pd.read_csv(results / "tables" / "models.csv")
     assert set(models["model"]) == set(config["models"])
-    assert set(models.loc[models["family"] != "control", "family"]) == {"contrastive", "supervised"}
+    assert set(models.loc[models["family"] != "control", "family"]) == {"contrastive"}
     for run, spec in config["zoo"]["objectives"].items():
         meta = read_json(results / "zoo" / run / "meta.json")
         assert meta["steps_trained"] == spec["steps"], run
