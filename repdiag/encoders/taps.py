@@ -36,6 +36,7 @@ from repdiag.core.errors import EncoderError
 from repdiag.encoders.vit_shortcuts import (
     cls_pooled_forward,
     is_plain_timm_vit_block,
+    timm_head,
     timm_vit_derived,
 )
 
@@ -81,10 +82,11 @@ class TapPlan:
     derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = dataclasses.field(
         default_factory=dict
     )
+    head_name: str = "head"  # "projection" for MAE's decoder_embed (repdiag.encoders.vit_shortcuts)
 
     @property
     def layers(self) -> list[str]:
-        return [tap.name for tap in self.blocks] + ["final"] + (["head"] if self.has_head else [])
+        return [tap.name for tap in self.blocks] + ["final"] + ([self.head_name] * self.has_head)
 
 
 def _first(output: Any) -> torch.Tensor:
@@ -194,7 +196,7 @@ def _final_is_last_stage_mean(model: nn.Module, last_stage: nn.Module) -> bool:
 
 def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
     derived: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {}
-    has_head = int(getattr(model, "num_classes", 0) or 0) > 0
+    head_name, has_head = timm_head(model)
     if hasattr(model, "blocks") and hasattr(model, "num_prefix_tokens"):
         has_cls = getattr(model, "cls_token", None) is not None
         _check_cls(pooling, has_cls, f"timm model {type(model).__name__}")
@@ -206,7 +208,7 @@ def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
             for n, m in zip(_block_names("block", len(modules)), modules, strict=True)
         ]
         if shortcut and blocks:
-            derived = timm_vit_derived(model, blocks[-1].name, has_head)
+            derived = timm_vit_derived(model, blocks[-1].name, has_head, head_name)
     else:
         channels_last = getattr(model, "output_fmt", "NCHW") == "NHWC"
         pool = _pooler(pooling, 0, channels_last=channels_last)
@@ -226,7 +228,7 @@ def _timm_plan(model: nn.Module, pooling: str) -> TapPlan:
         head = model.forward_head(features) if want_head and has_head else None
         return final, head
 
-    return TapPlan(blocks, run, has_head, f"timm {type(model).__name__}", derived)
+    return TapPlan(blocks, run, has_head, f"timm {type(model).__name__}", derived, head_name)
 
 
 # --- open_clip -----------------------------------------------------------------------------
@@ -433,7 +435,7 @@ def run_taps(
     unknown = sorted(wanted - set(names))
     if unknown:
         raise EncoderError(f"unknown layers {unknown} for {plan.kind}; its layers are {names}")
-    need_run = "final" in wanted or "head" in wanted
+    need_run = "final" in wanted or plan.head_name in wanted
     taps = [tap for tap in plan.blocks if tap.name in wanted]
     deepest = None if need_run or not taps else taps[-1].name
     captured: dict[str, torch.Tensor] = {}
@@ -461,9 +463,9 @@ def run_taps(
             handles.append(tap.module.register_forward_hook(hook_for(tap)))
     try:
         if need_run:
-            captured["final"], head = plan.run(x, "head" in wanted)
+            captured["final"], head = plan.run(x, plan.head_name in wanted)
             if head is not None:
-                captured["head"] = pool_output(head)
+                captured[plan.head_name] = pool_output(head)
         elif taps:
             try:
                 plan.run(x, False)

@@ -1,6 +1,17 @@
 """Shortcuts for timm's own ViT in the tap plan (repdiag.encoders.taps): a block's class-token
 row computed alone, and ``final``/``head`` as functions of the last block's class token, both
-used only where they equal the model's own forward exactly."""
+used only where they equal the model's own forward exactly; and MAE's projection tap.
+
+The projection tap of an MAE (He et al. 2022, "Masked autoencoders are scalable vision
+learners"; ``models_mae.py``): ``decoder_embed``, the linear map (``embed_dim`` -> 512) that
+projects the encoder's final-normed tokens into the decoder. The binding paper finds MAE's rank
+high through the backbone and collapsing at this projection layer. Here it is the tap
+``projection`` = ``decoder_embed(final)`` (the class token's projection under ``cls`` pooling; a
+linear map commutes with mean pooling), after ``final``. timm's ``*.mae`` weights hold the
+encoder only, so the tap exists with random weights (architecture, planner, tests) or when the
+weights file holds ``decoder_embed.*`` (the official ``*_full`` checkpoints); with timm's own
+weights it is left out rather than given a random projection.
+"""
 
 from __future__ import annotations
 
@@ -56,7 +67,48 @@ def cls_pooled_forward(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cls_token_block(block, x)
 
 
-def timm_vit_derived(model: nn.Module, last_block: str, has_head: bool) -> dict:
+MAE_DECODER_DIM = 512  # decoder width of the MAE ViT-B/L/H models (He et al. 2022)
+MAE_DECODER_KEYS = ("decoder_", "mask_token")  # the decoder's part of a full MAE checkpoint
+
+
+def is_timm_mae(model: nn.Module) -> bool:
+    """A timm ViT of an MAE pretrained config (``vit_*_patch16_224.mae``)."""
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    return cfg.get("tag") == "mae" and hasattr(model, "blocks") and hasattr(model, "embed_dim")
+
+
+def split_mae_decoder(
+    state: dict[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+    """(the encoder's part of ``state``, ``decoder_embed``'s weight and bias or ``None``)."""
+    encoder = {k: v for k, v in state.items() if not k.startswith(MAE_DECODER_KEYS)}
+    if "decoder_embed.weight" not in state:
+        return encoder, None
+    return encoder, {"weight": state["decoder_embed.weight"], "bias": state["decoder_embed.bias"]}
+
+
+def attach_mae_projection(model: nn.Module, weights: dict[str, torch.Tensor] | None) -> None:
+    """Give ``model`` MAE's ``decoder_embed`` as its head, read as the tap ``projection``:
+    ``weights`` (from the checkpoint) or, when ``None``, random as the model's own are."""
+    device = next(model.parameters()).device
+    projection = nn.Linear(int(model.embed_dim), MAE_DECODER_DIM, device=device)
+    if weights is not None:
+        projection.load_state_dict(weights)
+    model.head = projection
+    model.mae_projection = True
+
+
+def timm_head(model: nn.Module) -> tuple[str, bool]:
+    """(the name of the tap after ``final``, whether there is one): ``projection`` for an MAE
+    given its :func:`attach_mae_projection`, else ``head`` when timm has a classifier."""
+    if getattr(model, "mae_projection", False):
+        return "projection", True
+    return "head", int(getattr(model, "num_classes", 0) or 0) > 0
+
+
+def timm_vit_derived(
+    model: nn.Module, last_block: str, has_head: bool, head_name: str = "head"
+) -> dict:
     """``final`` (and a linear ``head``) as functions of the last block's class token, when exact:
     timm's own ``VisionTransformer`` (subclasses such as DeiT-distilled pool other tokens too)
     pooling the class token, a per-token final norm and no attention pooling. The block taps
@@ -78,5 +130,5 @@ def timm_vit_derived(model: nn.Module, last_block: str, has_head: bool) -> dict:
         )
     }
     if has_head and isinstance(model.head, nn.Linear):
-        derived["head"] = ("final", model.head)
+        derived[head_name] = ("final", model.head)
     return derived

@@ -16,6 +16,7 @@ import torch
 from repdiag.core.errors import EncoderError
 from repdiag.encoders.preprocess import from_timm
 from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built, close_names
+from repdiag.encoders.vit_shortcuts import attach_mae_projection, is_timm_mae, split_mae_decoder
 from repdiag.encoders.weights import (
     check_float_slots,
     hf_cache_dir,
@@ -78,6 +79,8 @@ def _architecture(key: str, name: str, kwargs: Mapping[str, Any], options: Build
         raise model_error(
             key, f"timm could not build {name!r} ({type(err).__name__}: {err})"
         ) from err
+    if is_timm_mae(model):  # random weights: the projection too
+        attach_mae_projection(model, None)
     return Built(model, from_timm(model), origin=f"timm {name}")
 
 
@@ -89,7 +92,7 @@ def build_timm(key: str, entry: Mapping[str, Any], options: BuildOptions) -> Bui
     _check_name(key, name, "model")
     if options.meta:
         return _architecture(key, name, kwargs, options)
-    pretrained = entry.get("pretrained")
+    pretrained, projection = entry.get("pretrained"), None
     if pretrained is True:
         timm_cached(key, name)
     elif isinstance(pretrained, str):
@@ -98,7 +101,7 @@ def build_timm(key: str, entry: Mapping[str, Any], options: BuildOptions) -> Bui
             raise model_error(key, f"pretrained weights file {path} does not exist")
         # read by the project's loader (byte check, weights_only=True) and handed to timm as a
         # state dict: timm applies its filters and classifier handling but never opens the file
-        state = load_weights_file(path, key)
+        state, projection = split_mae_decoder(load_weights_file(path, key))
         overlay: dict[str, Any] = {"state_dict": state}
         if kwargs.get("num_classes"):  # the file's classifier is the one asked for: keep it
             overlay["num_classes"] = kwargs["num_classes"]
@@ -113,6 +116,8 @@ def build_timm(key: str, entry: Mapping[str, Any], options: BuildOptions) -> Bui
         ) from err
     if isinstance(pretrained, str):
         check_float_slots(model.state_dict(), state, key, pretrained)
+    if is_timm_mae(model) and (not pretrained or projection is not None):
+        attach_mae_projection(model, projection)  # timm's own MAE weights have no decoder
     return Built(model, from_timm(model), origin=f"timm {name}")
 
 
