@@ -20,6 +20,7 @@ from repdiag.encoders.embeddings import extract_embeddings
 from repdiag.encoders.jacobian.engine import jacobian_spectra
 from tests.encoders.sources.helpers import TINY_CLIP, VIT, random_images
 from tests.encoders.sources.test_hub import HUBCONF, TINYNET
+from tests.encoders.sources.test_zoo import write_zoo_run
 from tests.encoders.zoo.conftest import tiny_config
 from tests.simulated_cuda import CudaTensor, DeviceMismatch, simulated_cuda
 
@@ -170,14 +171,32 @@ def _entries(tmp_path) -> dict[str, dict[str, Any]]:
             "family": "control",
             "kwargs": {"image_size": 32},
         },
+        "checkpoint": {
+            "source": "checkpoint",
+            "id": "vit_tiny_patch16_224",
+            "family": "supervised",
+            "weights": str(_checkpoint(tmp_path)),
+            "kwargs": {"img_size": 32, "depth": 2, "num_classes": 0},
+        },
+        "zoo": {"source": "zoo", "id": "simclr", "family": "contrastive"},
     }
+
+
+def _checkpoint(tmp_path) -> Any:
+    import timm
+    from safetensors.torch import save_file
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=0)
+    save_file(model.state_dict(), str(tmp_path / "vit.safetensors"))
+    return tmp_path / "vit.safetensors"
 
 
 def test_every_model_source_extracts_and_differentiates_on_cuda(tmp_path):
     images = random_images()
     sets = {"probe": (np.array(["a", "b", "c"], dtype=object), images)}
+    write_zoo_run(tmp_path / "zoo" / "simclr")
     for source, entry in _entries(tmp_path).items():
-        encoder = build_encoder(source, entry)
+        encoder = build_encoder(source, entry, zoo_dir=tmp_path / "zoo")
         expected = extract_embeddings(encoder, sets, device="cpu")
         with simulated_cuda() as cuda:
             got = extract_embeddings(encoder, sets, device=cuda)
