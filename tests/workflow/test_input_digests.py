@@ -205,3 +205,34 @@ def test_a_cifar_image_change_reruns_every_cifar_run(cifar_done: Path, change: s
         "cifar_simclr", "cifar_tables", "cifar_figure"}  # fmt: skip
     assert all("cifar.data_dir/train" in job.reason for job in runs)
     assert plan(cifar_done, "cifar", configfiles=CIFAR_FILES) == []
+
+
+@pytest.fixture(scope="module")
+def sugarcrepe_done(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The SugarCrepe branch on its test fixture (two tiny open_clip models), every job done."""
+    from tests.sugarcrepe.fixture import make_sugarcrepe
+    from tests.workflow.test_sugarcrepe import tiny_config as sugarcrepe_config
+
+    workdir = copy_workflow(tmp_path_factory.mktemp("sugarcrepe") / "run")
+    make_sugarcrepe(workdir / "data", n_images=6, per_category=3)
+    configfile = write_config(workdir, sugarcrepe_config(workdir / "data"), "sugarcrepe.yaml")
+    _touch_all(workdir, configfile, target="sugarcrepe")
+    assert plan(workdir, "sugarcrepe", configfiles=[configfile]) == []
+    return workdir, configfile
+
+
+def test_a_sugarcrepe_image_change_reruns_the_scores_only(
+    sugarcrepe_done: tuple[Path, Path],
+) -> None:
+    workdir, configfile = sugarcrepe_done
+    image = sorted((workdir / "data" / "val2017").iterdir())[0]
+    old = _rewrite(image, image.read_bytes() + b"\0")
+    try:
+        jobs = plan(workdir, "sugarcrepe", configfiles=[configfile])
+    finally:
+        _restore(image, old)
+    scores = {job.wildcards["model"]: job.reason for job in jobs if job.rule == "sugarcrepe_score"}
+    assert set(scores) == {"clip_a", "clip_b"}
+    assert all("sugarcrepe.images" in reason for reason in scores.values())
+    assert not any(job.rule in ("jacobian_spectra", "extract_embeddings") for job in jobs)
+    assert plan(workdir, "sugarcrepe", configfiles=[configfile]) == []
