@@ -5,6 +5,7 @@ import xarray as xr
 
 from repdiag.cli import main
 from repdiag.core.store import write_store
+from tests.planning import tiny_config
 
 
 def test_inspect_prints_dimensions_coordinates_arrays_and_provenance(tmp_path, capsys):
@@ -62,7 +63,10 @@ def test_validate_checks_weights_caches_unless_told_not_to(tmp_path, capsys, mon
     ) in err
     assert "`repdiag validate --no-weights` checks everything else" in err
     assert main(["validate", "--no-weights", path]) == 0
-    assert "valid (9 models; weights not checked: --no-weights)" in capsys.readouterr().out
+    n_models = len(tiny_config()["models"])  # config/test.yaml's, plus the one added
+    assert f"valid ({n_models + 1} models; weights not checked: --no-weights)" in (
+        capsys.readouterr().out
+    )
     ckpt = {
         "source": "checkpoint",
         "id": "resnet18",
@@ -75,7 +79,7 @@ def test_validate_checks_weights_caches_unless_told_not_to(tmp_path, capsys, mon
         in capsys.readouterr().err
     )
     assert main(["validate", "config/test.yaml"]) == 0
-    assert "valid (8 models; weights checked)" in capsys.readouterr().out
+    assert f"valid ({n_models} models; weights checked)" in capsys.readouterr().out
 
 
 def test_validate_builds_zoo_backbones_even_without_weights(tmp_path, capsys):
