@@ -23,6 +23,7 @@ from repdiag.binding.dataset import BindingParams, chunk_encoding, render_bindin
 from repdiag.binding.store import open_binding_store
 from repdiag.core.errors import StoreError
 from repdiag.core.store import DEFAULT_COMPRESSORS, open_store, with_checksum, write_store
+from tests.reliability.memory import SUBPROCESS_SOURCE
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = BindingParams(image_size=32, n_queries=4, n_candidates=8, n_pairs=6)
@@ -50,12 +51,16 @@ def _set_entry(path: Path, name: str, entry: dict | None) -> None:
 
 def _in_subprocess(code: str, env: dict | None = None) -> dict:
     """Run ``code`` (which sets ``result``) in a fresh interpreter; its result and peak RSS."""
-    script = textwrap.dedent(code) + textwrap.dedent(
-        """
-        import json, resource
-        result["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    script = (
+        SUBPROCESS_SOURCE
+        + textwrap.dedent(code)
+        + textwrap.dedent(
+            """
+        import json
+        result["peak_mib"] = peak_mib()
         print("RESULT" + json.dumps(result))
         """
+        )
     )
     proc = subprocess.run(
         [sys.executable, "-c", script],
@@ -175,11 +180,10 @@ def test_a_1_gib_coordinate_in_a_small_store_is_refused_before_it_is_decoded(tmp
     assert on_disk < 2_000_000
     result = _in_subprocess(
         f"""
-        import resource
         from repdiag.core.errors import StoreError
         from repdiag.core.inspect import describe_store
         from repdiag.core.store import open_store
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        before = peak_mib()
         result = {{"errors": []}}
         for reader in (open_store, describe_store):
             try:

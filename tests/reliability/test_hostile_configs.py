@@ -18,6 +18,7 @@ import yaml
 from repdiag.core.config import load_config
 from repdiag.core.errors import ConfigError
 from tests.conftest import REPO
+from tests.reliability.memory import peak_growth_mib
 
 SCHEMAS = REPO / "schemas"
 # Patterns that are a search inside a longer string (a template must contain "{}"), not a
@@ -304,13 +305,9 @@ def test_only_a_python_entry_runs_code_and_it_runs_the_named_callable(
 
 
 def _peak_rss_growth(action) -> int:
-    """Bytes by which this process's peak resident memory grew while ``action()`` ran (0 when
-    the peak was already higher): a memory bound, not a time."""
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    action()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    """Bytes by which this process's resident memory peaked above its size before ``action()``
+    (tests.reliability.memory: the peak is reset first, so an earlier test cannot hide it)."""
+    return int(peak_growth_mib(action) * 2**20)
 
 
 def _validate_error(tmp_path: Path, config: dict, capsys: pytest.CaptureFixture[str]) -> str:

@@ -21,6 +21,7 @@ from PIL import Image
 
 from repdiag.cifar.data import load_cifar10, write_fixture
 from repdiag.core.errors import ConfigError, StoreError
+from tests.reliability.memory import SUBPROCESS_SOURCE
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 300  # only against a hang; nothing is timed
@@ -41,12 +42,12 @@ def _run(code: str) -> dict:
     before and after ``code`` (modules of :data:`PRELOADED` imported first) and the pixels the
     image reader decoded."""
     script = (
-        "import resource\nfrom repdiag.common.images import DECODED\nresult = {}\n"
+        SUBPROCESS_SOURCE + "from repdiag.common.images import DECODED\nresult = {}\n"
         f"import {', '.join(PRELOADED)}\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "before = peak_mib()\n"
         + textwrap.dedent(code)
         + "\nimport json\nresult.update(pixels=DECODED.pixels, files=DECODED.files, "
-        "before_mib=before, peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        "before_mib=before, peak_mib=peak_mib())\n"
         "print('RESULT' + json.dumps(result))\n"
     )
     proc = subprocess.run(

@@ -41,6 +41,7 @@ from repdiag.encoders.embeddings import read_embeddings
 from repdiag.encoders.jacobian import cache as jac
 from repdiag.encoders.zoo import checkpoint
 from tests.encoders.jacobian.models import engine
+from tests.reliability.memory import peak_mib, reset_peak
 
 matplotlib.use("Agg")
 
@@ -260,7 +261,6 @@ def test_a_store_declaring_huge_sizes_is_refused_fast_naming_the_array(
 ):
     """Refused from the metadata: zarr never opens an array (so never lists or decodes a chunk)
     and memory stays flat; no time is measured."""
-    import resource
 
     from repdiag.core import store as store_module
     from repdiag.core.inspect import describe_store
@@ -271,14 +271,13 @@ def test_a_store_declaring_huge_sizes_is_refused_fast_naming_the_array(
     monkeypatch.setattr(
         store_module.zarr, "open_array", lambda *a, **k: opened.append(a) or pytest.fail("opened")
     )
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = reset_peak()
     with pytest.raises(StoreError, match=damaged(path, "emb_final") + ".*" + pattern):
         open_store(path)
     with pytest.raises(StoreError, match=pattern):
         describe_store(path)
     assert opened == []
-    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert grown_mib < 500
+    assert peak_mib() - before < 500
 
 
 @pytest.mark.parametrize(
