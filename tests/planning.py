@@ -92,6 +92,46 @@ def plan(
     a test can check that the names it asserts on exist). Raises :class:`PlanError` with
     Snakemake's message when it refuses to plan.
     """
+    workflow_class = _workflow_class()
+    found: list[Planned] = []
+    execute = workflow_class.execute
+    workflow_class.execute = _plan_only(found, set() if rules is None else rules)
+    try:
+        _execute(workdir, targets or ("all",), configfiles, forceall, "dryrun")
+    finally:
+        workflow_class.execute = execute
+    jobs = [job for job in found if job.rule != "all"]
+    return sorted(jobs, key=lambda job: job.key)
+
+
+def mark_done(
+    workdir: Path, *targets: str, configfiles: Iterable[Path | str] = (TEST_CONFIG,)
+) -> None:
+    """Create every output of ``targets`` (default ``all``) empty and let Snakemake's touch
+    executor record their jobs as done (params and code included), running nothing: a planned
+    workflow whose staleness a test can then probe."""
+    for job in plan(workdir, *targets, configfiles=configfiles, forceall=True):
+        for output in job.outputs:
+            path = workdir / output
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.mkdir(exist_ok=True) if output.endswith(".zarr") else path.write_text("")
+    _execute(workdir, targets or ("all",), configfiles, True, "touch")
+
+
+def _workflow_class():
+    from snakemake.api import SnakemakeApi  # noqa: F401  (loads snakemake.workflow first)
+
+    return sys.modules["snakemake.workflow"].Workflow  # a circular import forbids importing it
+
+
+def _execute(
+    workdir: Path,
+    targets: Iterable[str],
+    configfiles: Iterable[Path | str],
+    forceall: bool,
+    executor: str,
+) -> None:
+    """Snakemake's API on ``workdir`` with ``executor`` (dryrun or touch), in this process."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -100,11 +140,7 @@ def plan(
         ResourceSettings,
     )
 
-    workflow_class = sys.modules["snakemake.workflow"].Workflow  # loaded by snakemake.api
-    found: list[Planned] = []
     cwd = Path.cwd()
-    execute = workflow_class.execute
-    workflow_class.execute = _plan_only(found, set() if rules is None else rules)
     try:
         with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
             workflow = api.workflow(
@@ -115,15 +151,12 @@ def plan(
                 snakefile=workdir / "Snakefile",
                 workdir=workdir,
             )
-            dag = workflow.dag(DAGSettings(targets=set(targets) or {"all"}, forceall=forceall))
-            dag.execute_workflow(executor="dryrun")
+            dag = workflow.dag(DAGSettings(targets=set(targets), forceall=forceall))
+            dag.execute_workflow(executor=executor)
     except Exception as err:  # Snakemake wraps the Snakefile's errors in its own types
         raise PlanError(f"{type(err).__name__}: {err}") from err
     finally:
-        workflow_class.execute = execute
         os.chdir(cwd)
-    jobs = [job for job in found if job.rule != "all"]
-    return sorted(jobs, key=lambda job: job.key)
 
 
 def rule_counts(jobs: Iterable[Planned]) -> Counter[str]:

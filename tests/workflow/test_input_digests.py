@@ -15,45 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import copy_workflow
-from tests.planning import Planned, plan, tiny_config, write_config
+from tests.planning import Planned, mark_done, plan, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
 WEIGHTS = Path("weights") / "ck.safetensors"
 IMAGES = Path("images")
 PROBES = Path("probes")
-
-
-def _touch_all(workdir: Path, *configfiles: Path, target: str = "all") -> None:
-    """Create every output empty and let Snakemake's touch executor record its jobs as done."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        OutputSettings,
-        ResourceSettings,
-    )
-
-    for job in plan(workdir, target, configfiles=configfiles, forceall=True):
-        for output in job.outputs:
-            path = workdir / output
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.mkdir(exist_ok=True) if output.endswith(".zarr") else path.write_text("")
-    cwd = Path.cwd()
-    try:
-        with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
-            workflow = api.workflow(
-                resource_settings=ResourceSettings(cores=2),
-                config_settings=ConfigSettings(
-                    configfiles=[workdir / f for f in configfiles], replace_workflow_config=True
-                ),
-                snakefile=workdir / "Snakefile",
-                workdir=workdir,
-            )
-            dag = workflow.dag(DAGSettings(targets={target}, forceall=True))
-            dag.execute_workflow(executor="touch")
-    finally:
-        os.chdir(cwd)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +44,7 @@ def done(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         "weights": str(WEIGHTS),
     }
     configfile = write_config(workdir, config, "digests.yaml")
-    _touch_all(workdir, configfile)
+    mark_done(workdir, configfiles=[configfile])
     assert plan(workdir, configfiles=[configfile]) == []
     return workdir, configfile
 
@@ -184,7 +152,7 @@ def cifar_done(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = copy_workflow(tmp_path_factory.mktemp("cifar") / "run")
     smoke = yaml.safe_load((workdir / CIFAR_FILES[1]).read_text())["cifar"]
     write_fixture(workdir / smoke["data_dir"], "folder", n_train_per_class=2, n_test_per_class=1)
-    _touch_all(workdir, *CIFAR_FILES, target="cifar")
+    mark_done(workdir, "cifar", configfiles=CIFAR_FILES)
     assert plan(workdir, "cifar", configfiles=CIFAR_FILES) == []
     return workdir
 
@@ -216,7 +184,7 @@ def sugarcrepe_done(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     workdir = copy_workflow(tmp_path_factory.mktemp("sugarcrepe") / "run")
     make_sugarcrepe(workdir / "data", n_images=6, per_category=3)
     configfile = write_config(workdir, sugarcrepe_config(workdir / "data"), "sugarcrepe.yaml")
-    _touch_all(workdir, configfile, target="sugarcrepe")
+    mark_done(workdir, "sugarcrepe", configfiles=[configfile])
     assert plan(workdir, "sugarcrepe", configfiles=[configfile]) == []
     return workdir, configfile
 
