@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import copy_workflow
 from tests.planning import Planned, mark_done, plan, tiny_config, write_config
 
-pytestmark = pytest.mark.workflow
+# one worker for the module: its module fixtures build and record whole workflows
+pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("workflow/test_input_digests")]
 
 WEIGHTS = Path("weights") / "ck.safetensors"
 IMAGES = Path("images")
