@@ -30,6 +30,8 @@ rule extract_embeddings:
         image_sets=config["embeddings"]["image_sets"],
         folder=config["embeddings"]["folder"],
         device=config["device"],
+        # the Jacobian stage's numerics (TF32 off for fp32), so both stages see one network
+        precision=config["jacobians"]["precision"],
         inputs=lambda wildcards: {
             **model_digests(wildcards),
             **EMBEDDINGS_FOLDER_DIGEST,

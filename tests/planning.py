@@ -36,6 +36,7 @@ class Planned:
     outputs: tuple[str, ...] = field(hash=False, default=())
     reason: str = field(hash=False, default="")
     resources: dict[str, object] = field(hash=False, default_factory=dict)
+    params: dict[str, object] = field(hash=False, default_factory=dict)
 
     @property
     def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -69,6 +70,7 @@ def _plan_only(found: list[Planned], rules: set[str]):
                 tuple(str(f) for f in job.output),
                 str(dag.reason(job)),
                 dict(job.resources.items()),
+                dict(job.params.items()),
             )
             for job in dag.needrun_jobs()
         )

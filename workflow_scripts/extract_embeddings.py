@@ -19,6 +19,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         "image_sets": list(params.image_sets),
         "folder": params.folder,
         "device": params.device,
+        "precision": params.precision,
     }
     # the binding store's sets, read here: repdiag.encoders is given images, it imports no study
     binding_sets = image_sets(open_binding_store(snakemake.input.dataset))
@@ -30,6 +31,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         folder=params.folder,
         batch_size=params.batch_size,
         device=params.device,
+        precision=params.precision,
         zoo_dir=Path(zoo_inputs[0]).parent.parent if zoo_inputs else "results/zoo",
         # inputs: digests of the weights files and folders read (not Snakemake inputs)
         config={

@@ -9,7 +9,7 @@ import yaml
 
 from repdiag.encoders.embeddings import read_embeddings
 from tests.conftest import copy_workflow
-from tests.planning import PlanError, plan, wildcard_values
+from tests.planning import PlanError, plan, tiny_config, wildcard_values, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -85,3 +85,12 @@ def test_bad_model_entries_fail_before_any_job(tmp_path, entry, message):
         plan(workdir)
     assert message in str(refused.value)
     assert not (workdir / "results").exists()
+
+
+def test_extraction_runs_under_the_jacobian_stages_precision(tmp_path):
+    """Embeddings and Jacobians of a model come from one network: the extraction jobs take
+    jacobians.precision (repdiag.encoders.embeddings records it with the numerics)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    write_config(workdir, tiny_config(jacobians={"precision": "bf16"}))
+    jobs = [job for job in plan(workdir) if job.rule == "extract_embeddings"]
+    assert jobs and {job.params["precision"] for job in jobs} == {"bf16"}
