@@ -63,6 +63,7 @@ def planned_pass_bytes(
         power_iters=int(engine["power_iters"]),
         batch_size=batch_size,
         chunk_size=batch_size,
+        images=batch_size,  # enough images that the pass, not the model's count, is the limit
         layers=engine.get("layers"),
     )
     return plan.peak_memory_bytes

@@ -17,7 +17,8 @@ pass and c = ceil(k / chunk) vmap calls of ``chunk = max(1, batch // n)`` direct
 * randomized tap l: ``q k`` JVPs and ``(q + 1) k`` VJPs,
   ``fwd_l + q (c call_l + k jvp_l) + (q + 1) k vjp_l``; with the sketch, k (2q + 2) products,
   the figure ``auto`` compares with d_l;
-* ``(d_out)``: the engine's forward of every tap on one image per call (chunk_size images).
+* ``(d_out)``: the engine's forward of every tap on one image per engine call (as many whole
+  chunks as one pass of ``batch_size`` products holds, at most the images planned).
 
 QR and SVD FLOPs are given apart (``linalg``). Memory per pass (an estimate):
 ``P + n A_l + p G_l + rows``, with P the parameters and buffers, A_l and G_l as counted
@@ -40,6 +41,7 @@ import torch
 from torch import nn
 
 from repdiag.core.errors import RepdiagError
+from repdiag.encoders.jacobian.cache import chunks_per_call
 from repdiag.encoders.jacobian.engine import (
     DEFAULT_BATCH_SIZE,
     Readout,
@@ -177,12 +179,15 @@ def plan_model(
     device = tensors[0].device if tensors else torch.device("cpu")  # no tensors: any device
     x = torch.zeros((1, *input_shape), device=device)
     d_in = math.prod(input_shape)
+    # images per engine call: as many whole chunks as one pass of batch_size products holds
+    # (cache.run_chunked; a pass is not capped at chunk_size images), at most the images there are
+    call_images = min(chunks_per_call(batch_size, k, chunk_size) * chunk_size, max(1, images))
     common = {
         "d_in": d_in,
         "itemsize": itemsize,
         "param_bytes": param_bytes,
         "batch_size": batch_size,
-        "chunk_size": chunk_size,
+        "chunk_size": call_images,
     }
     # the engine's rewrites (patch embeddings as matmuls, global pooling as a mean) count the
     # same FLOPs, and test_plan checks against the engine run with them: plain mode here
@@ -206,8 +211,8 @@ def plan_model(
         taps = [costs[name] for name in layers if name in costs]
         if randomized:
             taps += _randomized_costs(units, randomized, d_out, k, power_iters, **common)
-        # jacobian_spectra's one forward of every tap on one image (d_out), per call of chunk images
-        setup = units(tuple(layers)).fwd / chunk_size
+        # jacobian_spectra's one forward of every tap on one image (d_out), per engine call
+        setup = units(tuple(layers)).fwd / call_images
         taps.append(TapCost("(d_out)", "setup", 0, 0, 0, setup, 0.0, float(param_bytes)))
     order = {name: i for i, name in enumerate(["(d_out)", "(sketch)", *layers])}
     taps.sort(key=lambda tap: order.get(tap.name, len(order)))

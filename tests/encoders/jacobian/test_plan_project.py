@@ -31,7 +31,9 @@ torch.set_num_threads(1)
 
 
 def test_exact_plan_of_an_mlp_is_d_out_vjps():
-    plan = plan_model(mlp("meta"), (D_IN,), **planning(method="exact", batch_size=16, chunk_size=4))
+    plan = plan_model(
+        mlp("meta"), (D_IN,), images=8, **planning(method="exact", batch_size=16, chunk_size=4)
+    )
     taps = by_name(plan)
     assert (taps["output"].vjps, taps["output"].jvps) == (D_OUT, 0)
     assert taps["output"].flops == FWD + D_OUT * FWD
@@ -40,6 +42,18 @@ def test_exact_plan_of_an_mlp_is_d_out_vjps():
     # rows of J kept: n images x d_out x d_in floats, n = batch // d_out (at least 1)
     assert taps["output"].memory_bytes > plan.param_bytes + 1 * D_OUT * D_IN * 4
     assert taps["output"].linalg_flops == plan_count.svdvals_flops(D_OUT, D_IN)
+
+
+@pytest.mark.parametrize(
+    ("batch", "k", "chunk", "images", "per_call"),
+    [(64, 4, 2, 32, 16), (64, 4, 2, 6, 6), (16, 8, 4, 8, 4), (8, 8, 4, 8, 4)],
+)
+def test_an_engine_call_takes_as_many_chunks_as_its_pass_holds(batch, k, chunk, images, per_call):
+    """cache.run_chunked gives a call (batch // k) // chunk whole chunks, at least one, and never
+    more images than there are: the per-call forward (d_out) is spread over that many images."""
+    settings = planning(method="randomized", k=k, power_iters=1, batch_size=batch, chunk_size=chunk)
+    plan = plan_model(mlp("meta"), (D_IN,), images=images, **settings)
+    assert by_name(plan)["(d_out)"].flops == pytest.approx(FWD / per_call)
 
 
 @pytest.mark.parametrize("k, q, batch", [(4, 1, 16), (8, 2, 4), (3, 0, 64)])
