@@ -268,6 +268,8 @@ def run_stage(
             record,
         )
         attrs = _store_attrs(model, settings, device, record, probes, elapsed)
+        # the products per pass the engine used (from the setting, or the device's free memory)
+        attrs["batch_size"] = spectra.batch_size or settings["batch_size"]
         formulas = list(options["formulas"])
         ds = spectra_dataset(
             spectra, probes.ids, probes.probe_set, k=engine["k"], formulas=formulas, attrs=attrs
@@ -296,7 +298,7 @@ def _store_attrs(
         "precision": settings["precision"],
         "numerics": dict(record),
         "probe_sets": probes.counts(),
-        "batch_size": settings["batch_size"],
+        "batch_size_setting": settings["batch_size"],  # null: sized from free memory
         "chunk_size": settings["chunk_size"],
         # CPU results are bitwise reproducible at a fixed thread count only (see cache_key)
         "torch_threads": torch.get_num_threads(),

@@ -23,6 +23,7 @@ from repdiag.binding.jacobian_stage import (
 from repdiag.core.config import fill_defaults
 from repdiag.core.errors import ConfigError
 from repdiag.core.store import open_store, read_json
+from repdiag.encoders.jacobian.cache import DEFAULT_BATCH_SIZE
 from repdiag.encoders.jacobian.jer import jer
 from repdiag.encoders.jacobian.store import spectra_dataset
 from repdiag.encoders.preprocess import Preprocess
@@ -181,6 +182,9 @@ def test_run_stage_writes_store_and_json_and_drops_its_cache(tmp_path):
         tmp_path / "toy.zarr", required=["singular_values", "jer_pr", "jer_pr2", "jer_entropy"]
     )
     assert stored.attrs["methods"] == {"output": "exact"} and stored.attrs["device"] == "cpu"
+    # the products per pass used, beside the setting they came from (null: the device's default)
+    assert stored.attrs["batch_size_setting"] == options["batch_size"]
+    assert stored.attrs["batch_size"] == (options["batch_size"] or DEFAULT_BATCH_SIZE["cpu"])
     assert stored["singular_values"].shape == (1, 3, 4)
     assert (
         float(stored["singular_values"][0, :, 2].min()) > 0
