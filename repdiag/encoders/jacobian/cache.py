@@ -32,6 +32,7 @@ from repdiag.encoders.jacobian.engine import (
     Spectra,
     jacobian_spectra,
 )
+from repdiag.encoders.jacobian.options import chunks_per_call
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +150,6 @@ def _split(spectra: Spectra, sizes: Sequence[int]) -> list[Spectra]:
         chunk.methods, chunk.d_out, chunk.d_in = spectra.methods, spectra.d_out, spectra.d_in
         chunks.append(chunk)
     return chunks
-
-
-def chunks_per_call(batch_size: int, k: int, chunk_size: int) -> int:
-    """Whole chunks per engine call: as many as one randomized pass of ``batch_size`` products
-    holds (``batch_size // k`` images), at least one. Exact taps are split further by the engine
-    (``batch_size // d`` images per pass)."""
-    return max(1, max(1, batch_size // k) // chunk_size)
 
 
 def resumed_batch_size(cache_dir: Path) -> int | None:

@@ -81,3 +81,10 @@ def check_jacobians_config(config: Mapping[str, Any]) -> None:
             f"jacobians.probes.binding.n = {counts['binding']} exceeds datasets.binding.n_queries "
             f"= {n_queries}: lower it or render more queries"
         )
+
+
+def chunks_per_call(batch_size: int, k: int, chunk_size: int) -> int:
+    """Whole chunks per engine call: as many as one randomized pass of ``batch_size`` products
+    holds (``batch_size // k`` images), at least one. Exact taps are split further by the engine
+    (``batch_size // d`` images per pass)."""
+    return max(1, max(1, batch_size // k) // chunk_size)

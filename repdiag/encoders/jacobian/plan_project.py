@@ -41,14 +41,13 @@ import torch
 from torch import nn
 
 from repdiag.core.errors import RepdiagError
-from repdiag.encoders.jacobian.cache import chunks_per_call
 from repdiag.encoders.jacobian.engine import (
     DEFAULT_BATCH_SIZE,
     Readout,
     layer_methods,
     row_jacobians,
 )
-from repdiag.encoders.jacobian.options import probe_counts
+from repdiag.encoders.jacobian.options import chunks_per_call, probe_counts
 from repdiag.encoders.jacobian.plan_count import (
     TapUnits,
     count_flops,
