@@ -32,6 +32,7 @@ import pandas as pd
 
 from repdiag.binding.analysis.columns import l_iso_columns
 from repdiag.common import replication as rep
+from repdiag.common import statistics as stats
 from repdiag.common.tables import format_number, markdown_table
 
 SERIES = "dose series"
@@ -96,24 +97,6 @@ def trajectories(table: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["run", "step"], kind="stable").reset_index(drop=True)
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Pearson r and its two-sided t-test p (n - 2 df); NaN when undefined."""
-    from scipy import stats as sps
-
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
-        return np.nan, np.nan
-    result = sps.pearsonr(x[ok], y[ok])
-    return float(result.statistic), float(result.pvalue)
-
-
-def _r(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson r by numpy (the bootstrap's statistic); NaN when either side is constant."""
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return np.nan
-    return float(np.corrcoef(x, y)[0, 1])
-
-
 def _standardised(finals: pd.DataFrame, metric: str) -> float:
     """sd(binding) / sd(metric) within seeds, both taken on the deviations from each seed's
     mean (the degrees of freedom cancel): turns a slope into a standardised one without letting
@@ -137,10 +120,10 @@ def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dic
     confidence = options.get("confidence", 0.95)
     slopes = rep.block_slopes(x, y, seeds, confidence=confidence)
     scale = _standardised(finals, metric)
-    r, r_p = _pearson(x, y)
+    r, r_p, _ = stats.pearson(x, y)
     units = rep.Units(tuple(finals["run"]), tuple(seeds), UNIT)
     boot = rep.cluster_bootstrap(
-        lambda rows: _r(x[rows], y[rows]),
+        lambda rows: float(stats.rowwise_pearson(x[rows], y[rows])),
         units,
         n_boot=options.get("n_boot", 2000),
         seed=options.get("seed", 0),
@@ -442,7 +425,7 @@ def dose_figure(
         )
     dose_ax.set_xscale("symlog", linthresh=0.01)
     dose_ax.set(xlabel="dose lambda (weight of the slot labels)", ylabel="binding accuracy")
-    r, _ = _pearson(final["binding"].to_numpy(float), final["jer"].to_numpy(float))
+    r, _, _ = stats.pearson(final["binding"].to_numpy(float), final["jer"].to_numpy(float))
     scatter = jer_ax.scatter(
         final["binding"], final["jer"], c=np.log10(final["dose"] + 1e-3), cmap="viridis"
     )

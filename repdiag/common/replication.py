@@ -13,6 +13,7 @@ block, usually the seed, it belongs to) and takes its intervals and tests from h
   (Phipson and Smyth 2010);
 - :func:`block_slopes` fits y on x within each block and puts a t-interval over the blocks'
   slopes (the block is the replicate: mean +- t_{k-1, 1-a/2} sd / sqrt(k));
+  :func:`block_correlations` does the same with Pearson or Spearman r within each block;
 - :func:`mixed_slope` checks it with a linear mixed model, ``y ~ x + (1 | block)``
   (statsmodels ``MixedLM``, REML).
 
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from repdiag.common.intervals import mean_interval
+from repdiag.common.statistics import bootstrap_indices, rowwise_pearson
 from repdiag.core.errors import ConfigError
 
 NAN = math.nan
@@ -85,7 +88,8 @@ def require_independent(units: Units, rows: Sequence[str], what: str) -> None:
         listed = "; ".join(f"{unit}: {', '.join(names)}" for unit, names in repeated.items())
         raise ReplicationError(
             f"{what}: rows are not independent units ({units.name}): {listed}. Keep one row per "
-            f"{units.name} (the final checkpoint) and analyse checkpoints apart as trajectories"
+            f"{units.name} (the final checkpoint of a run; the mean over the seeds of an "
+            "objective) and analyse checkpoints apart as trajectories"
         )
 
 
@@ -105,6 +109,13 @@ def describe(
     return f"{number(estimate, spec)} {interval}, p = {number(p, '.2g')}{suffix}"
 
 
+def _exhaustive(count: int, n_draws: int) -> bool:
+    """Whether a resampling scheme with ``count`` possible cases enumerates every one of them
+    (exact: at most ``n_draws`` and :data:`MAX_EXACT` cases) rather than drawing ``n_draws``
+    seeded ones (Monte Carlo). The bootstrap and the permutation test share this rule."""
+    return count <= min(n_draws, MAX_EXACT)
+
+
 # --------------------------------------------------------------------------- cluster bootstrap
 
 
@@ -121,14 +132,12 @@ class BootstrapResult:
     exact: bool = False
 
 
-def _unit_draws(n_units: int, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Draws of unit indices with their probabilities: every ordered draw when n^n is small
-    (exact), else ``n_boot`` seeded draws of equal weight."""
-    if n_units**n_units <= min(n_boot, MAX_EXACT):
-        draws = np.array(list(itertools.product(range(n_units), repeat=n_units)), dtype=int)
-        return draws, np.full(len(draws), 1.0 / len(draws)), True
-    draws = np.random.default_rng(seed).integers(0, n_units, size=(n_boot, n_units))
-    return draws, np.full(n_boot, 1.0 / n_boot), False
+def _unit_draws(n_units: int, n_boot: int, seed: int) -> tuple[np.ndarray, bool]:
+    """Draws of unit indices: every ordered draw when n^n is small (exact), else ``n_boot``
+    seeded draws (:func:`repdiag.common.statistics.bootstrap_indices`); equally likely."""
+    if _exhaustive(n_units**n_units, n_boot):
+        return np.array(list(itertools.product(range(n_units), repeat=n_units)), dtype=int), True
+    return bootstrap_indices(n_units, n_boot, seed), False
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -157,8 +166,9 @@ def cluster_bootstrap(
     names = sorted(set(units.unit))
     rows_of = [np.flatnonzero(np.asarray(units.unit) == name) for name in names]
     estimate = float(statistic(np.arange(len(units.unit))))
-    draws, weights, exact = _unit_draws(len(names), n_boot, seed)
+    draws, exact = _unit_draws(len(names), n_boot, seed)
     values = np.array([statistic(np.concatenate([rows_of[i] for i in draw])) for draw in draws])
+    weights = np.full(len(values), 1.0 / len(values))
     keep = np.isfinite(values)
     values, weights = values[keep], weights[keep]
     if values.size == 0:
@@ -183,33 +193,25 @@ class PermutationResult:
     exact: bool
 
 
-def _pearson_rows(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    xc = x - x.mean()
-    yc = ys - ys.mean(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (yc @ xc) / np.sqrt((xc @ xc) * (yc * yc).sum(axis=1))
-
-
 def _block_permutations(
     y: np.ndarray, blocks: np.ndarray, n_perm: int, seed: int
 ) -> tuple[np.ndarray, bool]:
-    """Rows of y with y permuted within each block: all of them when their number is at most
-    ``n_perm`` and MAX_EXACT, else ``n_perm`` seeded draws (the identity first)."""
+    """Rows of y with y permuted within each block: all of them when their number passes
+    :func:`_exhaustive`, else the identity followed by ``n_perm - 1`` seeded draws."""
     groups = [np.flatnonzero(blocks == b) for b in dict.fromkeys(blocks.tolist())]
     count = math.prod(math.factorial(len(g)) for g in groups)
-    if count <= min(n_perm, MAX_EXACT):
-        per_block = [list(itertools.permutations(g)) for g in groups]
-        out = np.empty((count, len(y)))
-        for i, combo in enumerate(itertools.product(*per_block)):
-            for g, perm in zip(groups, combo, strict=True):
-                out[i, g] = y[list(perm)]
-        return out, True
-    rng = np.random.default_rng(seed)
-    out = np.tile(y, (n_perm, 1))
-    for i in range(1, n_perm):
-        for g in groups:
-            out[i, g] = y[rng.permutation(g)]
-    return out, False
+    exact = _exhaustive(count, n_perm)
+    if exact:
+        orders: Iterable = itertools.product(*(itertools.permutations(g) for g in groups))
+    else:
+        rng = np.random.default_rng(seed)
+        draws = ([rng.permutation(g) for g in groups] for _ in range(n_perm - 1))
+        orders = itertools.chain([groups], draws)
+    out = np.tile(y, (count if exact else n_perm, 1))
+    for i, combo in enumerate(orders):
+        for g, perm in zip(groups, combo, strict=True):
+            out[i, g] = y[list(perm)]
+    return out, exact
 
 
 def blocked_permutation(
@@ -225,32 +227,33 @@ def blocked_permutation(
     Within-block permutation keeps each block's values, so the pooled means and variances are
     fixed and r orders the permutations as sum(x y) does: the test asks whether x and y go
     together within blocks. Exact (every permutation, p = #{r* >= r} / N) when N = prod n_b! is
-    at most ``n_perm``; else p = (1 + #{r* >= r}) / (1 + B) over B seeded draws.
+    at most ``n_perm``; else p = (1 + #{r* >= r}) / (1 + B) over B = ``n_perm - 1`` seeded
+    draws, the identity counting as the 1 (Phipson and Smyth 2010): in both cases the share of
+    the rows of :func:`_block_permutations` at least as extreme as the observed one. On ranks
+    the same test is Spearman's.
     """
     x, y = np.asarray(x, float), np.asarray(y, float)
     blocks = np.asarray([str(b) for b in blocks])
-    r = float(_pearson_rows(x, y[None])[0])
+    r = float(rowwise_pearson(x, y))
     if not np.isfinite(r):
         return PermutationResult(NAN, NAN, NAN, 0, False)
     perms, exact = _block_permutations(y, blocks, n_perm, seed)
-    rs = _pearson_rows(x, perms)
+    rs = rowwise_pearson(x[None], perms)
     tol = 1e-12 * max(1.0, abs(r))
-    greater, extreme = (rs >= r - tol).sum(), (np.abs(rs) >= abs(r) - tol).sum()
-    if exact:
-        n = len(rs)
-        return PermutationResult(r, greater / n, extreme / n, n, True)
-    n = len(rs) - 1  # the identity is row 0 and counts as the "+1"
-    return PermutationResult(r, greater / (n + 1), extreme / (n + 1), n, False)
+    p_greater = float(np.mean(rs >= r - tol))
+    p_two_sided = float(np.mean(np.abs(rs) >= abs(r) - tol))
+    return PermutationResult(r, p_greater, p_two_sided, len(rs) - (not exact), exact)
 
 
-# --------------------------------------------------------------------------- slopes per block
+# --------------------------------------------------------------------------- per block
 
 
 @dataclass(frozen=True)
-class BlockSlopes:
-    """Least-squares slope of y on x in each block, and the t-interval over blocks."""
+class BlockEstimates:
+    """A statistic of (x, y) in each block (a slope, a correlation), and the t-interval of its
+    mean over blocks with the one-sample t p (H0: mean 0)."""
 
-    slopes: dict[str, float]
+    values: dict[str, float]
     mean: float = NAN
     se: float = NAN
     low: float = NAN
@@ -259,6 +262,15 @@ class BlockSlopes:
     n_blocks: int = 0
     n_rows: int = 0
     note: str = ""
+
+    @property
+    def slopes(self) -> dict[str, float]:
+        """The per-block values under the name :func:`block_slopes` gives them."""
+        return self.values
+
+
+BlockSlopes = BlockEstimates
+"""The result of :func:`block_slopes` (a slope per block)."""
 
 
 def slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -269,44 +281,93 @@ def slope(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, ...]:
-    """Mean, standard error, t-interval and two-sided one-sample t p (H0: mean 0) of values:
-    mean +- t_{k-1, 1-a/2} sd / sqrt(k), t = mean / (sd / sqrt(k)) on k - 1 df."""
-    from scipy import stats as sps
+    """Mean, standard error, t-interval and two-sided one-sample t p (H0: mean 0) of the finite
+    values: mean +- t_{k-1, 1-a/2} sd / sqrt(k) (:func:`repdiag.common.intervals.mean_interval`),
+    t = mean / (sd / sqrt(k)) on k - 1 df."""
+    from scipy.special import stdtr
 
-    v = np.asarray([a for a in values if np.isfinite(a)], float)
-    k = len(v)
+    mean, sd, low, high = mean_interval(np.asarray(values, float), confidence)
+    k = int(np.isfinite(np.asarray(values, float)).sum())
     if k < 2:
-        return (float(v.mean()) if k else NAN, NAN, NAN, NAN, NAN)
-    mean, se = float(v.mean()), float(v.std(ddof=1) / np.sqrt(k))
+        return (mean, NAN, NAN, NAN, NAN)
+    se = sd / math.sqrt(k)
     if se == 0.0:
         return (mean, 0.0, mean, mean, 0.0 if mean else 1.0)
-    q = float(sps.t.ppf(0.5 + confidence / 2, k - 1))
-    p = float(2 * sps.t.sf(abs(mean / se), k - 1))
-    return (mean, se, mean - q * se, mean + q * se, p)
+    return (mean, se, low, high, float(2 * stdtr(k - 1, -abs(mean / se))))
+
+
+def per_block(
+    x: Sequence[float],
+    y: Sequence[float],
+    blocks: Sequence[str],
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    *,
+    what: str = "statistic",
+    needs: str = "",
+    confidence: float = 0.95,
+) -> BlockEstimates:
+    """``statistic(x_b, y_b)`` over the complete rows of each block b, then the t-interval of
+    the mean over blocks (:func:`t_interval`; the block is the replicate). Blocks whose
+    statistic is undefined (NaN) are left out and named in ``note`` (``needs`` says why)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    blocks = np.asarray([str(b) for b in blocks])
+    keep = np.isfinite(x) & np.isfinite(y)
+    values = {}
+    for b in dict.fromkeys(blocks.tolist()):
+        rows = keep & (blocks == b)
+        value = statistic(x[rows], y[rows]) if rows.sum() >= 2 else NAN
+        if np.isfinite(value):
+            values[b] = float(value)
+    dropped = sorted(set(blocks.tolist()) - set(values))
+    notes = [f"blocks without a {what} ({needs}): {dropped}" if dropped else ""]
+    if len(values) < 2:
+        notes.append("fewer than 2 blocks: no interval over blocks")
+    mean, se, low, high, p = t_interval(list(values.values()), confidence)
+    note = "; ".join(n for n in notes if n)
+    return BlockEstimates(values, mean, se, low, high, p, len(values), int(keep.sum()), note)
 
 
 def block_slopes(
     x: Sequence[float], y: Sequence[float], blocks: Sequence[str], *, confidence: float = 0.95
-) -> BlockSlopes:
-    """Per block (seed), the slope of y on x over its rows; then the t-interval over blocks.
+) -> BlockEstimates:
+    """Per block (seed), the least-squares slope of y on x over its rows (:func:`slope`); then
+    the t-interval over blocks. A block needs two distinct x values."""
+    return per_block(
+        x, y, blocks, slope, what="slope", needs="fewer than 2 distinct x", confidence=confidence
+    )
 
-    A block needs two distinct x values; blocks without are left out and named in ``note``.
-    """
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    blocks = np.asarray([str(b) for b in blocks])
-    keep = np.isfinite(x) & np.isfinite(y)
-    slopes = {
-        b: slope(x[keep & (blocks == b)], y[keep & (blocks == b)])
-        for b in dict.fromkeys(blocks.tolist())
-        if (keep & (blocks == b)).sum() >= 2
-    }
-    slopes = {b: s for b, s in slopes.items() if np.isfinite(s)}
-    dropped = sorted(set(blocks.tolist()) - set(slopes))
-    note = f"blocks without a slope (fewer than 2 distinct x): {dropped}" if dropped else ""
-    mean, se, low, high, p = t_interval(list(slopes.values()), confidence)
-    if len(slopes) < 2:
-        note = (note + "; " if note else "") + "fewer than 2 blocks: no interval over blocks"
-    return BlockSlopes(slopes, mean, se, low, high, p, len(slopes), int(keep.sum()), note)
+
+def _block_r(x: np.ndarray, y: np.ndarray, method: str) -> float:
+    """Pearson r of one block, on ranks for Spearman; NaN below 3 rows or for a constant side."""
+    if len(x) < 3:
+        return NAN
+    if method == "spearman":
+        x, y = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    return float(rowwise_pearson(x, y))
+
+
+def block_correlations(
+    x: Sequence[float],
+    y: Sequence[float],
+    blocks: Sequence[str],
+    *,
+    method: str = "spearman",
+    confidence: float = 0.95,
+) -> BlockEstimates:
+    """Per block (seed), Pearson or Spearman r of x and y over its rows (Spearman: Pearson r of
+    the mid-ranks within the block, as ``scipy.stats.spearmanr``); then the t-interval of the
+    mean r over blocks and its one-sample t p. A block needs 3 rows and both sides varying."""
+    if method not in ("pearson", "spearman"):
+        raise ValueError(f"unknown correlation method {method!r}; use pearson or spearman")
+    return per_block(
+        x,
+        y,
+        blocks,
+        lambda a, b: _block_r(a, b, method),
+        what=f"{method} r",
+        needs="fewer than 3 rows or a constant side",
+        confidence=confidence,
+    )
 
 
 # --------------------------------------------------------------------------- mixed model

@@ -63,14 +63,15 @@ def complete_rows(*columns: np.ndarray) -> np.ndarray:
 
 
 def rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson r of each row pair: sum(xc yc) / sqrt(sum xc^2 sum yc^2); NaN for a constant row."""
+    """Pearson r of each row pair: sum(xc yc) / sqrt(sum xc^2 sum yc^2) over the last axis; NaN
+    for a constant row. x and y broadcast (one x against every row of y); two vectors give a
+    0-d array."""
     xc = x - x.mean(axis=-1, keepdims=True)
     yc = y - y.mean(axis=-1, keepdims=True)
     ssx, ssy = (xc * xc).sum(axis=-1), (yc * yc).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.clip((xc * yc).sum(axis=-1) / np.sqrt(ssx * ssy), -1.0, 1.0)
-    r[(ssx <= _round_off(x)) | (ssy <= _round_off(y))] = NAN
-    return r
+    return np.where((ssx <= _round_off(x)) | (ssy <= _round_off(y)), NAN, r)
 
 
 def _round_off(values: np.ndarray) -> np.ndarray:
