@@ -34,6 +34,11 @@ WORKFLOW_PARTS = (
 )
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One OpenMP/BLAS thread in every process the tests start (benchmarks, CLI runs, Snakemake and
+# its jobs): the workers already hold one core each, and an OpenMP team that spins on a core
+# another process holds ran the tiny GPU benchmark 15x slower inside the suite than alone.
+for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
 os.environ.setdefault(
     "HF_HUB_OFFLINE", "1"
 )  # tests never touch the network (timm/open_clip caches)
@@ -157,35 +162,13 @@ def completed(workflow_run: Path, tmp_path: Path) -> Path:
 
 
 def plan_in_process(workdir: Path, *configfiles: Path) -> str | None:
-    """Parse the workflow in ``workdir`` with ``configfiles`` through Snakemake's own API in this
-    process and build its DAG, running nothing: the error text when the Snakefile (its config
-    reading, schema and semantic checks) refuses the config, None when it plans.
+    """Parse the workflow in ``workdir`` with ``configfiles`` through Snakemake's API in this
+    process (:func:`tests.planning.parse_error`): the error text when the Snakefile refuses the
+    config, None when it accepts it. The same code path as ``snakemake --configfile F`` up to
+    the first job, without a new interpreter and Snakemake's import (about 4 s a call)."""
+    from tests.planning import parse_error
 
-    The same code path as ``snakemake --configfile F`` up to the first job, without a new
-    interpreter and Snakemake's import (about 4 s a call on the 2-core machine). Checks that run
-    in ``onstart`` (weights caches, taps of built models) are not reached: a real run tests those.
-    ``configfiles`` replace config.yaml, as the workflow profile (profiles/default) makes them.
-    """
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
-
-    cwd = Path.cwd()
-    try:
-        with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
-            workflow = api.workflow(
-                resource_settings=ResourceSettings(cores=2),
-                config_settings=ConfigSettings(
-                    configfiles=list(configfiles), replace_workflow_config=True
-                ),
-                snakefile=workdir / "Snakefile",
-                workdir=workdir,
-            )
-            workflow.dag()
-    except Exception as err:  # Snakemake wraps the Snakefile's errors in its own types
-        return f"{type(err).__name__}: {err}"
-    finally:
-        os.chdir(cwd)
-    return None
+    return parse_error(workdir, *configfiles)
 
 
 def edit_config(workdir: Path, edit) -> None:

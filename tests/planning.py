@@ -15,7 +15,8 @@ import copy
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -126,6 +127,42 @@ def _workflow_class():
     return sys.modules["snakemake.workflow"].Workflow  # a circular import forbids importing it
 
 
+@contextmanager
+def _api_workflow(workdir: Path, configfiles: Iterable[Path | str]) -> Iterator[Any]:
+    """Snakemake's API on ``workdir`` in this process (``configfiles`` replace config.yaml);
+    Snakemake's errors become :class:`PlanError` with its message, the working folder is kept."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    cwd = Path.cwd()
+    try:
+        with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+            yield api.workflow(
+                resource_settings=ResourceSettings(cores=2),
+                config_settings=ConfigSettings(
+                    configfiles=[workdir / f for f in configfiles], replace_workflow_config=True
+                ),
+                snakefile=workdir / "Snakefile",
+                workdir=workdir,
+            )
+    except Exception as err:  # Snakemake wraps the Snakefile's errors in its own types
+        raise PlanError(f"{type(err).__name__}: {err}") from err
+    finally:
+        os.chdir(cwd)
+
+
+def parse_error(workdir: Path, *configfiles: Path | str) -> str | None:
+    """The error text when the Snakefile (its config reading, schema and semantic checks)
+    refuses ``configfiles``, None when it accepts them; no DAG is built, nothing runs. Checks in
+    ``onstart`` (weights caches, taps of built models) are not reached: a real run tests those."""
+    try:
+        with _api_workflow(workdir, configfiles) as workflow:
+            workflow.dag()
+    except PlanError as err:
+        return str(err)
+    return None
+
+
 def _execute(
     workdir: Path,
     targets: Iterable[str],
@@ -134,31 +171,11 @@ def _execute(
     executor: str,
 ) -> None:
     """Snakemake's API on ``workdir`` with ``executor`` (dryrun or touch), in this process."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        OutputSettings,
-        ResourceSettings,
-    )
+    from snakemake.settings.types import DAGSettings
 
-    cwd = Path.cwd()
-    try:
-        with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
-            workflow = api.workflow(
-                resource_settings=ResourceSettings(cores=2),
-                config_settings=ConfigSettings(
-                    configfiles=[workdir / f for f in configfiles], replace_workflow_config=True
-                ),
-                snakefile=workdir / "Snakefile",
-                workdir=workdir,
-            )
-            dag = workflow.dag(DAGSettings(targets=set(targets), forceall=forceall))
-            dag.execute_workflow(executor=executor)
-    except Exception as err:  # Snakemake wraps the Snakefile's errors in its own types
-        raise PlanError(f"{type(err).__name__}: {err}") from err
-    finally:
-        os.chdir(cwd)
+    with _api_workflow(workdir, configfiles) as workflow:
+        dag = workflow.dag(DAGSettings(targets=set(targets), forceall=forceall))
+        dag.execute_workflow(executor=executor)
 
 
 def rule_counts(jobs: Iterable[Planned]) -> Counter[str]:

@@ -156,6 +156,9 @@ def assert_nothing_looks_complete(workdir: Path, stage: Stage) -> None:
 # Every stage is killed with the whole run (node failure: Snakemake dies too); the job alone
 # (Snakemake sees a failed job) in two stages: what Snakemake does then does not depend on the
 # stage, while each stage's writer must leave nothing complete either way.
+# The refused rerun (the message telling the user to --unlock) is shown on one stage: it is
+# Snakemake's answer to the lock left behind, which every stage's kill is checked to leave.
+REFUSAL_SHOWN_ON = "train_zoo"
 KILLS = [
     *((name, "all") for name in STAGES),
     ("train_zoo", "job"),
@@ -183,9 +186,11 @@ def test_killed_stage_reruns_to_the_uninterrupted_result(
     assert_nothing_looks_complete(workdir, stage)
 
     if scope == "all":  # Snakemake died with the job: its lock stays and must be lifted by hand
-        refused = snakemake(workdir, stage.target, check=False)
-        assert refused.returncode != 0
-        assert "--unlock" in refused.stdout + refused.stderr
+        assert any((workdir / ".snakemake" / "locks").iterdir()), "no lock left behind"
+        if name == REFUSAL_SHOWN_ON:  # what the user sees is the same for every stage
+            refused = snakemake(workdir, stage.target, check=False)
+            assert refused.returncode != 0
+            assert "--unlock" in refused.stdout + refused.stderr
         snakemake(workdir, "--unlock")
     snakemake(workdir, stage.target)
 
