@@ -15,7 +15,7 @@ configfile: "config.yaml"
 
 # Snakemake keeps the last of two equal YAML keys; a model listed twice must be an error instead.
 check_config_files(workflow.configfiles)
-# A schema error names the key path and the rule broken, not the whole instance (issue 22).
+# A schema error names the key path and the rule broken, not the whole instance.
 with short_schema_errors(workflow.configfiles):
     validate(config, "schemas/config.schema.yaml")
 
@@ -56,5 +56,5 @@ for study_target in TARGETS:
             final_targets(study_target.name),
 
 
-# Params compare by value: a config with its keys in another order reruns nothing (issue 22).
+# Params compare by value: a config with its keys in another order reruns nothing.
 canonical_params(workflow.rules)

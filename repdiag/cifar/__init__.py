@@ -1,4 +1,4 @@
-"""SimCLR on CIFAR-10 across architectures and augmentation regimes (issue 13).
+"""SimCLR on CIFAR-10 across architectures and augmentation regimes.
 
 The real-image check of "Loss is not enough" (``../shared/seeds/002``): SimCLR with a ResNet-18,
 a ViT and an MLP under the regimes All, Crop only and All without crop, scored by linear-probe

@@ -23,7 +23,7 @@ def test_the_packages_come_from_one_registration_above_the_core(monkeypatch) -> 
 
 def test_pre_run_checks_are_registered_by_package_weights_first() -> None:
     """Checks that import torch or read local files run before a real run's first job and in
-    `repdiag validate`, not on every parse (issue 36, cases 10 and 14)."""
+    `repdiag validate`, not on every parse (reliability README, hardening cases 10 and 14)."""
     import importlib
 
     from repdiag.core.checks import checked_packages, resolve, run_checks

@@ -1,4 +1,4 @@
-"""A bad config fails before any job runs, with a message naming the key (issue 11).
+"""A bad config fails before any job runs, with a message naming the key.
 
 Each case of :data:`BAD_CONFIGS` is a config (a mutated ``config/test.yaml``, or raw YAML text
 where a dict cannot hold the mistake, like a key given twice) and the text the error must show:
@@ -80,7 +80,7 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         mutate(("identifiability.grid.seeds", [2**64])),
         "identifiability.grid.seeds[0]: seed 18446744073709551616 is outside [0, 2^63)",
     ),
-    # --- NaN and inf pass every range check of a schema: refused by name (issue 36, case 8) --
+    # --- NaN and inf pass every range check of a schema: refused by name (reliability README, hardening case 8) --
     "NaN generator parameter": (
         mutate(("identifiability.generators.spiral", {"angle_scale": float("nan")})),
         "identifiability.generators.spiral.angle_scale: nan is not a finite number",
@@ -271,7 +271,7 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         mutate(("sugarcrepe.models", ["clip_vit"])),
         "sugarcrepe.models: 'clip_vit'",
     ),
-    # --- issue 36, cases 2 and 3: weights and remote names reaching a library -------------
+    # --- hardening cases 2 and 3: weights and remote names reaching a library -------------
     "zoo backbone checkpoint_path": (
         mutate(
             (
@@ -310,7 +310,7 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         ),
         "models.oc.kwargs.vision_cfg.timm_model_name",
     ),
-    # --- issue 36, case 7: sizes that would allocate past any machine ---------------------
+    # --- hardening case 7: sizes that would allocate past any machine ---------------------
     "n_queries 1e12": (
         mutate(("datasets.binding.n_queries", 10**12)),
         "datasets.binding.n_queries: 1000000000000 is above the cap for a count",
@@ -331,7 +331,7 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         ),
         "models.big.kwargs.img_size: 1000000 is above the cap for an image side",
     ),
-    # --- issue 36, case 10: values that only a job would have found -----------------------
+    # --- hardening case 10: values that only a job would have found -----------------------
     "zoo shape unknown": (mutate(("zoo.scenes.shapes", ["blob"])), "zoo.scenes.shapes: 'blob'"),
     "zoo colour unknown": (
         mutate(("zoo.scenes.colours", ["ultraviolet"])),
@@ -366,12 +366,12 @@ BAD_CONFIGS: dict[str, tuple[dict | str, str]] = {
         mutate(("jacobians.layers", ["block05"])),
         "jacobians.layers: 'block05' not among the taps of model",
     ),
-    # --- issue 36, case 11: grid values that collide in cell names -------------------------
+    # --- hardening case 11: grid values that collide in cell names -------------------------
     "colliding paired fractions": (
         mutate(("alignment.grid.paired_fractions", [0.001, 0.0010000001])),
         "alignment.grid.paired_fractions: 0.001 and 0.0010000001 both name the cells p0.001",
     ),
-    # --- issue 36, case 4: a JSON config (tab-indented, so PyYAML cannot read it) -----------
+    # --- hardening case 4: a JSON config (tab-indented, so PyYAML cannot read it) -----------
     "json config with a model given twice": (
         json_with_duplicate_model(),
         "duplicate key 'simclr' in models",  # libyaml reads tab-indented JSON as YAML

@@ -1,4 +1,4 @@
-"""Hostile but fair configs (issue 22): path strings, parameter order, YAML size.
+"""Hostile but fair configs: path strings, parameter order, YAML size.
 
 Every config string that becomes part of an output, log or store path is matched by an anchored
 pattern (``\\A...\\Z``: ``$`` would accept a trailing newline) and refused at config time naming

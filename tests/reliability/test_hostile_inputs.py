@@ -1,4 +1,4 @@
-"""Hostile but fair input files (issue 22): weights of the wrong dtype or with NaN.
+"""Hostile but fair input files: weights of the wrong dtype or with NaN.
 
 Weights named by a config are checked tensor by tensor when read: a bool, integer (where the
 model has a float) or non-finite tensor is refused naming the tensor; float16/bfloat16 weights

@@ -186,7 +186,7 @@ def test_no_rule_passes_config_strings_to_a_shell() -> None:
         assert "    script:" in body or "    output:" not in body, rule
 
 
-# Keywords that would make a library open, unpickle or download a file itself (issue 22, case 1),
+# Keywords that would make a library open, unpickle or download a file itself (reliability README, hostile configs case 1),
 # each given the payload in several path forms; nested forms for the factories that take dicts.
 WEIGHTS_KWARGS = [
     "weights_only",
