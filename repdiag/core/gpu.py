@@ -367,7 +367,12 @@ def numerics(
         if saved_workspace is None:  # cuBLAS handles made in the block keep their workspace
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         enabled, warn_only, cudnn_deterministic, benchmark = saved_deterministic
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        now = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        if now != (enabled, warn_only):  # the setter imports torch._inductor: 2-3 s of CPU
+            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
         torch.backends.cudnn.deterministic = cudnn_deterministic
         torch.backends.cudnn.benchmark = benchmark
 

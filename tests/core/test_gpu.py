@@ -286,6 +286,31 @@ def test_importing_the_package_never_touches_cuda(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+CPU_NUMERICS = """
+import sys, torch
+from repdiag.core.gpu import numerics
+with numerics("fp32", "cpu") as record:
+    assert record["deterministic_algorithms"] is False
+print("torch._inductor" in sys.modules)
+"""
+
+
+def test_cpu_numerics_leave_the_deterministic_switch_alone(tmp_path):
+    """On the CPU the block changes no deterministic switch, so it never calls the setter,
+    which imports torch._inductor (2-3 s of every extraction and Jacobian job's start)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CPU_NUMERICS],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "False"
+
+
 def test_a_cpu_job_takes_no_slot_and_sees_no_gpu(tmp_path, monkeypatch):
     """Small jobs on the CPU (small_jobs_device: cpu) on a GPU machine: no lock held, every GPU
     hidden for the block, the environment restored after it."""
