@@ -24,6 +24,7 @@ from repdiag.binding.analysis.depth import (
     normalised_spectra,
     read_jacobians,
 )
+from repdiag.binding.analysis.units import configuration
 from repdiag.binding.stats_options import GEOMETRY, READOUTS, StatsSettings, covariate_columns
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json
@@ -94,7 +95,15 @@ class Aggregate:
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-ZOO_COLUMNS = ("learned", "slot_probe_gain", "dose", "step", "seed", "objective")
+ZOO_COLUMNS = (
+    "learned",
+    "slot_probe_gain",
+    "dose",
+    "step",
+    "seed",
+    "objective",
+    "configuration",
+)
 
 
 def dose_of(meta: Mapping[str, Any]) -> float:
@@ -111,8 +120,10 @@ def dose_of(meta: Mapping[str, Any]) -> float:
 
 def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
     """``learned`` and the probe gain of a zoo run's ``meta.json`` (``learning``), its binding
-    dose, the steps it trained, its seed and objective (the unit the seeds of an objective are
-    nested in); NaN for models the workflow did not train."""
+    dose, the steps it trained, its seed, objective and configuration (every setting but the
+    seed and ``stop_at``: the unit the seeds of an objective are nested in,
+    :func:`repdiag.binding.analysis.units.configuration`); NaN for models the workflow did not
+    train."""
     if meta_path is None:
         return dict.fromkeys(ZOO_COLUMNS, math.nan)
     meta = read_json(meta_path)
@@ -126,6 +137,7 @@ def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
         "step": _number(meta.get("steps_trained", meta.get("steps"))),
         "seed": _number(meta.get("seed")),
         "objective": str(meta.get("objective") or math.nan),
+        "configuration": configuration(meta),
     }
 
 

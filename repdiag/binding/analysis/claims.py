@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from repdiag.binding.analysis.units import TRAINED, UNIT
 from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.claims import study_claims
 from repdiag.core.errors import StoreError
@@ -142,13 +143,17 @@ def paper_comparison(
     depth: pd.DataFrame,
     tables: Mapping[str, Any],
     settings: StatsSettings,
+    runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Each claim of ``repdiag/binding/claims.yaml`` beside this run's value.
 
     One row per claim: its id and statement, the paper's value and text, the run's value, text
-    and number of models, ``holds`` where the claim has a band (every other claim is compared by
-    eye: the paper's JER scale is that of 224-pixel ViTs with k = 32) and a note.
+    and number of units (``n_models``), ``holds`` where the claim has a band (every other claim
+    is compared by eye: the paper's JER scale is that of 224-pixel ViTs with k = 32) and a note.
+    ``table`` has one row per unit (an objective, its seeds averaged); ``runs`` one per trained
+    network, read by the per-model depth claims (``table`` when None).
     """
+    runs = table if runs is None else runs
     claims = study_claims("binding")
     found = ClaimRows(claims)
     add = found.add
@@ -159,13 +164,15 @@ def paper_comparison(
     add_geometry_claim(add, tables["robustness"], settings, len(table))
     add_family_claims(add, claims, table)
     for claim_id in ("collapse_depth_clip_dinov2", "collapse_depth_mae"):
-        text, k = _collapse_text(depth, table, claims[claim_id].where["families"], settings)
+        text, k = _collapse_text(depth, runs, claims[claim_id].where["families"], settings)
         add(claim_id, math.nan, text or "no such model", k)
     value, k = _low_jer_readout_gain(table)
     add("readout_gain_low_jer", value, f"{value:+.1%}", k)
     add_partial_claim(add, tables["partial"], settings)
     n = len(table)
-    add("n_models", n, f"{n} models, {table['family'].nunique()} families", n)
+    n_runs = int(table["n_runs"].sum()) if "n_runs" in table else n
+    text = f"{n} units ({n_runs} training runs), {table['family'].nunique()} families"
+    add("n_models", n, text, n, "unit: objective (mean over its seeds)")
     # the partial correlation needs a covariate in the config; every other claim is evaluated
     unevaluated = set(claims.ids) - set(found.rows) - {"partial_jer_binding"}
     if unevaluated:
@@ -176,19 +183,17 @@ def paper_comparison(
 def add_correlation_claims(
     add: Any, corr: pd.DataFrame, metric: str, r_claim: str, p_claim: str
 ) -> None:
-    """Pearson r of ``metric`` with binding and its p-value, from the correlations table: over
-    the objectives (seed means, the unit of the family comparison) where the table has them,
-    else over the models (one seed each, or pretrained encoders)."""
-    units = corr["unit"].astype(str) if "unit" in corr else pd.Series("", index=corr.index)
-    objectives = corr[units.str.startswith("objective")]
-    row = _row(objectives if len(objectives) else corr, "metric", metric)
+    """Pearson r of ``metric`` with binding and its p-value, from the correlations table's rows
+    over the families' units (``models`` = ``trained``: objectives, seeds averaged)."""
+    models = corr["models"] if "models" in corr else pd.Series(TRAINED, index=corr.index)
+    row = _row(corr[models == TRAINED], "metric", metric)
     if row is None:
         r, p, k, note = math.nan, math.nan, 0, f"{metric} not measured"
     else:
         r, p, k = float(row["pearson_r"]), float(row["pearson_p"]), int(row["n"])
-        note = str(row["note"] or "")
-        if len(objectives):
-            note = f"unit: objective (mean over its seeds), n = {k} objectives. {note}".strip()
+        runs = int(row["n_runs"]) if "n_runs" in row and np.isfinite(row["n_runs"]) else k
+        unit = str(row.get("unit", UNIT))
+        note = f"unit: {unit}, n = {k} units ({runs} training runs). {row['note'] or ''}".strip()
     add(r_claim, r, f"r = {r:.3f}", k, note)
     add(p_claim, p, f"p = {p:.3g}", k, note)
 
@@ -199,6 +204,7 @@ def add_fit_claim(add: Any, ols: pd.DataFrame) -> None:
     if len(bivariate):
         fit = bivariate.iloc[0]
         r2, n_fit, fit_note = float(fit["r2"]), int(fit["n"]), str(fit["note"] or "")
+        fit_note = f"unit: {fit.get('unit', UNIT)}, n = {n_fit} units. {fit_note}".strip()
     else:
         r2, n_fit, fit_note = math.nan, 0, ""
     add("jer_same_different_r2", r2, f"R^2 = {r2:.3f}", n_fit, fit_note)

@@ -13,13 +13,8 @@ import pandas as pd
 
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.columns import l_iso_columns, metric_label
-from repdiag.binding.analysis.statistics import (
-    LEARNED,
-    OBJECTIVES,
-    TRAINED,
-    WITH_CONTROLS,
-    trained_models,
-)
+from repdiag.binding.analysis.statistics import trained_models
+from repdiag.binding.analysis.units import LEARNED, TRAINED, WITH_CONTROLS, unit_labels
 from repdiag.binding.dose import dose_markdown
 from repdiag.binding.stats_options import READOUTS, StatsSettings
 from repdiag.common import statistics as stats
@@ -141,20 +136,25 @@ def summary_markdown(
 def header_lines(table: pd.DataFrame, n_controls: int, settings: StatsSettings) -> list[str]:
     """What was analysed and how, a note when there are too few models, the learning check."""
     n = len(table)
+    units = len(set(table["unit"] if "unit" in table else unit_labels(table)))
     lines = [
         "# repdiag binding study: summary",
         "",
         f"{n} trained models in {table['family'].nunique()} families and {n_controls} controls, "
         "binding-supervised upper bounds or dose-series runs (kept out of every correlation and "
-        "fit across families); binding "
+        "fit across families). Unit of the family comparison: the objective, its seeds nested "
+        f"(its training runs averaged): n = {units} units. Binding "
         f"readout `{settings.readout}`, "
         f"JER formula `{settings.jer_formula}` at the `{settings.jer_at}` layer on the "
-        f"`{settings.probe_set}` probe images; {settings.n_bootstrap} bootstrap resamples of models, "
-        f"seed {settings.seed}, {settings.confidence:.0%} intervals.",
+        f"`{settings.probe_set}` probe images; {settings.n_bootstrap} bootstrap resamples of units, "
+        f"seed {settings.seed}, {settings.confidence:.0%} intervals with the parametric p beside.",
         "",
     ]
-    if n < settings.min_models:
-        lines += [f"**Note:** {stats.too_few_note(n, settings.min_models, 'the statistics')}.", ""]
+    if units < settings.min_models:
+        lines += [
+            f"**Note:** {stats.too_few_note(units, settings.min_models, 'the statistics')}.",
+            "",
+        ]
     if "learned" in table and table["learned"].notna().any():
         checked = table[table["learned"].notna()]
         failed = checked.loc[checked["learned"] == 0, "model"].tolist()
@@ -170,8 +170,9 @@ def header_lines(table: pd.DataFrame, n_controls: int, settings: StatsSettings) 
 def headline_lines(
     table: pd.DataFrame, tables: Mapping[str, Any], settings: StatsSettings
 ) -> list[str]:
-    """JER vs binding (trained models, then the runs that learned and with the controls), the
-    paper's bivariate fit and the geometry correlations, one bullet each."""
+    """JER vs binding over the families' units (objectives, seeds averaged), then over the
+    objectives whose runs learned and with the controls, the paper's bivariate fit and the
+    geometry correlations, one bullet each: n, the interval and its parametric p."""
     all_corr = tables["correlations"]
     models_column = all_corr.get("models", pd.Series(TRAINED, index=all_corr.index))
     corr = all_corr[models_column == TRAINED]
@@ -180,14 +181,16 @@ def headline_lines(
     if len(jer):
         row = jer.iloc[0]
         lines.append(
-            f"- JER vs binding: Pearson r = {_fmt(row['pearson_r'])} (p = {_fmt(row['pearson_p'], '.3g')}, "
-            f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}]), "
-            f"Spearman rho = {_fmt(row['spearman_rho'])}. {row['note'] or ''}".rstrip()
+            f"- JER vs binding (unit: {row.get('unit', 'model')}, n = {int(row['n'])}): "
+            f"Pearson r = {_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI "
+            f"[{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}], "
+            f"p = {_fmt(row['pearson_p'], '.3g')}; Spearman rho = {_fmt(row['spearman_rho'])} "
+            f"[{_fmt(row['spearman_ci_low'])}, {_fmt(row['spearman_ci_high'])}], "
+            f"p = {_fmt(row['spearman_p'], '.3g')}. {row['note'] or ''}".rstrip()
         )
     for models, label in (
-        (LEARNED, "the runs that learned"),
-        (WITH_CONTROLS, "trained models and controls (a zero Jacobian has no JER)"),
-        (OBJECTIVES, "objectives, the unit of the family comparison (seed means)"),
+        (LEARNED, "the objectives whose runs learned"),
+        (WITH_CONTROLS, "objectives, controls and upper bounds (a zero Jacobian has no JER)"),
     ):
         other = all_corr[(models_column == models) & (all_corr["metric"] == "jer")]
         if len(other):
@@ -200,17 +203,29 @@ def headline_lines(
     ols = tables["ols"]
     fit = ols[ols["formula"] == "binding ~ jer + same_different"]
     if len(fit):
+        head = fit.iloc[0]
+        terms = [
+            f"{row['term']} {_fmt(row['coef'], '.3g')} [{_fmt(row['ci_low'], '.3g')}, "
+            f"{_fmt(row['ci_high'], '.3g')}], p = {_fmt(row['p'], '.3g')}"
+            for _, row in fit.iterrows()
+            if row["term"] in ("jer", "same_different")
+        ]
         lines.append(
-            f"- OLS binding ~ JER + Same/Different: R^2 = {_fmt(fit['r2'].iloc[0])}, adjusted "
-            f"R^2 = {_fmt(fit['adj_r2'].iloc[0])} (n = {int(fit['n'].iloc[0])}). {fit['note'].iloc[0] or ''}".rstrip()
+            f"- OLS binding ~ JER + Same/Different (unit: {head.get('unit', 'model')}, "
+            f"n = {int(head['n'])}): R^2 = {_fmt(head['r2'])}, adjusted R^2 = "
+            f"{_fmt(head['adj_r2'])}"
+            + (f"; {'; '.join(terms)}" if terms else "")
+            + f". {head['note'] or ''}".rstrip()
         )
     geometry = corr[corr["metric"].isin(["g_pr", "g_iso", *l_iso_columns(table)])]
     if len(geometry):
         parts = [
-            f"{metric_label(m)} r = {_fmt(r)}"
-            for m, r in zip(geometry["metric"], geometry["pearson_r"], strict=True)
+            f"{metric_label(row['metric'])} r = {_fmt(row['pearson_r'])} "
+            f"[{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}], "
+            f"p = {_fmt(row['pearson_p'], '.3g')}"
+            for _, row in geometry.iterrows()
         ]
-        lines.append("- Geometry vs binding: " + ", ".join(parts) + ".")
+        lines.append("- Geometry vs binding (same units): " + "; ".join(parts) + ".")
     return lines
 
 

@@ -2,12 +2,18 @@
 binding, OLS fits, partial correlations, family means, robustness over metric variants, the dose
 series and the paper comparison, computed with :mod:`repdiag.common.statistics`.
 
-Correlations, fits, partial correlations and robustness are over the trained models only (not
-the controls, binding-supervised upper bounds or dose-series runs: ``APART_FAMILIES``).
+The unit is the objective with its seeds nested (:mod:`repdiag.binding.analysis.units`): the
+training runs of an objective (its configuration) are averaged into one row before any
+correlation, fit, partial correlation or robustness row is computed, so n counts objectives and
+every table states its ``unit``, its ``n`` and the training runs behind it (``n_runs``); an
+analysis handed two rows of one unit is refused, naming them. Correlations, fits, partial
+correlations and robustness are over the objectives of the families (not the controls,
+binding-supervised upper bounds, dose-series runs or JER interventions: ``APART_FAMILIES``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,8 +23,21 @@ import pandas as pd
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.claims import paper_comparison
 from repdiag.binding.analysis.columns import l_iso_columns
+from repdiag.binding.analysis.units import (
+    COMPARED_APART,
+    LEARNED,
+    TRAINED,
+    UNIT,
+    UNIT_WITH_CONTROLS,
+    WITH_CONTROLS,
+    require_units,
+    runs_behind,
+    unit_means,
+    with_units,
+)
 from repdiag.binding.dose import dose_correlations
 from repdiag.binding.stats_options import JER_FORMULAS, JER_SUMMARIES, READOUTS, StatsSettings
+from repdiag.common import replication as rep
 from repdiag.common import statistics as stats
 from repdiag.common.intervals import mean_interval
 
@@ -80,7 +99,9 @@ FAMILY_METRICS = (
 
 
 def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]:
-    """The paper's bivariate fit, its univariate parts, a geometry fit, and one with covariates."""
+    """The paper's bivariate fit, its univariate parts, a geometry fit, and one with covariates,
+    over units (one row per objective, seeds averaged; refused otherwise)."""
+    require_units(table, "the OLS fits")
     predictor_sets = [["jer", "same_different"], ["jer"], ["same_different"], ["g_iso"]]
     if settings.covariates:
         predictor_sets.append(["jer", "same_different", *settings.covariates])
@@ -88,35 +109,14 @@ def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]
     return [stats.fit_ols(table, "binding", p, **kwargs) for p in predictor_sets]
 
 
-TRAINED = "trained"
-LEARNED = "trained, learned"
-WITH_CONTROLS = "trained + controls"
-OBJECTIVES = "objectives (seed means)"
-UNITS = {
-    TRAINED: "model (seeds of an objective counted apart)",
-    LEARNED: "model (seeds of an objective counted apart)",
-    WITH_CONTROLS: "model (seeds of an objective counted apart)",
-    OBJECTIVES: "objective (mean over its seeds)",
-}
-
-
-def objective_means(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per objective, the unit of the family comparison: every numeric column averaged
-    over the objective's seeds (``n_seeds`` of them). A zoo model's objective is its run's
-    (``objective``); any other model is its own unit. Seeds are nested in their objective, so
-    two seeds of one objective are not two observations of how objectives differ."""
-    if table.empty:
-        return table.assign(n_seeds=[])
-    objective = table.get("objective", pd.Series(np.nan, index=table.index))
-    units = [
-        str(o) if isinstance(o, str) and o != "nan" else str(m)
-        for o, m in zip(objective, table["model"], strict=True)
-    ]
-    numeric = table.select_dtypes("number").assign(unit=units)
-    means = numeric.groupby("unit", sort=True).mean()
-    means["n_seeds"] = numeric.groupby("unit", sort=True).size()
-    families = table.assign(unit=units).groupby("unit", sort=True)["family"].first()
-    return means.assign(family=families).rename_axis("model").reset_index()
+def ols_frame(fits: list[stats.OLSFit], means: pd.DataFrame) -> pd.DataFrame:
+    """``ols.csv``: :func:`repdiag.common.statistics.ols_table` with the unit and the training
+    runs behind each fit's n."""
+    frame = stats.ols_table(fits)
+    runs = {fit.formula: runs_behind(means, [fit.response, *fit.predictors]) for fit in fits}
+    frame.insert(2, "unit", UNIT)
+    frame.insert(4, "n_runs", frame["formula"].map(runs))
+    return frame
 
 
 def learned_models(table: pd.DataFrame) -> pd.DataFrame:
@@ -134,6 +134,62 @@ def trained_models(table: pd.DataFrame) -> pd.DataFrame:
     return table[~table["family"].isin(APART_FAMILIES)].reset_index(drop=True)
 
 
+FAMILY_COLUMNS = [
+    "family",
+    "metric",
+    "unit",
+    "n",
+    "n_runs",
+    "mean",
+    "sd",
+    "ci_low",
+    "ci_high",
+    "null",
+    "p",
+    "confidence",
+    "models",
+    "note",
+]
+
+
+def null_value(group: pd.DataFrame, metric: str) -> float:
+    """The value a family's mean is tested against: chance for a binding readout (the models
+    table's ``chance``), 0.5 for Same/Different, 0 for every other metric."""
+    if metric.startswith("binding"):
+        return float(group["chance"].mean()) if "chance" in group else math.nan
+    return 0.5 if metric == "same_different" else 0.0
+
+
+def family_row(group: pd.DataFrame, metric: str, confidence: float) -> dict[str, object]:
+    """One family and metric: the mean over the family's units (objectives, seeds averaged), its
+    SD, Student-t interval mean +- t_{n-1} SD / sqrt(n) and two-sided one-sample t p against
+    :func:`null_value`. A family of one unit trained with several seeds takes its interval
+    over those training runs instead (the row's ``unit`` says so); one run: no interval."""
+    means = unit_means(group, f"the family mean of {metric}")
+    values, runs = means[metric].to_numpy(float), runs_behind(means, [metric])
+    unit = "model" if (means["n_runs"] == 1).all() else UNIT
+    if len(means) == 1 and runs > 1:
+        values = group[metric].to_numpy(float)
+        unit = f"training run (seed) of {means['unit'].iloc[0]}"
+    n = int(np.isfinite(values).sum())
+    mean, sd, low, high = mean_interval(values, confidence)
+    null = null_value(group, metric)
+    p = rep.t_interval(values - null, confidence)[4] if np.isfinite(null) else math.nan
+    return {
+        "unit": unit,
+        "n": n,
+        "n_runs": runs,
+        "mean": mean,
+        "sd": sd,
+        "ci_low": low,
+        "ci_high": high,
+        "null": null,
+        "p": p,
+        "confidence": confidence,
+        "note": "" if n >= 2 else f"{n} unit(s) in this family: no interval",
+    }
+
+
 def family_table(
     table: pd.DataFrame,
     metrics: Sequence[str],
@@ -141,44 +197,21 @@ def family_table(
     confidence: float = 0.95,
     family_column: str = "family",
 ) -> pd.DataFrame:
-    """Per family and metric: number of models, mean, SD and t-interval of the mean."""
+    """Per family and metric (``families.csv``): :func:`family_row` over the family's units,
+    with the number of units (``n``), the training runs behind them and the runs' names."""
     stats.require_columns(table, [family_column, "model", *metrics], "the models table")
-    rows = []
-    for family, group in table.groupby(family_column, sort=True):
-        for metric in metrics:
-            values = group[metric].to_numpy(float)
-            n = int(np.isfinite(values).sum())
-            mean, sd, low, high = mean_interval(values, confidence)
-            note = "" if n >= 2 else f"{n} model(s) in this family: no interval"
-            rows.append(
-                {
-                    "family": family,
-                    "metric": metric,
-                    "n": n,
-                    "mean": mean,
-                    "sd": sd,
-                    "ci_low": low,
-                    "ci_high": high,
-                    "confidence": confidence,
-                    "models": ";".join(group["model"].astype(str)),
-                    "note": note,
-                }
-            )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "family",
-            "metric",
-            "n",
-            "mean",
-            "sd",
-            "ci_low",
-            "ci_high",
-            "confidence",
-            "models",
-            "note",
-        ],
-    )
+    table = table if "training_run" in table else with_units(table)
+    rows = [
+        {
+            "family": family,
+            "metric": metric,
+            **family_row(group, metric, confidence),
+            "models": ";".join(group["model"].astype(str)),
+        }
+        for family, group in table.groupby(family_column, sort=True)
+        for metric in metrics
+    ]
+    return pd.DataFrame(rows, columns=FAMILY_COLUMNS)
 
 
 def robustness_table(
@@ -190,8 +223,10 @@ def robustness_table(
     """Correlations of every metric variant with every target.
 
     ``variants`` are mappings with ``group`` (e.g. ``l_iso``), ``variant`` (e.g. ``k=10``) and
-    ``metric`` (the column). Variants or targets absent from ``table`` are skipped.
+    ``metric`` (the column). Variants or targets absent from ``table`` are skipped. The rows of
+    ``table`` are units (refused otherwise).
     """
+    require_units(table, "the robustness correlations")
     frames = []
     for target in targets:
         if target not in table.columns:
@@ -202,10 +237,33 @@ def robustness_table(
         frame = stats.correlation_table(table, target, [v["metric"] for v in present], **options)
         frame.insert(0, "variant", [v["variant"] for v in present])
         frame.insert(0, "group", [v["group"] for v in present])
+        frame.insert(4, "unit", UNIT)
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=["group", "variant", "metric", "target", "n", "note"])
     return pd.concat(frames, ignore_index=True)
+
+
+def correlation_rows(
+    means: pd.DataFrame, models: str, settings: StatsSettings, unit: str = UNIT
+) -> pd.DataFrame:
+    """Every headline metric's correlation with binding over ``means`` (one row per unit,
+    refused otherwise), labelled ``models``, with its unit and the training runs behind each n."""
+    require_units(means, f"the correlations over {models}")
+    metrics = headline_metrics(means, settings)
+    frame = stats.correlation_table(means, "binding", metrics, **settings.options())
+    frame.insert(0, "models", models)
+    frame.insert(1, "unit", unit)
+    frame.insert(5, "n_runs", [runs_behind(means, [m, "binding"]) for m in metrics])
+    return frame
+
+
+def comparison_models(everything: pd.DataFrame) -> pd.DataFrame:
+    """The networks of the family comparison: the objective families' runs, the controls and
+    the binding-supervised upper bounds (the dose series and the JER intervention are analysed
+    apart: repdiag.binding.dose, repdiag.binding.causal)."""
+    apart = [f for f in APART_FAMILIES if f not in COMPARED_APART]
+    return everything[~everything["family"].isin(apart)].reset_index(drop=True)
 
 
 def statistics_tables(
@@ -214,62 +272,48 @@ def statistics_tables(
     """Every table of the analysis, keyed by output name (``correlations``, ``ols``, ...).
 
     Correlations, fits, partial correlations, robustness and the paper comparison are over the
-    trained models only; ``correlations`` repeats every metric over trained models and controls
-    (``models`` column), and ``families`` lists the controls as a family of their own."""
+    objectives of the families, seeds averaged (:func:`repdiag.binding.analysis.units.unit_means`);
+    ``correlations`` repeats every metric over the objectives whose runs learned and over the
+    objectives with the controls and upper bounds (``models`` column), and ``families`` lists
+    the controls and upper bounds as families of their own."""
     options = settings.options()
-    everything, table = table, trained_models(table)
-    n = len(table)
-    correlations = stats.correlation_table(
-        table, "binding", headline_metrics(table, settings), **options
-    )
-    correlations.insert(0, "models", TRAINED)
-    learned = learned_models(table)
-    if 0 < len(learned) < n:
-        only_learned = stats.correlation_table(
-            learned, "binding", headline_metrics(learned, settings), **options
-        )
-        only_learned.insert(0, "models", LEARNED)
-        correlations = pd.concat([correlations, only_learned], ignore_index=True)
-    if len(everything) > n:
-        with_controls = stats.correlation_table(
-            everything, "binding", headline_metrics(everything, settings), **options
-        )
-        with_controls.insert(0, "models", WITH_CONTROLS)
-        correlations = pd.concat([correlations, with_controls], ignore_index=True)
-    means = objective_means(table)
-    if len(means) < n:  # some objective has several seeds: the rows with the objective as unit
-        per_objective = stats.correlation_table(
-            means, "binding", headline_metrics(means, settings), **options
-        )
-        per_objective.insert(0, "models", OBJECTIVES)
-        correlations = pd.concat([correlations, per_objective], ignore_index=True)
-    correlations.insert(1, "unit", correlations["models"].map(UNITS))
-    fits = ols_fits(table, settings)
+    everything = with_units(table)
+    runs = trained_models(everything)
+    means = unit_means(runs, "the family comparison")
+    n = len(means)
+    frames = [correlation_rows(means, TRAINED, settings)]
+    learned = learned_models(runs)
+    if 0 < len(learned) < len(runs):
+        frames.append(correlation_rows(unit_means(learned, LEARNED), LEARNED, settings))
+    compared = comparison_models(everything)
+    if len(compared) > len(runs):
+        with_controls = unit_means(compared, "the comparison with the controls")
+        frames.append(correlation_rows(with_controls, WITH_CONTROLS, settings, UNIT_WITH_CONTROLS))
+    fits = ols_fits(means, settings)
     control_sets = [["same_different"]] + [[c] for c in settings.covariates]
     if len(settings.covariates) > 1:
         control_sets.append(list(settings.covariates))
-    partial = stats.partial_table(table, "jer", "binding", control_sets, **options)
+    require_units(means, "the partial correlations")
+    partial = stats.partial_table(means, "jer", "binding", control_sets, **options)
+    partial.insert(3, "unit", UNIT)
     families = family_table(
-        everything,
-        [m for m in FAMILY_METRICS if m in everything.columns],
+        compared,
+        [m for m in FAMILY_METRICS if m in compared.columns],
         confidence=settings.confidence,
     )
     robustness = robustness_table(
-        table,
-        robustness_variants(table),
-        [f"binding_{r}" for r in READOUTS],
-        **options,
+        means, robustness_variants(means), [f"binding_{r}" for r in READOUTS], **options
     )
     tables: dict[str, pd.DataFrame | str] = {
-        "correlations": correlations,
-        "ols": stats.ols_table(fits),
-        "ols_summary": stats.ols_summary_text(fits),
+        "correlations": pd.concat(frames, ignore_index=True),
+        "ols": ols_frame(fits, means),
+        "ols_summary": unit_line(means) + stats.ols_summary_text(fits),
         "partial": partial,
         "families": families,
         "robustness": robustness,
         "dose_series": dose_correlations(everything, options),
     }
-    tables["paper_comparison"] = paper_comparison(table, depth, tables, settings)
+    tables["paper_comparison"] = paper_comparison(means, depth, tables, settings, runs)
     if n < settings.min_models:
         note = stats.too_few_note(n, settings.min_models, "the statistics")
         comparison = tables["paper_comparison"]
@@ -280,3 +324,9 @@ def statistics_tables(
         ]
         tables["ols_summary"] = f"NOTE: {note}.\n\n{tables['ols_summary']}"
     return tables
+
+
+def unit_line(means: pd.DataFrame) -> str:
+    """The first line of ``ols_summary.txt``: what a row of the fits is, and how many."""
+    runs = int(means["n_runs"].sum()) if "n_runs" in means else len(means)
+    return f"Unit: {UNIT}; n = {len(means)} units from {runs} training runs.\n\n"

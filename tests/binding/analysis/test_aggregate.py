@@ -79,6 +79,27 @@ def test_dose_of_a_zoo_run():
     assert math.isnan(dose_of({"objective": "simclr", "family": "contrastive", "hparams": {}}))
 
 
+def test_learning_columns_carry_the_run_configuration(tmp_path):
+    from repdiag.binding.analysis.aggregate import learning_columns
+    from repdiag.binding.analysis.units import configuration
+
+    meta = {
+        "objective": "simclr",
+        "family": "contrastive",
+        "seed": 1,
+        "steps": 300,
+        "steps_trained": 100,
+        "hparams": {},
+        "learning": {"left_plateau": True, "slot_probe_gain": 0.01},
+    }
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps(meta))
+    columns = learning_columns(path)
+    assert columns["configuration"] == configuration(meta)
+    assert (columns["seed"], columns["step"], columns["objective"]) == (1.0, 100.0, "simclr")
+    assert math.isnan(learning_columns(None)["configuration"])
+
+
 def spectrum_store(top, full=None, n_singular=0):
     import numpy as np
     import xarray as xr

@@ -12,10 +12,13 @@ from scipy import stats as sps
 
 from repdiag.binding.analysis.aggregate import aggregate
 from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
-from repdiag.binding.analysis.statistics import family_table, statistics_tables
+from repdiag.binding.analysis.statistics import family_table, ols_fits, statistics_tables
+from repdiag.binding.analysis.units import configuration
 from repdiag.common.claims import study_claims
+from repdiag.common.replication import ReplicationError
 from repdiag.common.tables import read_table, write_csv
-from tests.binding.stats_fakes import SETTINGS, model_paths
+from tests.binding.analysis.test_units import meta
+from tests.binding.stats_fakes import FAMILIES, SETTINGS, model_paths
 
 TOL = 1e-8
 
@@ -124,33 +127,85 @@ def test_family_means_and_t_intervals():
     assert frame.loc["y", "n"] == 1 and math.isnan(frame.loc["y", "ci_low"])
     assert "no interval" in frame.loc["y", "note"]
     assert frame.loc["x", "models"] == "a;b;c"
+    # the parametric p beside the interval: one-sample t against the null (0 for JER)
+    assert frame.loc["x", "p"] == pytest.approx(sps.ttest_1samp(values, 0.0).pvalue)
+    assert frame.loc["x", "unit"] == "model" and frame.loc["x", "null"] == 0.0
+    accuracy = table.assign(same_different=[0.55, 0.6, 0.7, 0.5])
+    row = family_table(accuracy, ["same_different"]).set_index("family").loc["x"]
+    assert row["null"] == 0.5
+    assert row["p"] == pytest.approx(sps.ttest_1samp([0.55, 0.6, 0.7], 0.5).pvalue)
+
+
+def seeded(models: pd.DataFrame) -> pd.DataFrame:
+    """The fabricated models as four objectives of two seeds each (zoo runs: configuration,
+    seed and steps as the models table has them), each objective in a family of its own."""
+    runs = [meta(f"obj{i // 2}", i % 2) for i in range(len(models))]
+    return models.assign(
+        configuration=[configuration(run) for run in runs],
+        seed=[float(run["seed"]) for run in runs],
+        step=300.0,
+        family=[FAMILIES[i // 2] for i in range(len(models))],
+    )
 
 
 def test_objectives_are_the_unit_of_the_family_comparison(fake_run):
-    """Two seeds of each objective: the objective-unit rows correlate the seed means (n =
-    objectives), beside the per-model rows; every row states its unit."""
-    from repdiag.binding.analysis.statistics import OBJECTIVES, objective_means
-
+    """Two seeds of each objective: every correlation, fit and claim is over the seed means
+    (n = objectives), with its unit and the training runs behind it."""
     root, models, _ = fake_run
-    result = aggregate(models, *model_paths(root, models), SETTINGS)
-    table = result.models
-    objectives = [f"obj{i // 2}" for i in range(len(table))]
-    table = table.assign(objective=objectives)
-    means = objective_means(table)
-    assert len(means) == len(set(objectives)) and set(means["n_seeds"]) <= {1, 2}
-    first = table[table["objective"] == "obj0"]
-    assert means.set_index("model").loc["obj0", "jer"] == pytest.approx(first["jer"].mean())
-    correlations = statistics_tables(table, result.depth, SETTINGS)["correlations"]
-    rows = correlations[correlations["models"] == OBJECTIVES].set_index("metric")
+    table = seeded(aggregate(models, *model_paths(root, models), SETTINGS).models)
+    means = table.assign(unit=[f"obj{i // 2}" for i in range(len(table))])
+    means = means.groupby("unit")[["jer", "binding", "same_different"]].mean()
+    tables = statistics_tables(table, aggregate_depth(fake_run), SETTINGS)
+    rows = tables["correlations"].set_index("metric")
     r, p = sps.pearsonr(means["jer"], means["binding"])
-    assert rows.loc["jer", "n"] == len(means)
+    assert set(tables["correlations"]["models"]) == {"trained"}
+    assert (rows.loc["jer", "n"], rows.loc["jer", "n_runs"]) == (4, 8)
     assert (rows.loc["jer", "pearson_r"], rows.loc["jer", "pearson_p"]) == pytest.approx((r, p))
     assert set(rows["unit"]) == {"objective (mean over its seeds)"}
-    assert correlations["unit"].notna().all()
-    # the paper comparison's r and p claims read the objective rows
-    tables = statistics_tables(table, result.depth, SETTINGS)
+    # OLS over the four seed means against least squares by numpy
+    design = np.column_stack([np.ones(4), means["jer"], means["same_different"]])
+    coef, *_ = np.linalg.lstsq(design, means["binding"].to_numpy(), rcond=None)
+    residual = means["binding"].to_numpy() - design @ coef
+    r2 = 1 - residual @ residual / ((means["binding"] - means["binding"].mean()) ** 2).sum()
+    fit = tables["ols"].query("formula == 'binding ~ jer + same_different'").set_index("term")
+    assert fit.loc["jer", "coef"] == pytest.approx(coef[1])
+    assert fit.loc["jer", "r2"] == pytest.approx(r2)
+    assert (fit.loc["jer", "n"], fit.loc["jer", "n_runs"]) == (4, 8)
+    assert tables["ols_summary"].startswith(
+        "Unit: objective (mean over its seeds); n = 4 units from 8 training runs."
+    )
+    assert (
+        set(tables["partial"]["unit"])
+        == set(tables["robustness"]["unit"])
+        == {"objective (mean over its seeds)"}
+    )
     comparison = tables["paper_comparison"].set_index("claim_id")
     assert comparison.loc["jer_binding_r", "run_value"] == pytest.approx(r)
     assert comparison.loc["jer_binding_p", "run_value"] == pytest.approx(p)
-    assert comparison.loc["jer_binding_r", "n_models"] == len(means)
+    assert comparison.loc["jer_binding_r", "n_models"] == 4
     assert comparison.loc["jer_binding_r", "note"].startswith("unit: objective")
+    assert comparison.loc["n_models", "run_text"].startswith("4 units (8 training runs)")
+    # a family of one objective: its interval is over that objective's two runs
+    family = tables["families"].set_index(["family", "metric"]).loc[(FAMILIES[0], "jer")]
+    seeds = table.loc[table["family"] == FAMILIES[0], "jer"].to_numpy(float)
+    test = sps.ttest_1samp(seeds, 0.0)
+    assert family["unit"] == "training run (seed) of obj0" and family["n"] == 2
+    assert (family["ci_low"], family["ci_high"]) == pytest.approx(tuple(test.confidence_interval()))
+    assert family["p"] == pytest.approx(test.pvalue)
+
+
+def aggregate_depth(fake_run) -> pd.DataFrame:
+    root, models, _ = fake_run
+    return aggregate(models, *model_paths(root, models), SETTINGS).depth
+
+
+def test_seeds_counted_as_units_or_a_pooled_checkpoint_are_refused_naming_the_rows(fake_run):
+    root, models, _ = fake_run
+    table = seeded(aggregate(models, *model_paths(root, models), SETTINGS).models)
+    with pytest.raises(ReplicationError) as err:
+        ols_fits(table, SETTINGS)  # two seeds of an objective as two points
+    assert "the OLS fits" in str(err.value) and "obj0: m00, m01" in str(err.value)
+    checkpoint = table.iloc[[0]].assign(model="m00_step100", step=100.0)
+    pooled = pd.concat([table, checkpoint], ignore_index=True)
+    with pytest.raises(ReplicationError, match=r"obj0, seed 0: m00, m00_step100"):
+        statistics_tables(pooled, aggregate_depth(fake_run), SETTINGS)

@@ -1,0 +1,121 @@
+"""The units of the family comparison: objectives with their seeds nested, checkpoints in their
+run, the untrained network once (repdiag.binding.analysis.units)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repdiag.binding.analysis.units import (
+    configuration,
+    require_runs,
+    require_units,
+    run_labels,
+    unit_labels,
+    unit_means,
+    with_units,
+)
+from repdiag.common.replication import ReplicationError
+
+
+def meta(objective: str, seed: int, **settings) -> dict:
+    """A zoo run's meta.json as far as its configuration goes."""
+    return {
+        "objective": objective,
+        "seed": seed,
+        "run": f"{objective}_s{seed}",
+        "backbone": "resnet",
+        "timm_model": "resnet10t",
+        "timm_kwargs": {},
+        "steps": 300,
+        "batch_size": 32,
+        "lr": 0.001,
+        "hparams": {},
+        **settings,
+    }
+
+
+def row(model: str, family: str, run: dict, step: float | None = None, **values) -> dict:
+    return {
+        "model": model,
+        "family": family,
+        "seed": float(run["seed"]),
+        "step": float(run.get("steps") if step is None else step),
+        "configuration": configuration(run),
+        **values,
+    }
+
+
+def test_the_configuration_leaves_out_the_seed_the_name_and_recorded_estimates():
+    first = meta("simclr", 0, jer_regulariser={"weight": 0.01, "estimate_first": 3.0})
+    second = meta("simclr", 1, jer_regulariser={"weight": 0.01, "estimate_first": 9.0})
+    assert configuration(first) == configuration(second)
+    assert json.loads(configuration(first))["jer_regulariser"] == {"weight": 0.01}
+    assert configuration(meta("simclr", 0, steps=1000)) != configuration(first)
+
+
+def test_units_name_objectives_and_the_settings_that_differ():
+    table = pd.DataFrame(
+        [
+            row("simclr_s0", "contrastive", meta("simclr", 0)),
+            row("simclr_s1", "contrastive", meta("simclr", 1)),
+            row("simclr_1000_s0", "contrastive", meta("simclr", 0, steps=1000)),
+            row("dino_s0", "clustering_distillation", meta("dino", 0)),
+            row("slots", "binding_supervised", meta("supervised", 0, hparams={"label": "s"})),
+            {"model": "oracle", "family": "control", "seed": math.nan, "step": math.nan},
+        ]
+    )
+    assert unit_labels(table) == [
+        "simclr [steps=300]",
+        "simclr [steps=300]",
+        "simclr [steps=1000]",
+        "dino",
+        "slots",  # an upper bound trained once is its own unit
+        "oracle",
+    ]
+    runs = run_labels(table)
+    assert runs[:3] == ["simclr [steps=300], seed 0", "simclr [steps=300], seed 1", runs[2]]
+    assert runs[2] == "simclr [steps=1000], seed 0" and runs[5] == "oracle"
+
+
+def test_a_checkpoint_and_the_untrained_network_twice_are_refused_naming_the_rows():
+    dose = meta("supervised", 0, hparams={"slot_weight": 1.0})
+    table = pd.DataFrame(
+        [
+            row("dose_1_s0", "binding_dose", dose),
+            row("dose_1_s0_step100", "binding_dose", dose, step=100),
+            row("dose_1_s0_step0", "binding_dose", dose, step=0),
+            row("random_resnet", "control", meta("supervised", 0, steps=0)),
+        ]
+    )
+    with pytest.raises(ReplicationError) as err:
+        require_runs(with_units(table), "the pooled table")
+    message = str(err.value)
+    assert "the pooled table" in message
+    assert "dose_1_s0, dose_1_s0_step100" in message
+    assert "untrained resnet10t, seed 0: dose_1_s0_step0, random_resnet" in message
+    require_runs(with_units(table.iloc[[0, 3]]), "finals")  # one run each: accepted
+
+
+def test_unit_means_average_the_seeds_of_an_objective():
+    rng = np.random.default_rng(0)
+    runs = [
+        row(f"{o}_s{s}", "f", meta(o, s), jer=float(rng.normal()), binding=float(rng.random()))
+        for o in ("a", "b", "c")
+        for s in range(3 if o == "a" else 2)
+    ]
+    table = pd.DataFrame(runs)
+    means = unit_means(table, "test").set_index("unit")
+    assert list(means.index) == ["a", "b", "c"]
+    assert list(means["n_runs"]) == [3, 2, 2] and list(means["n_seeds"]) == [3, 2, 2]
+    for objective in "abc":
+        seeds = table[table["model"].str.startswith(f"{objective}_")]
+        assert means.loc[objective, "jer"] == pytest.approx(seeds["jer"].mean())
+        assert means.loc[objective, "models"] == ";".join(seeds["model"])
+    require_units(means.reset_index(), "the means")  # one row per unit: accepted
+    with pytest.raises(ReplicationError, match=r"the fit: .*a: a_s0, a_s1, a_s2; b: b_s0, b_s1"):
+        require_units(table, "the fit")
