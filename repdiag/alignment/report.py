@@ -25,9 +25,14 @@ Decision rules. A difference "holds" (A ahead of B) when, over the seeds both ha
    at every paired fraction: supported if it holds at all, mixed if at some, else not supported.
 2. consistency alone does not give translation: the same with the roles swapped.
 3. cycle consistency is not a faithful proxy: the Spearman correlation rho of cycle R^2 with
-   M_tr over every trained model of the scope, with a 95% bootstrap interval (models resampled,
-   ``BOOTSTRAP`` draws; :func:`repdiag.common.statistics.correlation`). Supported when the interval's upper end is below ``RHO_FAITHFUL``, not
-   supported when its lower end is at or above it, mixed otherwise. Models with high cycle R^2
+   M_tr over the trained models of the scope, the training run the unit and the seed its
+   block (the models of one seed share its data, split and bootstrap draws): rho within each
+   seed, its mean over seeds with the 95% t-interval over seeds and the one-sample t p
+   (:func:`repdiag.common.replication.block_correlations`), beside the seed-blocked
+   permutation p of the pooled ranks (:func:`repdiag.common.replication.blocked_permutation`).
+   A run listed twice is refused. Supported when the interval's upper end is below
+   ``RHO_FAITHFUL``, not supported when its lower end is at or above it, mixed otherwise; not
+   tested with fewer than two seeds of three models. Models with high cycle R^2
    (>= ``CYCLE_HIGH``) and failed translation (M_tr < ``TRANSLATION_FAILED``) are listed.
 4. distributional-only fails at instance level: ``cosae-distributional`` has M_tr below
    ``TRANSLATION_FAILED`` on every seed while its translation SW distance is at most
@@ -50,9 +55,9 @@ import pandas as pd
 
 from repdiag.alignment.bootstrap import INTERVAL_METRICS
 from repdiag.alignment.grid import BASELINES, EXACT_VARIANT
+from repdiag.common import replication as rep
 from repdiag.common.claims import NOT_TESTED, study_claims
 from repdiag.common.claims import verdict as claim_verdict
-from repdiag.common.statistics import correlation
 
 SUMMARY_COLUMNS = (
     "tr_intervention",
@@ -97,7 +102,7 @@ CYCLE_HIGH = 0.5
 TRANSLATION_FAILED = 0.2
 SW_SMALL = 0.1
 RHO_FAITHFUL = 0.9
-BOOTSTRAP = 2000
+PERMUTATIONS = 20000
 PRIMARY = {"tr": "tr_intervention", "cont": "cont_intervention"}
 SECONDARY = {"tr": "tr_r2", "cont": "probe_transfer"}
 
@@ -313,40 +318,58 @@ def _single_objectives(table: pd.DataFrame, scope: str) -> list[dict[str, Any]]:
     return rows
 
 
+def seed_blocked_rho(table: pd.DataFrame, tr: str) -> tuple[rep.BlockEstimates, float, int]:
+    """Claim 3's statistics over the scope's training runs (one row each, refused otherwise):
+    Spearman rho(cycle R^2, ``tr``) per seed with its t-interval over seeds, and the two-sided
+    seed-blocked permutation p of the pooled ranks with the number of permutations."""
+    runs = [
+        f"{v} p={f:g} seed {s}"
+        for v, f, s in table[["variant", "paired_fraction", "seed"]].to_numpy()
+    ]
+    units = rep.Units(tuple(runs), tuple(map(str, table["seed"])), "training run")
+    rep.require_independent(units, table["cell"].astype(str).tolist(), "claim 3 (cycle proxy)")
+    complete = table[["cycle_r2", tr]].notna().all(axis=1).to_numpy()
+    x, y = table["cycle_r2"].to_numpy(float)[complete], table[tr].to_numpy(float)[complete]
+    seeds = table["seed"].astype(str).to_numpy()[complete]
+    per_seed = rep.block_correlations(x, y, seeds, method="spearman")
+    if per_seed.n_blocks < 2:
+        return per_seed, float("nan"), 0
+    ranks = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    permutation = rep.blocked_permutation(*ranks, seeds, n_perm=PERMUTATIONS, seed=0)
+    return per_seed, permutation.p_two_sided, permutation.n_permutations
+
+
 def _cycle(table: pd.DataFrame, scope: str) -> dict[str, Any]:
     tr = metric_columns(table)["tr"]
-    if len(table) < 3:
-        return _not_tested("cycle_not_proxy", scope, "at least three trained models")
-    rank = correlation(
-        table["cycle_r2"].to_numpy(float),
-        table[tr].to_numpy(float),
-        n_boot=BOOTSTRAP,
-        seed=0,
-        min_models=3,
-    )
-    rho, low, high = rank.spearman_rho, rank.spearman_ci_low, rank.spearman_ci_high
+    per_seed, p_blocked, n_perm = seed_blocked_rho(table, tr)
+    if per_seed.n_blocks < 2:
+        return _not_tested("cycle_not_proxy", scope, "two seeds of at least three trained models")
     means = table.groupby(["variant", "paired_fraction"])[["cycle_r2", tr]].mean()
     misleading = means[(means["cycle_r2"] >= CYCLE_HIGH) & (means[tr] < TRANSLATION_FAILED)]
     listed = "; ".join(
         f"{v} (p={p:g}): cycle R2 {r['cycle_r2']:.3f}, {tr} {r[tr]:.3f}"
         for (v, p), r in misleading.iterrows()
     )
+    low, high = per_seed.low, per_seed.high
     if np.isfinite(high) and high < RHO_FAITHFUL:
         verdict = "supported"
     elif np.isfinite(low) and low >= RHO_FAITHFUL:
         verdict = "not supported"
     else:
         verdict = "mixed"
+    rhos = ", ".join(f"{s}: {v:.3f}" for s, v in per_seed.values.items())
     evidence = (
-        f"Spearman rho(cycle R2, {tr}) = {rho:.3f}, 95% bootstrap interval [{low:.3f}, {high:.3f}] "
-        f"over {len(table)} models (faithful if rho >= {RHO_FAITHFUL}); "
+        f"Spearman rho(cycle R2, {tr}) within each seed ({rhos}), mean {per_seed.mean:.3f}, "
+        f"95% t-interval over {per_seed.n_blocks} seeds [{low:.3f}, {high:.3f}], "
+        f"p = {per_seed.p:.2g} (one-sample t, H0: rho = 0); seed-blocked permutation p = {p_blocked:.2g} ({n_perm} permutations); unit: training "
+        f"run, {per_seed.n_rows} runs (faithful if rho >= {RHO_FAITHFUL}); "
         + (
             f"high cycle R2 with failed translation: {listed}"
             if listed
             else "no model has high cycle R2 with failed translation"
         )
     )
-    return _claim("cycle_not_proxy", scope, verdict, evidence, int(table["seed"].nunique()))
+    return _claim("cycle_not_proxy", scope, verdict, evidence, per_seed.n_blocks)
 
 
 def _distributional(table: pd.DataFrame, scope: str) -> dict[str, Any]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from repdiag.alignment.report import claims_table, results_table, summary_table
+from repdiag.common.replication import ReplicationError
 from tests.alignment.fakes import fake_grid, fake_record
 
 # claims ----------------------------------------------------------------------------------------
@@ -129,27 +131,47 @@ def test_anchoring_match_needs_every_seed_within_the_margin():
     assert claims.loc["anchoring_matches_full", "verdict"] == "mixed"
 
 
-def test_cycle_proxy_is_judged_by_the_rank_correlation_interval():
-    from repdiag.alignment.report import BOOTSTRAP
-    from repdiag.common.statistics import correlation
+FRACTIONS = np.linspace(0.01, 0.1, 10)
 
-    x = np.linspace(0, 1, 40)
-    rank = correlation(x, x, n_boot=BOOTSTRAP, seed=0, min_models=3)
-    assert rank.spearman_rho == pytest.approx(1.0) and rank.spearman_ci_low == pytest.approx(1.0)
-    faithful = [
-        fake_record("usae", 0.01, seed, cycle_r2=v, tr_intervention=v, cont_intervention=0.5)
-        for seed, v in enumerate(np.linspace(0.1, 0.9, 30))
+
+def _cycle_grid(tr_of, seeds=(0, 1, 2)):
+    """Ten models (one variant at ten paired fractions) per seed: cycle R^2 v, M_tr tr_of(v)."""
+    return [
+        fake_record("usae", float(f), seed, cycle_r2=v, tr_intervention=w, cont_intervention=0.5)
+        for seed in seeds
+        for f, v, w in zip(FRACTIONS, *tr_of(seed), strict=True)
     ]
-    claims = claims_table(results_table(faithful)).set_index("claim_id")
-    assert claims.loc["cycle_not_proxy", "verdict"] == "not supported"
-    noise = np.random.default_rng(0).random(30)
-    unfaithful = [
-        fake_record("usae", 0.01, seed, cycle_r2=v, tr_intervention=w, cont_intervention=0.5)
-        for seed, (v, w) in enumerate(zip(np.linspace(0.1, 0.9, 30), noise, strict=True))
-    ]
-    claims = claims_table(results_table(unfaithful)).set_index("claim_id")
-    assert claims.loc["cycle_not_proxy", "verdict"] == "supported"
-    assert "bootstrap interval" in claims.loc["cycle_not_proxy", "evidence"]
+
+
+def test_cycle_proxy_is_judged_per_seed_with_a_t_interval_over_seeds():
+    """The training run is the unit and the seed its block: rho within each seed, the
+    t-interval of its mean over seeds (scipy's one-sample t), the seed-blocked permutation p."""
+    cycle = np.linspace(0.1, 0.9, 10)
+    faithful = claims_table(results_table(_cycle_grid(lambda s: (cycle, cycle))))
+    faithful = faithful.set_index("claim_id").loc["cycle_not_proxy"]
+    assert faithful["verdict"] == "not supported" and faithful["n_seeds"] == 3
+    assert "[1.000, 1.000]" in faithful["evidence"]
+    noise = np.random.default_rng(0).random((3, 10))
+    table = results_table(_cycle_grid(lambda s: (cycle, noise[s])))
+    row = claims_table(table).set_index("claim_id").loc["cycle_not_proxy"]
+    rhos = [sps.spearmanr(cycle, noise[s]).statistic for s in range(3)]
+    test = sps.ttest_1samp(rhos, 0.0)
+    low, high = test.confidence_interval(0.95)
+    assert (
+        f"[{low:.3f}, {high:.3f}]" in row["evidence"]
+        and f"p = {test.pvalue:.2g}" in row["evidence"]
+    )
+    assert row["verdict"] == ("supported" if high < 0.9 else "mixed")
+    assert "seed-blocked permutation p" in row["evidence"] and "30 runs" in row["evidence"]
+
+
+def test_cycle_proxy_needs_two_seeds_and_refuses_a_run_listed_twice():
+    cycle = np.linspace(0.1, 0.9, 10)
+    one_seed = claims_table(results_table(_cycle_grid(lambda s: (cycle, cycle), seeds=(0,))))
+    assert one_seed.set_index("claim_id").loc["cycle_not_proxy", "verdict"] == "not tested"
+    records = _cycle_grid(lambda s: (cycle, cycle))
+    with pytest.raises(ReplicationError, match=r"usae p=0.01 seed 0: usae__p0.01__s0, usae__p0"):
+        claims_table(results_table([*records, records[0]]))
 
 
 def _real_job(differences, pair="a__b__final"):
