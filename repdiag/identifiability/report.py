@@ -19,6 +19,7 @@ import pandas as pd
 
 from repdiag.common.claims import Claim, study_claims
 from repdiag.common.figures import OKABE_ITO, save_figure
+from repdiag.common.replication import Units, require_independent
 
 CONDITION = ["generator", "sampling", "encoder", "loss", "ratio"]
 METRICS = ("r2", "mcc", "ape")
@@ -46,8 +47,14 @@ CONDITION_STYLES = {
 LINE_COLOURS = tuple(OKABE_ITO[i] for i in (4, 5, 2, 6, 0, 1, 7))
 
 
+RUN_KEY = ["cell", "steps", "batch_size"]
+"""A training run: its cell (condition and seed) at its steps and batch."""
+
+
 def results_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per cell JSON: condition columns, seed, metrics, final loss, speed."""
+    """One row per cell JSON: condition columns, seed, metrics, final loss, speed. Every row is
+    one training run (the unit; its seed the block): a run listed twice is refused, naming it
+    (:func:`repdiag.common.replication.require_independent`)."""
     rows = []
     for record in records:
         row = {key: record[key] for key in ("cell", *CONDITION, "seed")}
@@ -63,6 +70,9 @@ def results_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     if not rows:
         raise ValueError("no identifiability cell results to aggregate")
     frame = pd.DataFrame(rows)
+    runs = [f"{c} ({s} steps, batch {b})" for c, s, b in frame[RUN_KEY].to_numpy()]
+    units = Units(tuple(runs), tuple(map(str, frame["seed"])), "training run")
+    require_independent(units, frame["cell"].astype(str).tolist(), "the identifiability tables")
     frame["ratio"] = frame["ratio"].astype(float)
     return frame
 

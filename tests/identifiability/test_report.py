@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from repdiag.common.replication import ReplicationError
 from repdiag.identifiability.report import (
     aggregate,
     paper_comparison,
@@ -60,6 +61,16 @@ def frame() -> pd.DataFrame:
         fake_record("identity", "restricted", "mlp", "support_corrected", 0.5, 0, 0.8),
     ]
     return results_frame(records)
+
+
+def test_a_run_listed_twice_is_refused_naming_it() -> None:
+    record = fake_record("identity", "full", "mlp", "infonce", None, 0, 0.995)
+    other = fake_record("identity", "full", "mlp", "infonce", None, 1, 0.985)
+    with pytest.raises(ReplicationError) as err:
+        results_frame([record, other, dict(record)])
+    assert "the identifiability tables" in str(err.value)
+    assert f"{record['cell']}, {record['cell']}" in str(err.value)
+    assert len(results_frame([record, other, {**record, "steps": 1000}])) == 3  # another run
 
 
 def test_aggregate_means_and_spreads_over_seeds(frame: pd.DataFrame) -> None:
