@@ -15,6 +15,7 @@ from scipy import stats as sps
 from repdiag.common.replication import (
     ReplicationError,
     Units,
+    block_correlations,
     block_slopes,
     blocked_permutation,
     cluster_bootstrap,
@@ -161,3 +162,45 @@ def test_t_interval_and_describe():
     assert describe(mean, low, high, p, "n = 3") == "2.000 [-0.48, 4.48], p = 0.074 (n = 3)"
     assert describe(math.nan, 0, 0, 0, "n = 0") == "n/a (n = 0)"
     assert describe(1.5, math.nan, math.nan, math.nan) == "1.500 [n/a, n/a], p = n/a"
+
+
+def test_monte_carlo_permutation_p_counts_the_identity_as_the_plus_one():
+    # three seeds of 8 doses, y strictly increasing in x within each: only the identity reaches
+    # the observed r (another draw does with probability 3 / (8!)^3), so p = 1 / (1 + B)
+    x = np.tile(np.arange(8.0), 3)
+    y = x + np.repeat([0.0, 10.0, -4.0], 8)
+    result = blocked_permutation(x, y, np.repeat(["0", "1", "2"], 8), n_perm=500, seed=1)
+    assert not result.exact and result.n_permutations == 499
+    assert result.p_greater == pytest.approx(1 / 500)
+
+
+def test_block_correlations_match_scipy_per_seed_and_a_t_interval_over_seeds():
+    rng = np.random.default_rng(5)
+    blocks = np.repeat(["0", "1", "2"], 6)
+    x = rng.random(18)
+    y = x + rng.normal(scale=0.3, size=18) + np.repeat([0.0, 3.0, -2.0], 6)
+    x[1] = x[0]  # a tie: mid-ranks, as scipy's spearmanr
+    result = block_correlations(x, y, blocks)
+    rhos = [sps.spearmanr(x[blocks == b], y[blocks == b]).statistic for b in "012"]
+    assert list(result.values.values()) == pytest.approx(rhos)
+    test = sps.ttest_1samp(rhos, 0.0)
+    ci = test.confidence_interval(0.95)
+    assert (result.mean, result.low, result.high, result.p) == pytest.approx(
+        (np.mean(rhos), ci.low, ci.high, test.pvalue)
+    )
+    pearson = block_correlations(x, y, blocks, method="pearson")
+    assert pearson.values["1"] == pytest.approx(np.corrcoef(x[6:12], y[6:12])[0, 1])
+    short = block_correlations([0.0, 1.0, 2.0, 0.0, 1.0], [1.0, 3.0, 2.0, 0.0, 1.0], list("00011"))
+    assert short.n_blocks == 1 and "['1']" in short.note and not np.isfinite(short.low)
+
+
+def test_t_interval_is_the_shared_mean_interval_with_its_p():
+    from repdiag.common.intervals import mean_interval
+
+    values = [0.3, 1.1, -0.2, 0.9, 0.4]
+    mean, se, low, high, p = t_interval(values, 0.9)
+    assert (mean, low, high) == pytest.approx(
+        np.asarray(mean_interval(np.array(values), 0.9))[[0, 2, 3]]
+    )
+    assert se == pytest.approx(np.std(values, ddof=1) / math.sqrt(5))
+    assert p == pytest.approx(sps.ttest_1samp(values, 0.0).pvalue)
