@@ -10,8 +10,16 @@ and writing ``5`` to ``/proc/self/clear_refs`` resets it to the current resident
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HANG_GUARD_S = 300  # only against a hang; nothing is timed
 
 STATUS = Path("/proc/self/status")
 
@@ -48,3 +56,29 @@ SUBPROCESS_SOURCE = (
     "        if line.startswith('VmHWM:'):\n"
     "            return int(line.split()[1]) / 1024\n"
 )
+
+
+def run_measured(code: str, prelude: str = "", env: dict[str, str] | None = None) -> dict:
+    """Run ``prelude`` then ``code`` in a fresh interpreter (one OpenMP thread, the repository as
+    working folder); ``code`` fills the dict ``result``. Returns ``result`` with ``peak_mib``, the
+    interpreter's peak resident size at the end (``peak_mib()`` is defined for both)."""
+    script = (
+        SUBPROCESS_SOURCE
+        + "result = {}\n"
+        + textwrap.dedent(prelude)
+        + "\n"
+        + textwrap.dedent(code)
+        + "\nimport json\nresult['peak_mib'] = peak_mib()\nprint('RESULT' + json.dumps(result))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT") :])

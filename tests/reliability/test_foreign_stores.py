@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from repdiag.binding.dataset import BindingParams, chunk_encoding, render_bindin
 from repdiag.binding.store import open_binding_store
 from repdiag.core.errors import StoreError
 from repdiag.core.store import DEFAULT_COMPRESSORS, open_store, with_checksum, write_store
-from tests.reliability.memory import SUBPROCESS_SOURCE
+from tests.reliability.memory import run_measured
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = BindingParams(image_size=32, n_queries=4, n_candidates=8, n_pairs=6)
@@ -51,29 +50,7 @@ def _set_entry(path: Path, name: str, entry: dict | None) -> None:
 
 def _in_subprocess(code: str, env: dict | None = None) -> dict:
     """Run ``code`` (which sets ``result``) in a fresh interpreter; its result and peak RSS."""
-    script = (
-        SUBPROCESS_SOURCE
-        + textwrap.dedent(code)
-        + textwrap.dedent(
-            """
-        import json
-        result["peak_mib"] = peak_mib()
-        print("RESULT" + json.dumps(result))
-        """
-        )
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT") :])
+    return run_measured(code, env=env)
 
 
 def test_a_v2_entry_in_place_of_query_image_is_refused_naming_it(tmp_path):

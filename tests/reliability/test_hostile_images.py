@@ -6,11 +6,8 @@ memory and the pixels decoded (:data:`repdiag.common.images.DECODED`), never a t
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import subprocess
-import sys
 import textwrap
 import zlib
 from pathlib import Path
@@ -21,10 +18,8 @@ from PIL import Image
 
 from repdiag.cifar.data import load_cifar10, write_fixture
 from repdiag.core.errors import ConfigError, StoreError
-from tests.reliability.memory import SUBPROCESS_SOURCE
+from tests.reliability.memory import run_measured
 
-REPO = Path(__file__).resolve().parents[2]
-HANG_GUARD_S = 300  # only against a hang; nothing is timed
 PRELOADED = (
     "torch",
     "repdiag.encoders.preprocess",
@@ -41,27 +36,15 @@ def _run(code: str) -> dict:
     """Run ``code`` (which fills ``result``) in a fresh interpreter: its result, peak RSS (MiB)
     before and after ``code`` (modules of :data:`PRELOADED` imported first) and the pixels the
     image reader decoded."""
-    script = (
-        SUBPROCESS_SOURCE + "from repdiag.common.images import DECODED\nresult = {}\n"
+    prelude = (
+        "from repdiag.common.images import DECODED\n"
         f"import {', '.join(PRELOADED)}\n"
         "before = peak_mib()\n"
-        + textwrap.dedent(code)
-        + "\nimport json\nresult.update(pixels=DECODED.pixels, files=DECODED.files, "
-        "before_mib=before, peak_mib=peak_mib())\n"
-        "print('RESULT' + json.dumps(result))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        check=False,
+    code = textwrap.dedent(code) + (
+        "\nresult.update(pixels=DECODED.pixels, files=DECODED.files, before_mib=before)\n"
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT") :])
+    return run_measured(code, prelude)
 
 
 def _tiny_png(path: Path, width: int, height: int) -> Path:
