@@ -19,9 +19,11 @@ from tests.planning import tiny_config
 CONFIG = REPO / "config" / "zoo_long.yaml"
 OBJECTIVES = ("barlow_twins", "vicreg", "simmim", "dino", "simclr", "clip", "supervised")
 TINY_STEPS = 3
-# run end to end: one self-supervised objective (every objective trains on this backbone in
-# tests/encoders/zoo/test_learning.py) and the untrained backbone, the floor
-KEPT_RUNS = ("simclr_s0", "random_resnet")
+# run end to end: one self-supervised objective, the least that passes every stage (8 jobs; each
+# further run adds 4 jobs of a few seconds each, mostly imports). Every objective trains on this
+# backbone in tests/encoders/zoo/test_learning.py, which also trains it for steps: 0 (the
+# untrained control, random_resnet here; planned at full size below).
+KEPT_RUNS = ("simclr_s0",)
 
 
 def tiny(config: dict) -> dict:
@@ -81,7 +83,7 @@ def test_zoo_long_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     results = workdir / "results"
     models = pd.read_csv(results / "tables" / "models.csv")
     assert set(models["model"]) == set(config["models"])
-    assert set(models.loc[models["family"] != "control", "family"]) == {"contrastive"}
+    assert list(models["family"]) == ["contrastive"]  # the config's family, through the zoo run
     for run, spec in config["zoo"]["objectives"].items():
         meta = read_json(results / "zoo" / run / "meta.json")
         assert meta["steps_trained"] == spec["steps"], run
