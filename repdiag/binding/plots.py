@@ -31,6 +31,7 @@ from repdiag.binding import (
     JER_INTERVENTION_FAMILY,
 )
 from repdiag.binding.analysis.columns import metric_label
+from repdiag.binding.analysis.units import unit_means
 from repdiag.common.figures import FAMILY_COLOURS, OKABE_ITO, family_colour
 from repdiag.common.statistics import pearson
 from repdiag.core.store import atomic_path
@@ -99,6 +100,28 @@ def _families(table: pd.DataFrame) -> list[str]:
     )
 
 
+def _draw_fit(ax: Any, units: pd.DataFrame, metric: str, target: str) -> str:
+    """Draw the least-squares line of ``target`` on ``metric`` over the objectives (each the
+    mean of its seeds; controls and the families apart never enter it); return the r/p label."""
+    x_unit, y_unit = units[metric].to_numpy(float), units[target].to_numpy(float)
+    r, p, n = pearson(x_unit, y_unit)
+    mask = np.isfinite(x_unit) & np.isfinite(y_unit)
+    if np.isfinite(r):
+        slope, intercept = np.polyfit(x_unit[mask], y_unit[mask], 1)
+        xs = np.linspace(x_unit[mask].min(), x_unit[mask].max(), 50)
+        ax.plot(
+            xs,
+            intercept + slope * xs,
+            color="#444444",
+            linewidth=1.2,
+            zorder=2,
+            label="OLS fit",
+        )
+        runs = int(units.loc[mask, "n_runs"].sum())
+        return f"r = {r:.2f}, p = {p:.2g}\nn = {n} objectives ({runs} runs)"
+    return f"r undefined\nn = {n}"
+
+
 def scatter_grid(
     table: pd.DataFrame,
     metrics: Sequence[str],
@@ -108,7 +131,8 @@ def scatter_grid(
     chance: float | None = None,
     ncols: int = 3,
 ) -> Figure:
-    """One panel per metric: models coloured by family against ``target``, OLS line, r and p."""
+    """One panel per metric: models coloured by family against ``target``; the least-squares
+    line, r and p over the objectives (each the mean of its seeds, :func:`unit_means`)."""
     metrics = list(metrics)
     nrows = max(1, math.ceil(len(metrics) / ncols))
     fig, axes = plt.subplots(
@@ -116,6 +140,7 @@ def scatter_grid(
     )
     y_all = table[target].to_numpy(float)
     trained = (~table["family"].isin(APART_FAMILIES)).to_numpy()
+    units = unit_means(table[trained], "the scatter's least-squares fit")
     for ax, metric in zip(axes.flat, metrics, strict=False):
         x_all = table[metric].to_numpy(float)
         for family in _families(table):
@@ -131,22 +156,7 @@ def scatter_grid(
                 linewidth=1.0 if control else 0.5,
                 zorder=3,
             )
-        r, p, n = pearson(x_all[trained], y_all[trained])  # controls never enter the fit
-        mask = np.isfinite(x_all) & np.isfinite(y_all) & trained
-        if np.isfinite(r):
-            slope, intercept = np.polyfit(x_all[mask], y_all[mask], 1)
-            xs = np.linspace(x_all[mask].min(), x_all[mask].max(), 50)
-            ax.plot(
-                xs,
-                intercept + slope * xs,
-                color="#444444",
-                linewidth=1.2,
-                zorder=2,
-                label="OLS fit",
-            )
-            text = f"r = {r:.2f}, p = {p:.2g}\nn = {n} trained models"
-        else:
-            text = f"r undefined\nn = {n}"
+        text = _draw_fit(ax, units, metric, target)
         ax.text(
             0.03,
             0.97,
@@ -177,7 +187,10 @@ def scatter_grid(
         fontsize=7,
         title_fontsize=8,
     )
-    fig.suptitle("Metrics against binding accuracy (one point per model)", fontsize=10)
+    fig.suptitle(
+        "Metrics against binding accuracy (points: models; fit and r: objectives, seeds averaged)",
+        fontsize=10,
+    )
     return fig
 
 

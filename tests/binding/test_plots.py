@@ -186,3 +186,29 @@ def test_contact_sheet_is_a_png_with_the_correct_candidates_framed(tmp_path: Pat
     pair_frame = np.all(np.abs(pixels - np.array([213, 94, 0])) <= 2, axis=-1)  # different pairs
     assert pair_frame.sum() > 100
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_scatter_fit_is_over_objectives_with_their_seeds_averaged(tmp_path):
+    from repdiag.binding.analysis.units import configuration
+    from tests.binding.analysis.test_units import meta, row
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for objective, family in (
+        ("simclr", "contrastive"),
+        ("mae", "masked_modeling"),
+        ("clip", "contrastive"),
+    ):
+        for seed in (0, 1):
+            run = meta(objective, seed)
+            assert configuration(run)
+            rows.append(
+                row(f"{objective}_s{seed}", family, run, jer=rng.normal(), binding=rng.random())
+            )
+    models = pd.DataFrame(rows)
+    fig = plots.scatter_grid(models, ["jer"], ncols=1)
+    means = models.groupby(models["model"].str[:-3])[["jer", "binding"]].mean()
+    r, p, _ = pearson(means["jer"], means["binding"])
+    text = fig.axes[0].texts[0].get_text()
+    assert f"r = {r:.2f}, p = {p:.2g}" in text and "n = 3 objectives (6 runs)" in text
+    save_and_check(fig, tmp_path, "units")
