@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -119,3 +120,24 @@ def test_parse_jobs_reads_sacct_and_squeue_rows() -> None:
         "comment": "rule_a_wildcards_x",
     }
     assert rows[1]["state"] == "CANCELLED by 0" and rows[1]["comment"] == ""
+
+
+def test_the_status_check_interval_is_capped(monkeypatch) -> None:
+    """The SLURM test's snakemake caps the plugin's growing status-check interval: the plugin
+    still sets it where the cap applies (else the test silently waits minutes again)."""
+    import inspect
+
+    import snakemake_executor_plugin_slurm
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    from tests.slurm.capped_status_checks import cap_status_check_interval
+
+    source = inspect.getsource(snakemake_executor_plugin_slurm.Executor.check_active_jobs)
+    assert "self.next_seconds_between_status_checks = " in source
+    original = RemoteExecutor.next_seconds_between_status_checks
+    monkeypatch.setattr(RemoteExecutor, "next_seconds_between_status_checks", original)
+    assert cap_status_check_interval(2)
+    executor = SimpleNamespace(_next_seconds_between_status_checks=None)
+    for asked, used in ((1, 1), (11, 2), (180, 2)):
+        RemoteExecutor.next_seconds_between_status_checks.fset(executor, asked)
+        assert RemoteExecutor.next_seconds_between_status_checks.fget(executor) == used
