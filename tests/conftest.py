@@ -196,14 +196,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _rank(module_items: list[pytest.Item]) -> int:
-    """0: a module that keeps its tests on one worker (xdist_group: an expensive module fixture),
-    started first so that it is not the tail; 2: a module reading a shared run, last, so that the
-    background build is done by then; 1: the rest."""
-    if any(item.get_closest_marker("xdist_group") for item in module_items):
-        return 0
-    if any(set(item.fixturenames) & set(SHARED_RUNS) for item in module_items):
-        return 2
-    return 1
+    """The order modules are handed out in, so that no worker waits and none is the tail:
+    0: a module that keeps its tests on one worker (xdist_group: an expensive module fixture),
+    first; 1: the rest; 2: a grouped module that reads a shared run (the SLURM scenario starts
+    from one), after the unit tests, while the background build finishes; 3: the other modules
+    reading a shared run, last."""
+    grouped = any(item.get_closest_marker("xdist_group") for item in module_items)
+    reads_shared = any(set(item.fixturenames) & set(SHARED_RUNS) for item in module_items)
+    if reads_shared:
+        return 2 if grouped else 3
+    return 0 if grouped else 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
