@@ -4,7 +4,7 @@ A store is zarr format 3, one group, every array with ``dimension_names`` and co
 labelled dimensions, so ``xarray.open_zarr(path)`` returns a labelled Dataset with no extra
 arguments. Group attrs hold provenance. Every chunk ends with a CRC32C checksum (zarr's ``crc32c``
 codec, after the default zstd compression), so a flipped or missing byte fails the read instead of
-decoding to wrong numbers. Writes go to a temporary sibling (``.<name>.tmp-<hex>``) and are renamed
+decoding to wrong numbers. Writes go to a temporary sibling (``.<name>.tmp-<host>-<pid>-<hex>``) and are renamed
 into place only when complete; reads check the metadata of every array against the consolidated
 metadata, that every chunk was written, that every chunk matches its checksum and that every
 float is finite, and name the store and the array when one of these fails. Small files (JSON,
@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -107,7 +108,27 @@ def provenance(config: Mapping[str, Any] | None = None, seed: int | None = None)
 
 
 def _temporary_sibling(target: Path) -> Path:
-    return target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+    """``.<name>.tmp-<host>-<pid>-<hex>``: the writer's host and process name it, so that a
+    later writer can tell an abandoned one (:func:`_remove_abandoned`)."""
+    writer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return target.with_name(f".{target.name}.tmp-{writer}")
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Delete the temporaries of ``target`` left by killed writers: those of this host whose
+    process is gone. Another host's, or a live process's, are never touched."""
+    host = socket.gethostname()
+    for sibling in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        writer = sibling.name.removeprefix(f".{target.name}.tmp-").rsplit("-", 2)
+        if len(writer) != 3 or writer[0] != host or not writer[1].isdigit():
+            continue  # another host's, or the old <hex>-only name: left alone
+        try:
+            os.kill(int(writer[1]), 0)
+        except ProcessLookupError:
+            log.info("removing %s, left by a killed writer of %s", sibling, target)
+            shutil.rmtree(sibling, ignore_errors=True) if sibling.is_dir() else sibling.unlink()
+        except PermissionError:  # a live process of another user
+            continue
 
 
 def _replace(tmp: Path, target: Path) -> None:
@@ -134,11 +155,13 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
 
     Works for files and directories (zarr stores). On error the temporary path is removed and an
     existing ``target`` is left untouched. A writer killed outright leaves its temporary, a hidden
-    ``.<name>.tmp-<hex>`` beside ``target``: no reader opens it (readers open ``target`` by its
-    name), a later write picks a fresh name, and it can be deleted at any time when no job runs.
+    ``.<name>.tmp-<host>-<pid>-<hex>`` beside ``target``: no reader opens it (readers open
+    ``target`` by its name), and the next write of ``target`` on that host deletes it once its
+    process is gone.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(target)
     tmp = _temporary_sibling(target)
     try:
         yield tmp

@@ -117,3 +117,28 @@ def test_json_is_atomic_and_refuses_nan(tmp_path):
     with pytest.raises(StoreError, match="not valid JSON"):
         read_json(path)
     assert json.loads('{"a": 1}') == {"a": 1}
+
+
+def test_a_write_removes_temporaries_of_killed_writers_and_keeps_the_others(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from repdiag.core.store import atomic_path
+
+    target = tmp_path / "m.zarr"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    host = socket.gethostname()
+    abandoned = tmp_path / f".m.zarr.tmp-{host}-{int(dead.stdout)}-0a1b2c3d"
+    live = tmp_path / f".m.zarr.tmp-{host}-{os.getpid()}-0a1b2c3d"
+    elsewhere = tmp_path / ".m.zarr.tmp-other-host-1-0a1b2c3d"
+    other_store = tmp_path / f".n.zarr.tmp-{host}-{int(dead.stdout)}-0a1b2c3d"
+    for folder in (abandoned, live, elsewhere, other_store):
+        (folder / "c").mkdir(parents=True)
+    with atomic_path(target) as tmp:
+        assert tmp.name.startswith(f".m.zarr.tmp-{host}-{os.getpid()}-")
+        tmp.mkdir()
+    assert target.is_dir() and not abandoned.exists()
+    assert live.exists() and elsewhere.exists() and other_store.exists()
