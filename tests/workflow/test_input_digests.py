@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("workflow/test_input
 WEIGHTS = Path("weights") / "ck.safetensors"
 IMAGES = Path("images")
 PROBES = Path("probes")
-# every job that reads a model, an image folder or a probe folder is in the binding study
+# every job per model (extraction, Jacobians, metrics: what _reruns reads) is the binding study's
 DONE_TARGET = ("binding",)
 
 
