@@ -2,10 +2,11 @@
 
 A Snakemake ``script:`` job starts a new interpreter, loads Snakemake's script preamble and runs
 the script's imports before it does any work. This benchmark measures exactly that (the
-imports at module level and inside ``script_logging``, plus ``snakemake.script``) for chosen
-scripts, in fresh processes that alternate between a baseline tree (``git archive`` of
-``--baseline``) and this checkout, and prints the median wall and CPU seconds of each and their
-ratio. CPU seconds (user + system of the child) move less with the machine's load than wall
+imports at module level and inside ``script_logging``, plus ``snakemake.script``, and for the
+extraction and Jacobian scripts their first ``numerics`` block, which imported torch._inductor)
+for chosen scripts, in fresh processes that alternate between a baseline tree (``git archive``
+of ``--baseline``) and this checkout, and prints the median wall and CPU seconds of each and
+their ratio. CPU seconds (user + system of the child) move less with the machine's load than wall
 seconds; run it on a quiet machine and check ``uptime`` first.
 
     .venv/bin/python benchmarks/startup.py --baseline b8695dd --repeat 7
@@ -25,7 +26,19 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ("plot_metric_scatter", "stats_tables", "aggregate_models", "jacobian_spectra")
+SCRIPTS = (
+    "plot_metric_scatter",
+    "stats_tables",
+    "aggregate_models",
+    "jacobian_spectra",
+    "extract_embeddings",
+)
+# What a script runs once before its first tensor operation, beyond its imports: the numerical
+# switches block (repdiag.core.gpu.numerics) of the extraction and Jacobian jobs.
+FIRST_CALLS = {
+    "jacobian_spectra": "from repdiag.core.gpu import numerics\nwith numerics('fp32', 'cpu'): pass",
+    "extract_embeddings": "from repdiag.core.gpu import numerics\nwith numerics('fp32', 'cpu'): pass",
+}
 
 
 def script_imports(path: Path) -> str:
@@ -85,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|")
         for name in args.scripts:
             codes = {
-                k: script_imports(t / "workflow_scripts" / f"{name}.py") for k, t in trees.items()
+                k: script_imports(t / "workflow_scripts" / f"{name}.py")
+                + "\n"
+                + FIRST_CALLS.get(name, "")
+                for k, t in trees.items()
             }
             runs: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
             for _ in range(args.repeat):  # alternate, so that load changes hit both alike
