@@ -6,17 +6,29 @@ random resized crop with horizontal flip, colour jitter (brightness, contrast, s
 grayscale, Gaussian blur and solarisation. Every random number is drawn on the CPU from the
 caller's generator, a fixed count per call, so a run is reproducible whatever the device.
 Images are float (B, 3, H, W) in [0, 1].
+
+Every step is one batched tensor operation over the whole batch, with no per-sample Python loop:
+the crop samples a grid built by broadcasting (no affine-grid matrix product); saturation, hue
+and grayscale are per-sample 3 x 3 colour matrices applied by one batched matrix product each
+(the identity for a sample the step leaves alone, so such a sample passes through bit for bit);
+blur and solarisation run on the selected samples only.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-LUMA = (0.299, 0.587, 0.114)  # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale
+LUMA = (
+    0.299,
+    0.587,
+    0.114,
+)  # ITU-R 601 luma weights (torchvision's rgb_to_grayscale rounds 0.2989)
+_RGB_TO_YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 
 
 def _uniform(gen: torch.Generator, n: int, low: float, high: float) -> torch.Tensor:
@@ -33,6 +45,32 @@ def luminance(x: torch.Tensor) -> torch.Tensor:
     return (x * w).sum(dim=1, keepdim=True)
 
 
+def crop_grid(
+    size: int,
+    scale: torch.Tensor,
+    log_ratio: torch.Tensor,
+    centre: torch.Tensor,
+    flip: torch.Tensor,
+) -> torch.Tensor:
+    """(B, size, size, 2) float64 sampling grid in normalised [-1, 1] coordinates (x, y) of the
+    crop of area fraction ``scale``, aspect ``exp(log_ratio)`` and ``centre`` in [0, 1]^2 of the
+    free room, mirrored where ``flip``: output pixel (i, j) samples at
+    ``(cx + w s u_j, cy + h u_i)``, ``u_k = (2 k + 1) / size - 1`` (align_corners=False)."""
+    ratio = torch.exp(log_ratio)
+    width = torch.sqrt(scale * ratio).clamp(max=1.0)
+    height = torch.sqrt(scale / ratio).clamp(max=1.0)
+    cx = (2 * centre[:, 0] - 1) * (1 - width)  # normalised [-1, 1] coordinates of the crop centre
+    cy = (2 * centre[:, 1] - 1) * (1 - height)
+    sign = torch.where(flip, -1.0, 1.0).to(width.dtype)
+    u = (2 * torch.arange(size, dtype=torch.float64) + 1) / size - 1
+    gx = cx[:, None] + (width * sign)[:, None] * u  # (B, size): varies along the columns
+    gy = cy[:, None] + height[:, None] * u  # (B, size): varies along the rows
+    n = gx.shape[0]
+    return torch.stack(
+        [gx[:, None, :].expand(n, size, size), gy[:, :, None].expand(n, size, size)], dim=-1
+    )
+
+
 def resized_crop(
     x: torch.Tensor,
     size: int,
@@ -42,32 +80,86 @@ def resized_crop(
     flip: torch.Tensor,
 ) -> torch.Tensor:
     """Crop per sample (area fraction ``scale``, aspect ``exp(log_ratio)``, ``centre`` in [0, 1]^2
-    of the free room), optionally mirror, and resample bilinearly to ``size`` x ``size``."""
-    ratio = torch.exp(log_ratio)
-    width = torch.sqrt(scale * ratio).clamp(max=1.0)
-    height = torch.sqrt(scale / ratio).clamp(max=1.0)
-    cx = (2 * centre[:, 0] - 1) * (1 - width)  # normalised [-1, 1] coordinates of the crop centre
-    cy = (2 * centre[:, 1] - 1) * (1 - height)
-    sign = torch.where(flip, -1.0, 1.0).to(width.dtype)
-    theta = torch.zeros(x.shape[0], 2, 3, dtype=torch.float64)
-    theta[:, 0, 0] = width * sign
-    theta[:, 0, 2] = cx
-    theta[:, 1, 1] = height
-    theta[:, 1, 2] = cy
-    theta = theta.to(device=x.device, dtype=x.dtype)
-    grid = F.affine_grid(theta, [x.shape[0], x.shape[1], size, size], align_corners=False)
+    of the free room), optionally mirror, and resample bilinearly (reflection padding) to
+    ``size`` x ``size``: the affine crop of :func:`crop_grid`."""
+    grid = crop_grid(size, scale, log_ratio, centre, flip).to(device=x.device, dtype=x.dtype)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
 
 
-def adjust_hue(x: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
-    """Rotate chroma by ``turns`` of a full circle in YIQ space (luma is kept)."""
-    to_yiq = x.new_tensor([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]])
-    yiq = torch.einsum("ij,bjhw->bihw", to_yiq, x)
-    angle = (2 * math.pi * turns).to(x.device, x.dtype).view(-1, 1, 1)
+def _mirror_only(x: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
+    """The full-frame crop at the input's size: ``x`` mirrored where ``flip``."""
+    mask = flip.to(x.device).view(-1, 1, 1, 1)
+    return torch.where(mask, x.flip(-1), x)
+
+
+def colour_matrix(x: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
+    """``y[b, :, h, w] = M_b x[b, :, h, w]``: per-sample 3 x 3 colour matrices ``(B, 3, 3)``
+    applied by one batched matrix product over the (B, 3, H W) pixels."""
+    b, c, h, w = x.shape
+    matrices = matrices.to(device=x.device, dtype=x.dtype)
+    return torch.bmm(matrices, x.reshape(b, c, h * w)).view(b, c, h, w)
+
+
+def saturation_matrices(factor: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) float64: ``s I + (1 - s) 1 w^T`` (w = :data:`LUMA`), the blend of a pixel with
+    its grey ``lum(x) + s (x - lum(x))`` as a matrix."""
+    luma = torch.tensor(LUMA, dtype=torch.float64)
+    grey = luma.expand(3, 3)  # every row w^T: each channel becomes the luma
+    s = factor.to(torch.float64).view(-1, 1, 1)
+    return s * torch.eye(3, dtype=torch.float64) + (1 - s) * grey
+
+
+def hue_matrices(turns: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) float64: ``T^-1 R(2 pi turns) T`` with ``T`` RGB -> YIQ and ``R`` the rotation of
+    the (I, Q) chroma plane; luma is kept."""
+    to_yiq = torch.tensor(_RGB_TO_YIQ, dtype=torch.float64)
+    angle = 2 * math.pi * turns.to(torch.float64)
     cos, sin = torch.cos(angle), torch.sin(angle)
-    i, q = yiq[:, 1], yiq[:, 2]
-    yiq = torch.stack([yiq[:, 0], cos * i - sin * q, sin * i + cos * q], dim=1)
-    return torch.einsum("ij,bjhw->bihw", torch.linalg.inv(to_yiq), yiq).clamp(0, 1)
+    rotation = torch.zeros(turns.shape[0], 3, 3, dtype=torch.float64)
+    rotation[:, 0, 0] = 1.0
+    rotation[:, 1, 1], rotation[:, 1, 2] = cos, -sin
+    rotation[:, 2, 1], rotation[:, 2, 2] = sin, cos
+    return torch.linalg.inv(to_yiq) @ rotation @ to_yiq
+
+
+def adjust_hue(x: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
+    """Rotate chroma by ``turns`` of a full circle in YIQ space (luma is kept), clamped to [0, 1]."""
+    return colour_matrix(x, hue_matrices(turns)).clamp_(0, 1)
+
+
+def colour_jitter(
+    x: torch.Tensor,
+    brightness: torch.Tensor,
+    contrast: torch.Tensor,
+    saturation: torch.Tensor,
+    hue: torch.Tensor | None,
+    selected: torch.Tensor,
+) -> torch.Tensor:
+    """torchvision's jitter order with per-sample factors, on the ``selected`` samples (the
+    others pass through unchanged), each step clamped to [0, 1]: brightness ``b x``, contrast
+    ``c x + (1 - c) mean(lum x)``, saturation ``lum x + s (x - lum x)``, then the hue rotation
+    (skipped for ``hue=None``)."""
+    keep = ~selected
+    one = torch.ones_like(brightness)
+    b = torch.where(keep, one, brightness).to(x.device, x.dtype).view(-1, 1, 1, 1)
+    c = torch.where(keep, one, contrast).to(x.device, x.dtype).view(-1, 1, 1, 1)
+    y = (x * b).clamp_(0, 1)
+    mean = luminance(y.mean(dim=(2, 3), keepdim=True))  # mean luma = luma of the mean colour
+    y = torch.addcmul((1 - c) * mean, y, c).clamp_(0, 1)
+    identity = torch.eye(3, dtype=torch.float64).expand(x.shape[0], 3, 3)
+    matrices = torch.where(keep.view(-1, 1, 1), identity, saturation_matrices(saturation))
+    y = colour_matrix(y, matrices).clamp_(0, 1)
+    if hue is not None:
+        matrices = torch.where(keep.view(-1, 1, 1), identity, hue_matrices(hue))
+        y = colour_matrix(y, matrices).clamp_(0, 1)
+    return y
+
+
+def grayscale(x: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+    """The luma in every channel of the ``selected`` samples; the others unchanged."""
+    identity = torch.eye(3, dtype=torch.float64).expand(x.shape[0], 3, 3)
+    grey = torch.tensor(LUMA, dtype=torch.float64).expand(x.shape[0], 3, 3)
+    return colour_matrix(x, torch.where(selected.view(-1, 1, 1), grey, identity))
 
 
 def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, radius: int) -> torch.Tensor:
@@ -87,14 +179,26 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, radius: int) -> torch.Te
     return y.reshape(b, c, h, w)
 
 
-def _blend(x: torch.Tensor, other: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """``other + factor (x - other)`` clamped to [0, 1] (torchvision's ``_blend``)."""
-    f = factor.to(x.device, x.dtype).view(-1, 1, 1, 1)
-    return (other + f * (x - other)).clamp(0, 1)
+def solarize(x: torch.Tensor) -> torch.Tensor:
+    """``1 - x`` where ``x >= 0.5``, else ``x``: on [0, 1] that is ``min(x, 1 - x)``."""
+    return torch.minimum(x, 1 - x)
 
 
-def _where(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask.to(a.device).view(-1, 1, 1, 1), a, b)
+def on_selected(
+    x: torch.Tensor,
+    selected: torch.Tensor,
+    fn: Callable[..., torch.Tensor],
+    *args: torch.Tensor,
+) -> torch.Tensor:
+    """``fn`` applied to the ``selected`` samples only (per-sample ``args`` indexed alike);
+    the batch unchanged when none is selected, ``fn`` on all of it when all are."""
+    if not bool(selected.any()):
+        return x
+    if bool(selected.all()):
+        return fn(x, *args)
+    index = torch.nonzero(selected).view(-1)
+    moved = index.to(x.device)
+    return x.index_copy(0, moved, fn(x.index_select(0, moved), *(a[index] for a in args)))
 
 
 @dataclass(frozen=True)
@@ -115,6 +219,11 @@ class Augment:
     blur_sigma: tuple[float, float] = (0.1, 1.0)
     solarize: float = 0.0
 
+    def full_frame(self, x: torch.Tensor) -> bool:
+        """Whether every crop of ``x`` is the whole image at its own size (scale and aspect 1)."""
+        fixed = self.crop_scale == (1.0, 1.0) and self.crop_ratio == (1.0, 1.0)
+        return fixed and x.shape[-1] == x.shape[-2] == self.size
+
     def apply(self, x: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Augmented views of ``x`` and the (B,) bool mask of the mirrored samples."""
         n = x.shape[0]
@@ -122,7 +231,10 @@ class Augment:
         log_ratio = _uniform(gen, n, math.log(self.crop_ratio[0]), math.log(self.crop_ratio[1]))
         centre = torch.rand(n, 2, generator=gen, dtype=torch.float64)
         flip = _bernoulli(gen, n, self.flip)
-        x = resized_crop(x, self.size, scale, log_ratio, centre, flip)
+        if self.full_frame(x):  # the crop is the identity or a mirror: index, don't resample
+            x = _mirror_only(x, flip)
+        else:
+            x = resized_crop(x, self.size, scale, log_ratio, centre, flip)
         jitter = _bernoulli(gen, n, self.jitter)
         brightness = _uniform(gen, n, 1 - self.brightness, 1 + self.brightness)
         contrast = _uniform(gen, n, 1 - self.contrast, 1 + self.contrast)
@@ -131,20 +243,17 @@ class Augment:
         grey = _bernoulli(gen, n, self.grayscale)
         blur = _bernoulli(gen, n, self.blur)
         sigma = _uniform(gen, n, *self.blur_sigma)
-        solarize = _bernoulli(gen, n, self.solarize)
-        if self.jitter > 0:
-            y = _blend(x, torch.zeros_like(x), brightness)
-            y = _blend(y, luminance(y).mean(dim=(1, 2, 3), keepdim=True), contrast)
-            y = _blend(y, luminance(y), saturation)
-            y = adjust_hue(y, hue) if self.hue > 0 else y
-            x = _where(jitter, y, x)
-        if self.grayscale > 0:
-            x = _where(grey, luminance(x).expand_as(x), x)
+        solar = _bernoulli(gen, n, self.solarize)
+        if self.jitter > 0 and bool(jitter.any()):
+            hue_turns = hue if self.hue > 0 else None
+            x = colour_jitter(x, brightness, contrast, saturation, hue_turns, jitter)
+        if self.grayscale > 0 and bool(grey.any()):
+            x = grayscale(x, grey)
         if self.blur > 0:
             radius = max(1, math.ceil(3 * self.blur_sigma[1]))
-            x = _where(blur, gaussian_blur(x, sigma, radius), x)
+            x = on_selected(x, blur, lambda y, s: gaussian_blur(y, s, radius), sigma)
         if self.solarize > 0:
-            x = _where(solarize, torch.where(x >= 0.5, 1 - x, x), x)
+            x = on_selected(x, solar, solarize)
         return x, flip
 
     def __call__(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
