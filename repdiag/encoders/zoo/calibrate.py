@@ -34,6 +34,7 @@ import torch
 from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.train import (
     build_objective,
+    check_finite,
     jer_penalty,
     make_optimizer,
     probe_generator,
@@ -135,7 +136,7 @@ def pilot(spec: Mapping[str, Any], settings: PilotSettings) -> pd.DataFrame:
                     "ratio": weight * per_unit,
                 }
             )
-        train_step(objective, optimizer, plain, step, gen)
+        check_finite(plain, step, float(train_step(objective, optimizer, plain, step, gen)))
     return pd.DataFrame(rows)
 
 

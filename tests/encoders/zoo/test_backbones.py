@@ -13,6 +13,7 @@ from repdiag.encoders.zoo.backbones import (
     build_backbone,
     feature_dim,
     is_vit,
+    memory_format,
     pooling,
     vit_encode_tokens,
     vit_patch_tokens,
@@ -52,3 +53,14 @@ def test_the_vit_token_path_reproduces_timms_forward():
 def test_a_resnet_is_mean_pooled_and_not_a_vit():
     model = timm.create_model("resnet10t", pretrained=False, num_classes=0)
     assert not is_vit(model) and pooling(model) == "mean" and feature_dim(model) == 512
+
+
+def test_a_convnet_trains_channels_last_on_the_cpu_only():
+    cnn = build_backbone("resnet10t", {"channels": [8, 16, 16, 32], "stem_width": 8})
+    vit = build_backbone(
+        "vit_tiny_patch16_224",
+        {"patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2, "img_size": 32},
+    )
+    assert memory_format(cnn, "cpu") == torch.channels_last
+    assert memory_format(cnn, torch.device("cuda", 0)) == torch.contiguous_format
+    assert memory_format(vit, "cpu") == torch.contiguous_format

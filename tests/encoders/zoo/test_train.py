@@ -239,7 +239,7 @@ def test_stop_at_is_the_full_runs_checkpoint_at_that_step(tiny_spec):
     objective.train()
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(spec["seed"])
-    losses = [train_step(objective, optimizer, spec, step, gen) for step in range(2)]
+    losses = [float(train_step(objective, optimizer, spec, step, gen)) for step in range(2)]
     assert stopped.losses == losses
     expected = objective.export()[0].state_dict()
     for name, value in stopped.backbone.state_dict().items():
@@ -446,3 +446,66 @@ def test_start_fraction_regularises_the_last_steps_only(tiny_spec):
         2,
         0,
     )
+
+
+def same_weights(a, b) -> bool:
+    state_a, state_b = a.backbone.state_dict(), b.backbone.state_dict()
+    heads = (a.head, b.head)
+    same = all(torch.equal(state_a[k], state_b[k]) for k in state_a) and a.losses == b.losses
+    if heads[0] is not None:
+        head_a, head_b = heads[0].state_dict(), heads[1].state_dict()
+        same = same and all(torch.equal(head_a[k], head_b[k]) for k in head_a)
+    return same
+
+
+@pytest.mark.parametrize("run", ["supervised_resnet", "simmim", "dino"])
+def test_a_run_with_prefetch_has_the_weights_of_one_without_bit_for_bit(tiny_spec, run):
+    """Batches rendered ahead in the worker are the bytes of in-loop rendering: same weights,
+    same losses, at the same thread count; and the ConvNet's channels_last run repeats itself."""
+    spec = tiny_spec(run, steps=3, batch_size=4)
+    prefetched, again, in_loop = (
+        train(spec, prefetch=2),
+        train(spec, prefetch=2),
+        train(spec, prefetch=0),
+    )
+    assert same_weights(prefetched, in_loop) and same_weights(prefetched, again)
+    assert all(t.is_contiguous() for t in prefetched.backbone.state_dict().values())
+
+
+def test_the_losses_are_read_in_blocks_and_the_block_size_changes_nothing(tiny_spec, monkeypatch):
+    from repdiag.encoders.zoo import train as train_module
+
+    spec = tiny_spec("supervised_resnet", steps=5, batch_size=4)
+    whole = train(spec)
+    reads = []
+    read = train_module.LossLog.read
+
+    def counted(self):
+        reads.append(len(self.pending))
+        read(self)
+
+    monkeypatch.setattr(train_module, "READ_EVERY", 2)
+    monkeypatch.setattr(train_module.LossLog, "read", counted)
+    blocks = train(spec)
+    assert reads == [2, 2, 1] and blocks.losses == whole.losses
+    assert all(isinstance(v, float) for v in blocks.losses)
+
+
+def test_a_non_finite_loss_names_its_step():
+    from repdiag.encoders.zoo.train import LossLog
+
+    spec = {"run": "simclr", "objective": "simclr", "lr": 0.5}
+    record = LossLog(spec)
+    for value in (1.0, 2.0, float("nan"), float("inf")):
+        record.add(torch.tensor(value))
+    with pytest.raises(FloatingPointError, match=r"'simclr': the simclr loss is nan at step 2"):
+        record.read()
+    record = LossLog(spec)
+    record.add(torch.tensor(1.0), [torch.tensor(3.0)])
+    record.add(torch.tensor(1.0), [torch.tensor(float("inf"))])
+    with pytest.raises(FloatingPointError, match=r"loss is inf at step 1"):
+        record.read()
+    record = LossLog(spec)
+    record.add(torch.tensor(1.5), [torch.tensor(3.0)])
+    record.read()
+    assert (record.losses, record.estimates) == ([1.5], [3.0])

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -24,6 +25,9 @@ class Batch:
     captions: list[str]
     slot_shape: torch.Tensor  # (B, n_slots) long, 0 = empty slot
     slot_colour: torch.Tensor  # (B, n_slots) long, 0 = empty slot
+    # the two label arrays on the host as well (numpy), when the batch came from one: what the
+    # step reads in Python (caption words) without waiting for the device
+    host_labels: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Objective(nn.Module):
@@ -56,9 +60,18 @@ class Objective(nn.Module):
             "pixel_std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False
         )
 
+    input_format: torch.memory_format = torch.contiguous_format  # the backbone's input layout
+
+    def use_memory_format(self, memory_format: torch.memory_format) -> Objective:
+        """Hold every 4-D weight in ``memory_format`` and hand the backbone its inputs in it
+        (:meth:`normalize`); ``torch.channels_last`` is oneDNN's native layout on the CPU."""
+        self.input_format = memory_format
+        return self.to(memory_format=memory_format)
+
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """``(x - mean) / std`` per channel on images in [0, 1] (meta.json's ``preprocess``)."""
-        return (x - self.pixel_mean) / self.pixel_std
+        """``(x - mean) / std`` per channel on images in [0, 1] (meta.json's ``preprocess``),
+        laid out in :attr:`input_format`."""
+        return ((x - self.pixel_mean) / self.pixel_std).contiguous(memory_format=self.input_format)
 
     def loss(self, batch: Batch, gen: torch.Generator) -> torch.Tensor:
         """Scalar loss of one batch; ``gen`` (CPU) drives every random choice."""

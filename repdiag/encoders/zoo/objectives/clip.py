@@ -132,10 +132,14 @@ class CLIP(Objective):
         return math.log(batch.images.shape[0])
 
     def caption_texts(self, batch: Batch) -> list[str]:
-        """The batch's relational captions, or position-free ones built from its labels."""
+        """The batch's relational captions, or position-free ones built from its labels (their
+        host copy when the batch has one: no wait for the device)."""
         if self.captions == "relational":
             return batch.captions
-        shapes, colours = batch.slot_shape.tolist(), batch.slot_colour.tolist()
+        if batch.host_labels is not None:
+            shapes, colours = (labels.tolist() for labels in batch.host_labels)
+        else:
+            shapes, colours = batch.slot_shape.tolist(), batch.slot_colour.tolist()
         return [bag_caption(s, c, self.scenes) for s, c in zip(shapes, colours, strict=True)]
 
     def export(self) -> tuple[nn.Module, MLPHead]:

@@ -123,9 +123,10 @@ class DINO(Objective):
             self.normalize(self.global_b(images, gen)),
         ]
         locals_ = [self.normalize(self.local(images, gen)) for _ in range(self.n_local_crops)]
+        both = torch.cat(globals_)
         with torch.no_grad():
-            teacher = self.teacher_head(self.teacher_backbone(torch.cat(globals_))).chunk(2)
-        student = list(self.head(self.backbone(torch.cat(globals_))).chunk(2))
+            teacher = self.teacher_head(self.teacher_backbone(both)).chunk(2)
+        student = list(self.head(self.backbone(both)).chunk(2))
         if locals_:
             student += list(self.head(self.backbone(torch.cat(locals_))).chunk(len(locals_)))
         with torch.no_grad():
@@ -151,12 +152,13 @@ class DINO(Objective):
     def after_step(self, step: int, total_steps: int) -> None:
         """Teacher <- m teacher + (1 - m) student, ``m`` on the cosine schedule."""
         m = teacher_momentum(step, total_steps, self.base_momentum)
-        pairs = [(self.teacher_backbone, self.backbone), (self.teacher_head, self.head)]
-        for teacher, student in pairs:
-            for pt, ps in zip(teacher.parameters(), student.parameters(), strict=True):
-                pt.mul_(m).add_(ps.detach(), alpha=1 - m)
-            for bt, bs in zip(teacher.buffers(), student.buffers(), strict=True):
-                bt.copy_(bs)
+        teacher = [*self.teacher_backbone.parameters(), *self.teacher_head.parameters()]
+        student = [*self.backbone.parameters(), *self.head.parameters()]
+        torch._foreach_mul_(teacher, m)  # one fused pass over all weights, as the loop computed
+        torch._foreach_add_(teacher, student, alpha=1 - m)
+        buffers = [*self.teacher_backbone.buffers(), *self.teacher_head.buffers()]
+        if buffers:  # BatchNorm statistics (a ViT has none)
+            torch._foreach_copy_(buffers, [*self.backbone.buffers(), *self.head.buffers()])
 
     def export(self) -> tuple[nn.Module, MLPHead]:
         """The teacher (DINO evaluates the teacher) and its head MLP up to the bottleneck."""

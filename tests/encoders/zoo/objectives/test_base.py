@@ -95,3 +95,27 @@ def test_export_rebuilds_from_its_description(run, tiny_spec):
     rebuilt.load_state_dict(head.state_dict(), strict=True)
     head.eval(), rebuilt.eval()
     assert torch.equal(rebuilt(features), head(features))
+
+
+@pytest.mark.parametrize("run", ["supervised_resnet", "simmim", "dino"])
+def test_a_convnet_objective_runs_channels_last_with_the_loss_of_nchw(run, tiny_spec):
+    """On the CPU a ConvNet's weights and inputs are channels_last (oneDNN's layout); the layout
+    changes the loss by float rounding only. A ViT keeps the default layout."""
+    spec = tiny_spec(run)
+    objective, _ = build_objective(spec)
+    batch = to_batch(scene_batch(objective.scenes, 0, 0, 8), "cpu")
+    is_cnn = run != "dino"  # the tiny config's dino is a ViT
+    expected = torch.channels_last if is_cnn else torch.contiguous_format
+    assert objective.input_format == expected
+    assert objective.normalize(batch.images).is_contiguous(memory_format=expected)
+    if not is_cnn:
+        return
+    conv = next(m for m in objective.backbone.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    nchw, _ = build_objective(spec)
+    nchw.use_memory_format(torch.contiguous_format)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)  # a separate module
+    objective.train(), nchw.train()
+    got = objective.loss(batch, torch.Generator().manual_seed(1))
+    reference = nchw.loss(batch, torch.Generator().manual_seed(1))
+    assert got.item() == pytest.approx(reference.item(), rel=1e-4)
