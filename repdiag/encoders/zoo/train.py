@@ -30,6 +30,7 @@ from torch import nn
 import repdiag
 from repdiag.core.runtime import Progress
 from repdiag.encoders.jer_estimator import estimate_pr2
+from repdiag.encoders.zoo.allocator import keep_freed_memory
 from repdiag.encoders.zoo.backbones import (
     backbone_kwargs,
     build_backbone,
@@ -351,8 +352,10 @@ def train(
     spec: Mapping[str, Any], device: torch.device | str = "cpu", prefetch: int = PREFETCH_DEPTH
 ) -> TrainResult:
     """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress; the
-    batches rendered ``prefetch`` steps ahead (0: in the loop; the weights are the same)."""
+    batches rendered ``prefetch`` steps ahead (0: in the loop; the weights are the same). The
+    process keeps its freed heap memory from then on (:func:`keep_freed_memory`)."""
     start = time.monotonic()
+    keep_freed_memory()  # the steps' tensors reuse their pages (repdiag.encoders.zoo.allocator)
     objective, kwargs = build_objective(spec, device)
     objective.train()
     optimizer = make_optimizer(objective, spec)
