@@ -1,199 +1,309 @@
-"""Zoo training speed: steps/s per objective on this machine and the projected zoo wall time.
+"""Zoo training speed: the old step against the new one, per objective, side by side in one process.
 
-For every zoo run of a config (default: config.yaml) this builds the run exactly as train_zoo
-does, times ``--steps`` optimiser steps after ``--warmup`` untimed ones with ``--threads`` torch
-threads, and compares them with a baseline measured in the same process: one forward + backward
-of the bare backbone on one view of the batch. The projection schedules the runs on ``--jobs``
-parallel workers (longest first, as the budget assumes ``snakemake --cores 2`` with 1 thread
-per job) and adds the measured setup time of each run.
+For one run of each objective of a config (default: config.yaml; the first run that trains it,
+plus an ``mae`` run on the config's ViT when no run trains mae) this builds the run twice, as the
+old step had it (benchmarks/zoo_baseline.py: the step of commit 482f62e, kept verbatim) and as
+train_zoo trains it now (repdiag.encoders.zoo.train: batched views, channels_last, fused AdamW,
+batches rendered ahead in a worker thread, losses read every 25 steps), and times them in
+alternating rounds of ``--steps`` steps, ``--rounds`` times, after ``--warmup`` untimed steps; the
+best round of each counts (the machine is shared: the load average is printed before and after).
 
-With ``--flops`` it also profiles where a step's time goes, per run: the FLOPs of one training
-step counted by ``torch.utils.flop_counter`` (convolutions and matmuls, forward and backward), the
-images/s and GFLOP/s the step achieves, the same for the bare backbone's forward + backward in
-NCHW and in channels_last (the layout ratio, measured side by side), and the share of the step
-spent rendering the scenes. Augmentations are batched tensor ops (no per-sample Python loop).
+Per objective it prints steps/s and scenes/s of both, the speed-up, the GFLOP/s of the step (the
+convolutions' and matmuls' FLOPs of one training step, forward and backward, counted by
+``torch.utils.flop_counter``, over the step's time), that as a fraction of the float32 matmul rate
+measured in the same process (a 1024 x 1024 x 1024 ``torch.mm``), and the step against the bare
+backbone: the step's time over the time the bare backbone's forward + backward takes for the same
+FLOPs (1.0 = the step runs at the backbone's own rate; heads, views, losses and the optimiser
+are the excess). Below, the bare backbone of each architecture in NCHW and channels_last.
 
-Times are taken twice: wall clock, and the process's CPU time. With one thread the CPU time is
-what the wall time would be on an idle core, so the projection uses it; on a shared machine the
-wall clock is inflated by the other load (the load average is printed).
+Times are CPU seconds of the main thread, the step's critical path: with a spare core the
+worker's rendering runs beside it. The process's CPU time (the worker included: what a step costs
+when every core is busy) and the wall time are printed too. train() keeps freed heap memory for
+its process (repdiag.encoders.zoo.allocator): the benchmark measures that first, on the bare
+backbone, then keeps it for the old step and the new alike (so the table's speed-ups leave it out;
+the old train_zoo job ran with glibc's default).
 
-    .venv/bin/python benchmarks/zoo.py [--config config.yaml] [--steps 3] [--jobs 2] [--flops]
+    .venv/bin/python benchmarks/zoo.py [--config config.yaml] [--steps 3] [--rounds 3] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
+import copy
 import os
+import resource
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from repdiag.core.config import load_config
-from repdiag.encoders.zoo.scenes import scene_batch
-from repdiag.encoders.zoo.spec import run_spec, zoo_runs
-from repdiag.encoders.zoo.train import build_objective, make_optimizer, to_batch, train_step
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from zoo_baseline import baseline, old_train_step  # noqa: E402
+
+from repdiag.core.config import load_config  # noqa: E402
+from repdiag.encoders.zoo.allocator import keep_freed_memory  # noqa: E402
+from repdiag.encoders.zoo.scenes import scene_batch  # noqa: E402
+from repdiag.encoders.zoo.spec import FAMILIES, run_spec, zoo_runs  # noqa: E402
+from repdiag.encoders.zoo.stream import Prefetcher  # noqa: E402
+from repdiag.encoders.zoo.train import (  # noqa: E402
+    LossLog,
+    build_objective,
+    make_optimizer,
+    to_batch,
+    train_step,
+)
 
 
-def baseline_step_s(objective, spec, repeats: int) -> float:
-    """CPU seconds per forward + backward of the bare backbone on one un-augmented view."""
-    batch = to_batch(
-        scene_batch(objective.scenes, spec["scenes"]["seed"], 0, spec["batch_size"]), "cpu"
+def load() -> str:
+    return "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def matmul_gflops(repeats: int = 5, n: int = 1024) -> float:
+    """Float32 GFLOP/s of ``torch.mm`` on n x n matrices, best of ``repeats`` (main-thread CPU)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.thread_time()
+        a @ b
+        best = min(best, time.thread_time() - start)
+    return 2 * n**3 / best / 1e9
+
+
+class OldStep:
+    """The old step (benchmarks/zoo_baseline.py) on consecutive batches."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec, self.step = spec, 0
+        self.objective, self.optimizer = baseline(spec)
+        self.gen = torch.Generator().manual_seed(spec["seed"])
+
+    def __call__(self) -> None:
+        old_train_step(self.objective, self.optimizer, self.spec, self.step, self.gen)
+        self.step += 1
+
+    def close(self) -> None:
+        pass
+
+
+class NewStep:
+    """The current step as train() runs it: prefetched batches, losses read in blocks."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec, self.step = spec, 0
+        self.objective, _ = build_objective(spec)
+        self.objective.train()
+        self.optimizer = make_optimizer(self.objective, spec)
+        self.gen = torch.Generator().manual_seed(spec["seed"])
+        self.record = LossLog(spec)
+        self.stream = Prefetcher(
+            self.objective.scenes, spec["scenes"]["seed"], spec["batch_size"], spec["steps"]
+        )
+
+    def __call__(self) -> None:
+        batch = self.stream.get(self.step)
+        self.record.add(
+            train_step(self.objective, self.optimizer, self.spec, self.step, self.gen, None, batch)
+        )
+        self.step += 1
+
+    def close(self) -> None:
+        self.record.read()
+        self.stream.close()
+
+
+def timed(step, n: int) -> tuple[float, float, float]:
+    """(main-thread CPU, process CPU, wall) seconds per step over ``n`` steps."""
+    thread, process, wall = time.thread_time(), time.process_time(), time.perf_counter()
+    for _ in range(n):
+        step()
+    return tuple(
+        (now - then) / n
+        for now, then in zip(
+            (time.thread_time(), time.process_time(), time.perf_counter()),
+            (thread, process, wall),
+            strict=True,
+        )
     )
-    x = objective.normalize(batch.images)
-    objective.backbone(x).square().mean().backward()  # warm-up
-    start = time.process_time()
-    for _ in range(repeats):
-        objective.backbone(x).square().mean().backward()
-    objective.zero_grad(set_to_none=True)
-    return (time.process_time() - start) / repeats
 
 
-def measure(spec: dict, steps: int, warmup: int) -> dict:
-    t0 = time.process_time()
-    objective, _ = build_objective(spec)
-    objective.train()
-    optimizer = make_optimizer(objective, spec)
-    gen = torch.Generator().manual_seed(spec["seed"])
-    setup_s = time.process_time() - t0
-    for step in range(warmup):
-        train_step(objective, optimizer, spec, step, gen)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    for step in range(warmup, warmup + steps):
-        train_step(objective, optimizer, spec, step, gen)
-    wall_s = (time.perf_counter() - start) / steps
-    step_s = (time.process_time() - start_cpu) / steps
-    base_s = baseline_step_s(objective, spec, max(1, steps // 2))
-    return {
-        "run": spec["run"],
-        "objective": spec["objective"],
-        "backbone": spec["backbone"],
-        "batch": spec["batch_size"],
-        "steps": spec["steps"],
-        "wall_s": wall_s,
-        "step_s": step_s,
-        "steps_per_s": 1.0 / step_s,
-        "ratio": step_s / base_s,
-        "setup_s": setup_s,
-        "projected_s": setup_s + spec["steps"] * step_s,
-    }
+def side_by_side(spec: dict, steps: int, rounds: int, warmup: int) -> dict[str, tuple]:
+    """The best (by main-thread CPU) round of the old and of the new step, alternating."""
+    steppers = {"old": OldStep(spec), "new": NewStep(spec)}
+    best: dict[str, tuple] = {}
+    try:
+        for stepper in steppers.values():
+            for _ in range(warmup):
+                stepper()
+        for _ in range(rounds):
+            for name, stepper in steppers.items():
+                times = timed(stepper, steps)
+                if name not in best or times[0] < best[name][0]:
+                    best[name] = times
+    finally:
+        for stepper in steppers.values():
+            stepper.close()
+    return best
 
 
-def counted_flops(fn) -> int:
-    """FLOPs of ``fn()`` as torch's FlopCounterMode counts them (matmuls and convolutions)."""
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
-
-
-def bare_pass_s(objective, x: torch.Tensor, repeats: int) -> float:
-    """CPU seconds of one forward + backward of the bare backbone on ``x``."""
-    objective.backbone(x).square().mean().backward()  # warm-up (and channels_last weights)
-    start = time.process_time()
-    for _ in range(repeats):
-        objective.backbone(x).square().mean().backward()
-    objective.zero_grad(set_to_none=True)
-    return (time.process_time() - start) / repeats
-
-
-def flop_profile(spec: dict, steps: int) -> dict:
-    """Images/s and GFLOP/s of a training step, of the bare backbone in NCHW and channels_last,
-    and the share of the step spent rendering scenes (CPU times, one process)."""
+def step_flops(spec: dict) -> int:
+    """FLOPs of one current training step (convolutions and matmuls, forward and backward)."""
     objective, _ = build_objective(spec)
     objective.train()
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(spec["seed"])
     train_step(objective, optimizer, spec, 0, gen)
-    step_flops = counted_flops(lambda: train_step(objective, optimizer, spec, 1, gen))
-    start = time.process_time()
-    for step in range(2, 2 + steps):
-        train_step(objective, optimizer, spec, step, gen)
-    step_s = (time.process_time() - start) / steps
-    start = time.process_time()
-    for step in range(steps):
-        scene_batch(objective.scenes, spec["scenes"]["seed"], step, spec["batch_size"])
-    render_s = (time.process_time() - start) / steps
-    batch = to_batch(
-        scene_batch(objective.scenes, spec["scenes"]["seed"], 0, spec["batch_size"]), "cpu"
-    )
+    with FlopCounterMode(display=False) as counter:
+        train_step(objective, optimizer, spec, 1, gen)
+    return counter.get_total_flops()
+
+
+def bare_pass(spec: dict, layout: torch.memory_format, repeats: int) -> tuple[float, int]:
+    """(best main-thread CPU seconds, FLOPs) of the bare backbone's forward + backward on one
+    batch of 64 px scenes in ``layout``."""
+    objective, _ = build_objective(spec)
+    objective.use_memory_format(layout)
+    objective.train()
+    batch = to_batch(scene_batch(objective.scenes, 1, 0, spec["batch_size"]), "cpu")
     x = objective.normalize(batch.images)
-    bare_flops = counted_flops(lambda: objective.backbone(x).square().mean().backward())
-    nchw_s = bare_pass_s(objective, x, steps)
-    objective.backbone.to(memory_format=torch.channels_last)
-    nhwc_s = bare_pass_s(objective, x.contiguous(memory_format=torch.channels_last), steps)
-    objective.backbone.to(memory_format=torch.contiguous_format)
-    images = spec["batch_size"]
-    return {
-        "run": spec["run"],
-        "images_per_s": images / step_s,
-        "step_gflop": step_flops / 1e9,
-        "step_gflops": step_flops / step_s / 1e9,
-        "bare_gflops_nchw": bare_flops / nchw_s / 1e9,
-        "bare_gflops_nhwc": bare_flops / nhwc_s / 1e9,
-        "nhwc_speedup": nchw_s / nhwc_s,
-        "render_share": render_s / step_s,
-    }
+
+    def once() -> None:
+        objective.backbone(x).square().mean().backward()
+
+    once()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.thread_time()
+        once()
+        best = min(best, time.thread_time() - start)
+    with FlopCounterMode(display=False) as counter:
+        once()
+    return best, counter.get_total_flops()
 
 
-def print_flop_profiles(config: dict, runs: list[str], steps: int) -> None:
-    print(f"\n{'run':<22}{'images/s':>9}{'GFLOP/step':>11}{'step GFLOP/s':>13}{'bare NCHW':>10}"
-          f"{'bare NHWC':>10}{'NHWC/NCHW':>10}{'render':>8}")  # fmt: skip
-    for run in runs:
-        row = flop_profile(run_spec(config, run), steps)
-        print(f"{row['run']:<22}{row['images_per_s']:>9.0f}{row['step_gflop']:>11.2f}{row['step_gflops']:>13.1f}"
-              f"{row['bare_gflops_nchw']:>10.1f}{row['bare_gflops_nhwc']:>10.1f}{row['nhwc_speedup']:>9.2f}x"
-              f"{row['render_share']:>7.0%}", flush=True)  # fmt: skip
-    print("GFLOP/s are counted FLOPs (torch.utils.flop_counter) over CPU seconds; 'bare' is one forward + "
-          "backward of the backbone alone on the batch; NHWC/NCHW > 1 means channels_last is faster; "
-          "'render' is the scene rendering's share of a step")  # fmt: skip
+def allocator_effect(spec: dict, repeats: int) -> None:
+    """The bare backbone's forward + backward on two views' worth of scenes (channels_last),
+    with glibc's default allocator and then with freed memory kept (keep_freed_memory, which
+    train() sets for its process and this benchmark then keeps for everything after): best
+    main-thread CPU time and minor page faults per pass, one after the other (mallopt cannot
+    be undone)."""
+    objective, _ = build_objective(spec)
+    objective.train()
+    scenes = scene_batch(objective.scenes, 1, 0, 2 * spec["batch_size"])
+    x = objective.normalize(to_batch(scenes, "cpu").images)
+
+    def measure() -> tuple[float, float]:
+        objective.backbone(x).square().mean().backward()
+        best, faults = float("inf"), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(repeats):
+            start = time.thread_time()
+            objective.backbone(x).square().mean().backward()
+            best = min(best, time.thread_time() - start)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        return best, faults / repeats
+
+    default = measure()
+    kept = keep_freed_memory() and measure()
+    print(f"allocator, bare {spec['backbone']} on {len(x)} scenes: glibc default "
+          f"{default[0] * 1e3:.1f} ms ({default[1]:.0f} page faults/pass)", end="")  # fmt: skip
+    if kept:
+        print(f"; freed memory kept {kept[0] * 1e3:.1f} ms ({kept[1]:.0f} faults/pass): "
+              f"{default[0] / kept[0]:.2f}x")  # fmt: skip
+    else:
+        print("; not glibc, nothing to keep")
 
 
-def schedule(durations: list[float], jobs: int) -> float:
-    """Makespan of longest-first list scheduling on ``jobs`` identical workers."""
-    workers = [0.0] * jobs
-    for d in sorted(durations, reverse=True):
-        heapq.heapreplace(workers, workers[0] + d)
-    return max(workers)
+def objective_specs(config: dict) -> dict[str, dict]:
+    """One run spec per objective: ``<objective>_s0`` of the config, else its first run without
+    the JER regulariser or arrangement groups; mae on the config's ViT when no run trains it."""
+    specs: dict[str, dict] = {}
+    for run in zoo_runs(config):
+        spec = run_spec(config, run)
+        plain = not (spec.get("jer_regulariser") or {}).get("weight")
+        plain = plain and spec.get("arrangement_groups", 1) == 1 and spec["steps"] > 0
+        if plain and (spec["objective"] not in specs or run == f"{spec['objective']}_s0"):
+            specs[spec["objective"]] = spec
+    if "mae" not in specs and "vit" in config["zoo"]["backbones"] and specs:
+        config = copy.deepcopy(config)
+        runs = config["zoo"]["objectives"]
+        template = next(iter(specs.values()))["run"]
+        runs["mae_vit"] = {**copy.deepcopy(runs[template]), "objective": "mae", "backbone": "vit"}
+        runs["mae_vit"]["hparams"] = {}
+        specs["mae"] = run_spec(config, "mae_vit")
+    return {name: specs[name] for name in FAMILIES if name in specs}
+
+
+def bare_rates(specs: dict[str, dict], repeats: int) -> dict[str, tuple[float, float]]:
+    """The bare backbone of each architecture: (NCHW, channels_last) GFLOP/s."""
+    rates: dict[str, tuple[float, float]] = {}
+    for spec in specs.values():
+        if spec["backbone"] not in rates:
+            nchw_s, flops = bare_pass(spec, torch.contiguous_format, repeats)
+            nhwc_s, _ = bare_pass(spec, torch.channels_last, repeats)
+            rates[spec["backbone"]] = (flops / nchw_s / 1e9, flops / nhwc_s / 1e9)
+    return rates
+
+
+def print_bare(rates: dict[str, tuple[float, float]], specs: dict, matmul: float) -> None:
+    print(f"\n{'backbone':<10}{'batch':>6}{'NCHW GFLOP/s':>14}{'NHWC GFLOP/s':>14}{'NHWC/NCHW':>11}"
+          f"{'NHWC of matmul':>16}")  # fmt: skip
+    batch = next(iter(specs.values()))["batch_size"]
+    for backbone, (nchw, nhwc) in rates.items():
+        print(f"{backbone:<10}{batch:>6}{nchw:>14.1f}{nhwc:>14.1f}{nhwc / nchw:>10.2f}x"
+              f"{nhwc / matmul:>16.0%}")  # fmt: skip
+
+
+def print_steps(rows: dict, specs: dict, rates: dict, matmul: float) -> None:
+    print(f"\n{'objective':<13}{'batch':>6}{'steps/s old':>12}{'new':>7}{'speed-up':>9}"
+          f"{'scenes/s old':>13}{'new':>6}{'GFLOP/s old':>12}{'new':>6}{'of matmul old':>14}"
+          f"{'new':>5}{'vs bare old':>12}{'new':>6}{'process x':>10}{'wall x':>8}")  # fmt: skip
+    for name, (old, new, gflop) in rows.items():
+        spec = specs[name]
+        rate = max(rates[spec["backbone"]])
+        print(f"{name:<13}{spec['batch_size']:>6}{1 / old[0]:>12.2f}{1 / new[0]:>7.2f}"
+              f"{old[0] / new[0]:>8.2f}x{spec['batch_size'] / old[0]:>13.0f}"
+              f"{spec['batch_size'] / new[0]:>6.0f}{gflop / old[0]:>12.1f}{gflop / new[0]:>6.1f}"
+              f"{gflop / old[0] / matmul:>14.0%}{gflop / new[0] / matmul:>5.0%}"
+              f"{old[0] * rate / gflop:>11.2f}x{new[0] * rate / gflop:>5.2f}x"
+              f"{old[1] / new[1]:>9.2f}x{old[2] / new[2]:>7.2f}x")  # fmt: skip
+    print("steps/s, scenes/s and GFLOP/s use the main thread's CPU time (the step's critical path; "
+          "the new step's rendering runs in a worker thread); 'process x' is the speed-up in the "
+          "process's CPU time (worker included), 'wall x' in wall time; 'vs bare' is the step's "
+          "time over the bare backbone's forward + backward for the same FLOPs (its best layout)")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "config.yaml"))
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (best counts)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per implementation")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (as train_zoo)")
-    parser.add_argument("--jobs", type=int, default=2, help="parallel training jobs")
-    parser.add_argument("--runs", nargs="*", help="only these runs")
-    parser.add_argument("--flops", action="store_true", help="also profile FLOPs and layouts")
+    parser.add_argument("--objectives", nargs="*", help="only these objectives")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(args.config)
-    runs = args.runs or zoo_runs(config)
-    rows = []
-    print(
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.threads} torch thread(s)"
-    )
-    print(f"{'run':<18}{'objective':<14}{'backbone':<10}{'batch':>6}{'steps':>7}{'wall s/step':>12}"
-          f"{'cpu s/step':>11}{'steps/s':>9}{'vs bare':>9}{'setup s':>9}{'projected s':>13}")  # fmt: skip
-    for run in runs:
-        row = measure(run_spec(config, run), args.steps, args.warmup)
-        rows.append(row)
-        print(f"{row['run']:<18}{row['objective']:<14}{row['backbone']:<10}{row['batch']:>6}{row['steps']:>7}"
-              f"{row['wall_s']:>12.3f}{row['step_s']:>11.3f}{row['steps_per_s']:>9.2f}{row['ratio']:>8.1f}x{row['setup_s']:>9.1f}"
-              f"{row['projected_s']:>13.0f}", flush=True)  # fmt: skip
-    serial = sum(r["projected_s"] for r in rows)
-    wall = schedule([r["projected_s"] for r in rows], args.jobs)
-    print(f"\nprojected zoo: {serial / 60:.1f} min of training in total; "
-          f"{wall / 60:.1f} min wall time on {args.jobs} parallel jobs x {args.threads} thread(s) "
-          f"(the zoo's share of the 45-minute budget of the whole make run)")  # fmt: skip
-    if args.flops:
-        print_flop_profiles(config, runs, args.steps)
-    print("steps/s, 'vs bare' and projections use CPU time (= wall time on an idle core); 'vs bare' is "
-          "the step time over one forward + backward of the bare backbone on one view")  # fmt: skip
+    specs = objective_specs(config)
+    specs = {k: v for k, v in specs.items() if not args.objectives or k in args.objectives}
+    print(f"{load()} on {os.cpu_count()} cores; {args.threads} torch thread(s)", flush=True)
+    allocator_effect(next(iter(specs.values())), args.rounds * args.steps)
+    matmul = [matmul_gflops()]
+    rates = bare_rates(specs, args.rounds * args.steps)
+    rows = {}
+    for name, spec in specs.items():
+        best = side_by_side(spec, args.steps, args.rounds, args.warmup)
+        rows[name] = (best["old"], best["new"], step_flops(spec) / 1e9)
+        matmul.append(matmul_gflops())
+        print(f"{name}: {rows[name][0][0] / rows[name][1][0]:.2f}x", flush=True)
+    print(f"float32 matmul (1024^3 torch.mm, the best of {len(matmul)} measurements spread over "
+          f"the run): {max(matmul):.1f} GFLOP/s")  # fmt: skip
+    print_bare(rates, specs, max(matmul))
+    print_steps(rows, specs, rates, max(matmul))
+    print(f"\n{load()} (after)")
 
 
 if __name__ == "__main__":
