@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import functools
 import json
 import math
 import re
@@ -274,11 +275,18 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
             load_yaml(path)
 
 
+@functools.cache
+def _schema_file(path: Path) -> Mapping[str, Any]:
+    """A schema file, parsed once per process (never changed: defaults are deep-copied); a
+    Snakefile parse follows ~2,800 ``$ref``s, 2-3 s of every Snakemake start when reread."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:
     """Follow a relative-file ``$ref`` (the only kind our schemas use)."""
     while "$ref" in schema:
         target = (base / schema["$ref"]).resolve()
-        schema, base = yaml.safe_load(target.read_text()), target.parent
+        schema, base = _schema_file(target), target.parent
     return schema, base
 
 
@@ -301,7 +309,7 @@ def fill_defaults(
     (:func:`repdiag.core.series.expand_series`), so every reader sees them.
     """
     if schema is None:  # the whole config: then the runs its series declare, with theirs
-        root = yaml.safe_load(SCHEMA.read_text())
+        root = _schema_file(SCHEMA.resolve())
         fill_defaults(config, root, SCHEMA.parent)
         if isinstance(config, dict) and config.get("series"):
             from repdiag.core.series import expand_series
@@ -417,29 +425,23 @@ def load_config(path: str | Path) -> dict[str, Any]:
     try:
         with short_schema_errors():
             validate(config, str(SCHEMA))
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    except Exception as err:
-        raise ConfigError(f"{path}: {err}") from err
+    except Exception as err:  # a ConfigError's own cause is noise here
+        raise ConfigError(f"{path}: {err}") from (None if isinstance(err, ConfigError) else err)
     fill_defaults(config)
     check_config(config)
     return config
 
 
 class SortedReprDict(dict):
-    """A dict whose ``repr`` lists its keys sorted; iteration keeps the config's order.
-
-    Snakemake decides "Params have changed" by comparing the ``repr`` of every param with the one
-    recorded for the output, so a dict param built from a mapping of the config would change
-    with the order of keys in the file. Jobs still see the keys in the config's order.
-    """
+    """A dict whose ``repr`` lists its keys sorted; iteration keeps the config's order (Snakemake
+    compares params by ``repr``: a config mapping's key order would otherwise rerun its jobs)."""
 
     def __repr__(self) -> str:
         items = sorted(self.items(), key=lambda item: repr(item[0]))
         return "{" + ", ".join(f"{key!r}: {value!r}" for key, value in items) + "}"
 
     def __reduce__(self):  # pickled into job scripts as a plain subclass of dict
-        return (SortedReprDict, (list(self.items()),))
+        return SortedReprDict, (list(self.items()),)
 
 
 def canonical(value: Any) -> Any:
@@ -459,7 +461,6 @@ def canonical_params(rules: Iterable[Any]) -> None:
     Param functions are wrapped (their signature kept, which Snakemake reads); plain values
     are converted once. Run by the Snakefile after the last rule.
     """
-    import functools
 
     def wrap(value: Any) -> Any:
         if not callable(value):
