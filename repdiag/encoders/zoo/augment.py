@@ -45,23 +45,28 @@ def luminance(x: torch.Tensor) -> torch.Tensor:
     return (x * w).sum(dim=1, keepdim=True)
 
 
-def crop_grid(
-    size: int,
-    scale: torch.Tensor,
-    log_ratio: torch.Tensor,
-    centre: torch.Tensor,
-    flip: torch.Tensor,
-) -> torch.Tensor:
-    """(B, size, size, 2) float64 sampling grid in normalised [-1, 1] coordinates (x, y) of the
-    crop of area fraction ``scale``, aspect ``exp(log_ratio)`` and ``centre`` in [0, 1]^2 of the
-    free room, mirrored where ``flip``: output pixel (i, j) samples at
-    ``(cx + w s u_j, cy + h u_i)``, ``u_k = (2 k + 1) / size - 1`` (align_corners=False)."""
-    ratio = torch.exp(log_ratio)
-    width = torch.sqrt(scale * ratio).clamp(max=1.0)
-    height = torch.sqrt(scale / ratio).clamp(max=1.0)
-    cx = (2 * centre[:, 0] - 1) * (1 - width)  # normalised [-1, 1] coordinates of the crop centre
-    cy = (2 * centre[:, 1] - 1) * (1 - height)
-    sign = torch.where(flip, -1.0, 1.0).to(width.dtype)
+@dataclass(frozen=True)
+class Crop:
+    """Per-sample crop draws, (B,) each (``centre`` (B, 2)): area fraction ``scale``, aspect
+    ``exp(log_ratio)``, ``centre`` in [0, 1]^2 of the free room, mirrored where ``flip``."""
+
+    scale: torch.Tensor
+    log_ratio: torch.Tensor
+    centre: torch.Tensor
+    flip: torch.Tensor
+
+
+def crop_grid(size: int, crop: Crop) -> torch.Tensor:
+    """(B, size, size, 2) float64 sampling grid in normalised [-1, 1] coordinates (x, y) of
+    ``crop``: output pixel (i, j) samples at ``(cx + w s u_j, cy + h u_i)``,
+    ``u_k = (2 k + 1) / size - 1`` (align_corners=False), ``s = -1`` where mirrored."""
+    ratio = torch.exp(crop.log_ratio)
+    width = torch.sqrt(crop.scale * ratio).clamp(max=1.0)
+    height = torch.sqrt(crop.scale / ratio).clamp(max=1.0)
+    # normalised [-1, 1] coordinates of the crop centre
+    cx = (2 * crop.centre[:, 0] - 1) * (1 - width)
+    cy = (2 * crop.centre[:, 1] - 1) * (1 - height)
+    sign = torch.where(crop.flip, -1.0, 1.0).to(width.dtype)
     u = (2 * torch.arange(size, dtype=torch.float64) + 1) / size - 1
     gx = cx[:, None] + (width * sign)[:, None] * u  # (B, size): varies along the columns
     gy = cy[:, None] + height[:, None] * u  # (B, size): varies along the rows
@@ -71,18 +76,10 @@ def crop_grid(
     )
 
 
-def resized_crop(
-    x: torch.Tensor,
-    size: int,
-    scale: torch.Tensor,
-    log_ratio: torch.Tensor,
-    centre: torch.Tensor,
-    flip: torch.Tensor,
-) -> torch.Tensor:
-    """Crop per sample (area fraction ``scale``, aspect ``exp(log_ratio)``, ``centre`` in [0, 1]^2
-    of the free room), optionally mirror, and resample bilinearly (reflection padding) to
-    ``size`` x ``size``: the affine crop of :func:`crop_grid`."""
-    grid = crop_grid(size, scale, log_ratio, centre, flip).to(device=x.device, dtype=x.dtype)
+def resized_crop(x: torch.Tensor, size: int, crop: Crop) -> torch.Tensor:
+    """``crop`` per sample, resampled bilinearly (reflection padding) to ``size`` x ``size``:
+    the affine crop of :func:`crop_grid`."""
+    grid = crop_grid(size, crop).to(device=x.device, dtype=x.dtype)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
 
 
@@ -236,7 +233,7 @@ class Augment:
         if self.full_frame(x):  # the crop is the identity or a mirror: index, don't resample
             x = _mirror_only(x, flip)
         else:
-            x = resized_crop(x, self.size, scale, log_ratio, centre, flip)
+            x = resized_crop(x, self.size, Crop(scale, log_ratio, centre, flip))
         jitter = _bernoulli(gen, n, self.jitter)
         brightness = _uniform(gen, n, 1 - self.brightness, 1 + self.brightness)
         contrast = _uniform(gen, n, 1 - self.contrast, 1 + self.contrast)

@@ -11,6 +11,7 @@ import torch
 
 from repdiag.encoders.zoo.augment import (
     Augment,
+    Crop,
     adjust_hue,
     colour_jitter,
     gaussian_blur,
@@ -32,19 +33,19 @@ def test_full_crop_is_the_identity_and_flip_mirrors():
         torch.zeros(n, dtype=torch.float64),
         torch.full((n, 2), 0.5),
     )
-    same = resized_crop(X, 16, ones, zeros, half, torch.zeros(n, dtype=torch.bool))
+    same = resized_crop(X, 16, Crop(ones, zeros, half, torch.zeros(n, dtype=torch.bool)))
     assert torch.allclose(same, X, atol=1e-6)
-    mirrored = resized_crop(X, 16, ones, zeros, half, torch.ones(n, dtype=torch.bool))
+    mirrored = resized_crop(X, 16, Crop(ones, zeros, half, torch.ones(n, dtype=torch.bool)))
     assert torch.allclose(mirrored, X.flip(-1), atol=1e-6)
 
 
 def test_quarter_crop_of_the_top_left_corner():
     n = X.shape[0]
     # area 1/4, square: the top-left 8 x 8 block, resampled 1:1 at 8 px
-    crop = resized_crop(
-        X, 8, torch.full((n,), 0.25, dtype=torch.float64), torch.zeros(n, dtype=torch.float64),
+    crop = resized_crop(X, 8, Crop(
+        torch.full((n,), 0.25, dtype=torch.float64), torch.zeros(n, dtype=torch.float64),
         torch.zeros(n, 2, dtype=torch.float64), torch.zeros(n, dtype=torch.bool),
-    )  # fmt: skip
+    ))  # fmt: skip
     assert torch.allclose(crop, X[:, :, :8, :8], atol=1e-6)
 
 
@@ -176,7 +177,7 @@ def test_resized_crop_matches_the_per_sample_bilinear_reference():
     log_ratio = 0.6 * torch.rand(N, generator=gen, dtype=torch.float64) - 0.3
     centre = torch.rand(N, 2, generator=gen, dtype=torch.float64)
     for size in (8, 15):
-        got = resized_crop(IMAGES, size, scale, log_ratio, centre, SELECTED)
+        got = resized_crop(IMAGES, size, Crop(scale, log_ratio, centre, SELECTED))
         for k in range(N):
             expected = reference_crop(
                 IMAGES[k], size, float(scale[k]), float(log_ratio[k]), centre[k].tolist(),
@@ -192,7 +193,9 @@ def test_the_full_frame_shortcut_is_the_crop_it_replaces():
     assert torch.equal(got, torch.where(flipped.view(-1, 1, 1, 1), X.flip(-1), X))
     n = X.shape[0]
     ones, zeros = torch.ones(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    resampled = resized_crop(X, 16, ones, zeros, torch.rand(n, 2, dtype=torch.float64), flipped)
+    resampled = resized_crop(
+        X, 16, Crop(ones, zeros, torch.rand(n, 2, dtype=torch.float64), flipped)
+    )
     assert torch.allclose(got, resampled, atol=1e-6)
 
 
