@@ -188,3 +188,36 @@ def test_the_projection_uses_the_measured_rates_and_the_slurm_runtime(report):
     assert projection["stage_pflop"] == pytest.approx(
         sum(m["pflop"] for m in projection["models"].values())
     )
+
+
+def _gpu_report_module():
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks/gpu_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_report_renders_the_tiny_run_with_its_own_numbers(report):
+    text = _gpu_report_module().render(report)
+    for row in report["paper_pass"].values():
+        assert f"`{row['model']}`" in text and f"{row['fp32']['tflops']:.1f}" in text
+    assert f"{report['projection']['stage_pflop']:.0f} PFLOP" in text
+    assert "skipped: nothing" in text  # the tiny run has no budget
+
+
+def test_the_performance_page_shows_the_committed_gpu_run(tmp_path):
+    gpu_report = _gpu_report_module()
+    committed = json.loads((ROOT / "benchmarks/measured/gpu-h200.json").read_text())
+    assert committed["device"] == "cuda" and committed["skipped"] == []
+    page = tmp_path / "performance.md"
+    page.write_text((ROOT / "docs/performance.md").read_text())
+    gpu_report.write_block(page, gpu_report.render(committed))
+    assert page.read_text() == (ROOT / "docs/performance.md").read_text(), (
+        "docs/performance.md's GPU block is stale: "
+        "benchmarks/gpu_report.py benchmarks/measured/gpu-h200.json --write docs/performance.md"
+    )
+    # the SLURM runtimes the rule reads are this run's suggestions
+    from repdiag.core.slurm import RUNTIMES_FILE, jacobian_runtime
+
+    for key, model in committed["projection"]["models"].items():
+        assert jacobian_runtime(key, 1, ROOT / RUNTIMES_FILE) == model["runtime_min_suggested"]
