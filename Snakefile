@@ -1,11 +1,12 @@
 # repdiag: the workflow. Stages live in rules/*.smk; logic lives in the repdiag package.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from repdiag.core.config import (
     canonical_params,
     check_config_files,
     short_schema_errors,
 )
+from repdiag.core.validation import validate_config
 
 min_version("9.0")
 
@@ -17,7 +18,7 @@ configfile: "config.yaml"
 check_config_files(workflow.configfiles)
 # A schema error names the key path and the rule broken, not the whole instance.
 with short_schema_errors(workflow.configfiles):
-    validate(config, "schemas/config.schema.yaml")
+    validate_config(config)  # snakemake.utils.validate's semantics, schemas parsed once
 
 
 report: "report/workflow.rst"

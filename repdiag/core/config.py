@@ -189,11 +189,10 @@ def _short_schema_str(error: Any) -> str:
 
 @contextlib.contextmanager
 def short_schema_errors(files: Iterable[str | Path] = ()) -> Iterator[None]:
-    """Around ``snakemake.utils.validate``: a schema error becomes a :func:`schema_error`.
+    """Around a schema validation: a schema error becomes a :func:`schema_error`.
 
     Snakemake formats the jsonschema error eagerly, and its ``str`` pretty-prints the whole
     instance and schema (minutes for a big value); inside this block it is one short line.
-    Call ``validate`` directly in the block: it finds the workflow from its caller's frame.
     ``files`` (Snakemake's ``workflow.configfiles``) are named in the message.
     """
     from jsonschema.exceptions import _Error
@@ -276,7 +275,7 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
 
 
 @functools.cache
-def _schema_file(path: Path) -> Mapping[str, Any]:
+def schema_file(path: Path) -> Mapping[str, Any]:
     """A schema file, parsed once per process (never changed: defaults are deep-copied); a
     Snakefile parse follows ~2,800 ``$ref``s, 2-3 s of every Snakemake start when reread."""
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -286,7 +285,7 @@ def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], 
     """Follow a relative-file ``$ref`` (the only kind our schemas use)."""
     while "$ref" in schema:
         target = (base / schema["$ref"]).resolve()
-        schema, base = _schema_file(target), target.parent
+        schema, base = schema_file(target), target.parent
     return schema, base
 
 
@@ -303,13 +302,13 @@ def fill_defaults(
 ) -> Any:
     """Set every schema ``default`` missing from ``config``, following ``$ref`` into section files.
 
-    ``snakemake.utils.validate`` fills defaults only in the top-level schema file; this completes
-    the job for the per-stage schema files so that stages can rely on every key being present.
+    Schema validation (:func:`repdiag.core.validation.validate_config`) fills defaults only inside
+    sections present; this completes the job so that stages can rely on every key being present.
     On the whole config it also declares the runs of every ``series`` grid
     (:func:`repdiag.core.series.expand_series`), so every reader sees them.
     """
     if schema is None:  # the whole config: then the runs its series declare, with theirs
-        root = _schema_file(SCHEMA.resolve())
+        root = schema_file(SCHEMA.resolve())
         fill_defaults(config, root, SCHEMA.parent)
         if isinstance(config, dict) and config.get("series"):
             from repdiag.core.series import expand_series
@@ -416,7 +415,7 @@ def check_config(config: Mapping[str, Any]) -> None:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config and validate it with the workflow's own schema and checks."""
-    from snakemake.utils import validate
+    from repdiag.core.validation import validate_config
 
     path = Path(path)
     if not path.is_file():
@@ -424,7 +423,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     config = load_yaml(path) or {}
     try:
         with short_schema_errors():
-            validate(config, str(SCHEMA))
+            validate_config(config)
     except Exception as err:  # a ConfigError's own cause is noise here
         raise ConfigError(f"{path}: {err}") from (None if isinstance(err, ConfigError) else err)
     fill_defaults(config)

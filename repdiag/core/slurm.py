@@ -94,14 +94,21 @@ def jacobian_runtime(model: str, attempt: int, table: str | Path) -> int:
     the table's minutes (written by ``benchmarks/gpu.sh --runtimes``: the planner's FLOPs at
     the benchmark's measured rates, :func:`runtime_minutes`), else :data:`JACOBIAN_RUNTIME_MIN`,
     times the attempt (a retried job resumes from its chunk cache and gets longer)."""
-    import yaml
-
     minutes = JACOBIAN_RUNTIME_MIN
     path = Path(table)
     if path.is_file():
-        entries = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(entries, dict):
-            raise ValueError(f"{path}: expected a mapping model -> minutes; rewrite it with "
-                             "benchmarks/gpu.sh --runtimes")  # fmt: skip
+        entries = _runtime_table(path.resolve(), path.stat().st_mtime_ns)
         minutes = int(entries.get(model, minutes))
     return minutes * max(1, int(attempt))
+
+
+@functools.cache
+def _runtime_table(path: Path, mtime_ns: int) -> dict[str, Any]:
+    """The runtimes table, parsed once per process and version (one lookup per planned job)."""
+    import yaml
+
+    entries = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    if not isinstance(entries or {}, dict):
+        raise ValueError(f"{path}: expected a mapping model -> minutes; rewrite it with "
+                         "benchmarks/gpu.sh --runtimes")  # fmt: skip
+    return entries or {}

@@ -1,0 +1,59 @@
+"""JSON-schema validation of a config, with the schema's defaults set, from parsed-once schemas.
+
+The same semantics as ``snakemake.utils.validate(config, schema)`` (Draft 2020-12, relative
+``$ref``s resolved against the schema file, every ``default`` of a ``properties`` entry set
+while validating, as in the jsonschema FAQ's ``extend_with_default``), without re-reading a
+referenced schema file for each ``$ref``: Snakemake parses them with pure-Python YAML each time,
+0.6-0.8 s of every Snakemake start and every :func:`repdiag.core.config.load_config` for
+our 11 section files. Here they come from :func:`repdiag.core.config.schema_file` (libyaml, once
+per process). It also needs no Snakemake, so a machine with only the library can load a config.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+from repdiag.core.config import SCHEMA, schema_file
+
+
+def _with_defaults(validator_class: Any) -> Any:
+    from jsonschema import validators
+
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(
+        validator: Any, properties: Mapping[str, Any], instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, Mapping) and "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _retrieve(uri: str) -> Any:
+    from referencing import Resource
+
+    return Resource.from_contents(schema_file(Path(url2pathname(urlparse(uri).path)).resolve()))
+
+
+def validate_config(config: Any, schema: Path = SCHEMA) -> None:
+    """Validate ``config`` against ``schema`` (a YAML JSON-schema file), setting its defaults in
+    place; raises ``jsonschema.ValidationError`` (``repdiag.core.config.short_schema_errors``
+    turns it into one line naming the key)."""
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    path = Path(schema).resolve()
+    contents = {**schema_file(path), "$id": path.as_uri()}  # relative $refs resolve to files
+    registry = Registry(retrieve=_retrieve).with_resource(
+        uri=path.as_uri(), resource=Resource.from_contents(contents)
+    )
+    _with_defaults(Draft202012Validator)(contents, registry=registry).validate(config)
