@@ -17,8 +17,7 @@ import yaml
 
 from repdiag.core.checks import resolve, semantic_checks
 from repdiag.core.errors import ConfigError
-
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+from repdiag.core.validation import SCHEMA, schema_file, validate_config
 
 # libyaml's parser where PyYAML was built with it: a config.yaml parses 6x faster (0.05 s), and
 # every Snakemake call of the workflow parses its config files twice.
@@ -274,13 +273,6 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
             load_yaml(path)
 
 
-@functools.cache
-def schema_file(path: Path) -> Mapping[str, Any]:
-    """A schema file, parsed once per process (never changed: defaults are deep-copied); a
-    Snakefile parse follows ~2,800 ``$ref``s, 2-3 s of every Snakemake start when reread."""
-    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
 def _resolve(schema: Mapping[str, Any], base: Path) -> tuple[Mapping[str, Any], Path]:
     """Follow a relative-file ``$ref`` (the only kind our schemas use)."""
     while "$ref" in schema:
@@ -415,8 +407,6 @@ def check_config(config: Mapping[str, Any]) -> None:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config and validate it with the workflow's own schema and checks."""
-    from repdiag.core.validation import validate_config
-
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")

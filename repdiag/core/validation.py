@@ -5,20 +5,30 @@ The same semantics as ``snakemake.utils.validate(config, schema)`` (Draft 2020-1
 while validating, as in the jsonschema FAQ's ``extend_with_default``), without re-reading a
 referenced schema file for each ``$ref``: Snakemake parses them with pure-Python YAML each time,
 0.6-0.8 s of every Snakemake start and every :func:`repdiag.core.config.load_config` for
-our 11 section files. Here they come from :func:`repdiag.core.config.schema_file` (libyaml, once
-per process). It also needs no Snakemake, so a machine with only the library can load a config.
+our 11 section files. Here they come from :func:`schema_file` (libyaml, once per process). It also needs no Snakemake, so a machine with only the library can load a config.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from repdiag.core.config import SCHEMA, schema_file
+import yaml
+
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+"""The workflow's config schema; each section's schema file lies beside it."""
+
+
+@functools.cache
+def schema_file(path: Path) -> Mapping[str, Any]:
+    """A schema file, parsed once per process (never changed: defaults are deep-copied); a
+    Snakefile parse follows ~2,800 ``$ref``s, 2-3 s of every Snakemake start when reread."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _with_defaults(validator_class: Any) -> Any:
