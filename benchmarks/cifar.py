@@ -34,7 +34,7 @@ from repdiag.cifar.encoders import build_simclr_model, parameter_count
 from repdiag.cifar.probe import linear_probe
 from repdiag.cifar.regimes import REGIMES, regime_settings
 from repdiag.cifar.study import run_params
-from repdiag.cifar.train import TrainSettings, param_groups
+from repdiag.cifar.train import SimCLRSettings, param_groups
 from repdiag.cifar.views import eval_transform, to_chw_tensor, view_transform
 from repdiag.core.config import fill_defaults
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
@@ -81,7 +81,7 @@ def bench_training(cifar: dict, batch: int, steps: int) -> None:
             params["head"]["out_dim"],
             32,
         ).train()
-        settings = TrainSettings(**params["train"])
+        settings = SimCLRSettings(**params["train"])
         optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=1e-4)
 
         def encoder_only(model=model) -> None:

@@ -50,11 +50,11 @@ rule aggregate_models:
         },
         # sorted: the order of models in the file is no change
         zoo_models=sorted(key for key in ZOO_MODEL_RUNS if key in BINDING_MODELS),
-        readout=config["stats"]["readout"],
-        jer_formula=config["stats"]["jer_formula"],
-        jer_at=config["stats"]["jer_at"],
-        probe_set=config["stats"]["probe_set"],
-        confidence=config["stats"]["confidence"],
+        # the stats keys the table reads, and only those (another key changes no row)
+        stats={
+            key: config["stats"][key]
+            for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
+        },
     script:
         "../workflow_scripts/aggregate_models.py"
 

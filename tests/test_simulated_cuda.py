@@ -263,14 +263,14 @@ def test_the_supervised_zoo_run_on_cuda_trains_as_on_the_cpu():
 def test_the_cifar_loop_and_its_features_on_cuda():
     from repdiag.cifar.data import synthetic_images
     from repdiag.cifar.encoders import build_simclr_model
-    from repdiag.cifar.train import TrainSettings, extract_features, train_simclr
+    from repdiag.cifar.train import SimCLRSettings, extract_features, train_simclr
     from repdiag.cifar.views import to_chw_tensor, view_transform
     from repdiag.core.config import fill_defaults
 
     images = to_chw_tensor(synthetic_images(4, 4, 32, seed=0).images)
     augment = fill_defaults({"cifar": {}})["cifar"]["augment"]
     view = view_transform("no_crop", augment, 32, (0.5,) * 3, (0.25,) * 3)
-    settings = TrainSettings(epochs=2, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1)
+    settings = SimCLRSettings(epochs=2, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1)
     torch.manual_seed(0)
     model = build_simclr_model("mlp", {"hidden": [32]}, 16, 16, 8, 32)
     with simulated_cuda() as cuda:
@@ -281,17 +281,17 @@ def test_the_cifar_loop_and_its_features_on_cuda():
 
 
 def test_the_identifiability_loop_on_cuda_matches_the_cpu():
-    from repdiag.identifiability.encoders import build_encoder as build_id_encoder
+    from repdiag.identifiability.encoders import build_latent_encoder
     from repdiag.identifiability.sphere import build_generator
-    from repdiag.identifiability.train import TrainSettings, encode_latents, train_contrastive
+    from repdiag.identifiability.train import ContrastiveSettings, encode_latents, train_contrastive
 
-    settings = TrainSettings(steps=4, batch_size=16, n_negatives=16, log_every=2)
+    settings = ContrastiveSettings(steps=4, batch_size=16, n_negatives=16, log_every=2)
     z = np.random.default_rng(1).normal(size=(8, 3))
     z /= np.linalg.norm(z, axis=1, keepdims=True)
 
     def run(device: Any) -> tuple[list, np.ndarray]:
         g = build_generator("identity", 3, 0)
-        f = build_id_encoder("mlp", g, seed=0, hidden=(16,))
+        f = build_latent_encoder("mlp", g, seed=0, hidden=(16,))
         curve = train_contrastive(f, g, settings, seed=0, device=device).curve
         return curve, encode_latents(f, g, z, device)
 

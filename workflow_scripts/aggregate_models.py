@@ -7,13 +7,7 @@ from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     models = snakemake.params.models
-    settings = StatsSettings(
-        readout=snakemake.params.readout,
-        jer_formula=snakemake.params.jer_formula,
-        jer_at=snakemake.params.jer_at,
-        probe_set=snakemake.params.probe_set,
-        confidence=snakemake.params.confidence,
-    )
+    settings = StatsSettings.from_config(snakemake.params.stats)
     metrics = dict(zip(models, snakemake.input.metrics, strict=True))
     jacobians = dict(zip(models, snakemake.input.jacobians, strict=True))
     zoo_meta = dict(zip(snakemake.params.zoo_models, snakemake.input.zoo_meta, strict=True))

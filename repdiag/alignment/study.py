@@ -18,14 +18,14 @@ from repdiag.alignment.grid import EXACT_VARIANT, real_pair_name, split_variant,
 from repdiag.alignment.methods import PairModel, SAESettings, make_method
 from repdiag.alignment.metrics import evaluate_alignment
 from repdiag.alignment.real_pairs import embedding_pairs, random_rotation
-from repdiag.alignment.train import TrainSettings, normalise, train_method
+from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 from repdiag.common.intervals import bootstrap_counts
 from repdiag.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def _number(value: float | None) -> str:
+def _three_decimals(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
@@ -35,8 +35,8 @@ def _log_summary(variant: str, summary: Mapping[str, Any]) -> None:
         "cycle R2 %.3f",
         variant,
         summary["explained_variance"],
-        _number(summary["tr_intervention"]),
-        _number(summary["cont_intervention"]),
+        _three_decimals(summary["tr_intervention"]),
+        _three_decimals(summary["cont_intervention"]),
         summary["tr_r2"],
         summary["jaccard"],
         summary["cycle_r2"],
@@ -78,7 +78,7 @@ def fit_and_evaluate(
     resamples of the held-out rows) the record carries ``bootstrap_draws`` (numpy arrays, for
     the caller to turn into intervals and drop before writing)."""
     method_name, ablation = split_variant(variant)
-    train_settings = TrainSettings(**{k: v for k, v in train.items() if k != "sw_projections"})
+    train_settings = SAETrainSettings(**{k: v for k, v in train.items() if k != "sw_projections"})
     method = make_method(
         method_name,
         SAESettings(**sae),

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class TrainSettings:
+class SAETrainSettings:
     steps: int = 1000
     batch_size: int = 256
     pair_batch_size: int = 128
@@ -48,7 +48,7 @@ class BatchSampler:
     def __init__(
         self,
         data: PairedData,
-        settings: TrainSettings,
+        settings: SAETrainSettings,
         generator: torch.Generator,
         device: torch.device,
     ) -> None:
@@ -82,7 +82,7 @@ class BatchSampler:
         return Batch(x=x, pairs=pairs)  # type: ignore[arg-type]
 
 
-def batch_sizes(method: Method, settings: TrainSettings) -> tuple[int, int]:
+def batch_sizes(method: Method, settings: SAETrainSettings) -> tuple[int, int]:
     """``(unpaired rows, anchor pairs)`` per domain per step: the same total for every method.
 
     Methods that train on pairs only (Crosscoder, USAE) get the whole budget
@@ -98,7 +98,7 @@ def batch_sizes(method: Method, settings: TrainSettings) -> tuple[int, int]:
     return total, 0
 
 
-def _learning_rate(settings: TrainSettings, step: int) -> float:
+def _learning_rate(settings: SAETrainSettings, step: int) -> float:
     decay_start = int(settings.steps * (1 - settings.decay_fraction))
     if step < decay_start:
         return settings.lr
@@ -106,7 +106,7 @@ def _learning_rate(settings: TrainSettings, step: int) -> float:
 
 
 @dataclass
-class TrainResult:
+class SAERun:
     model: PairModel
     curve: list[dict]
     final_terms: dict[str, float]
@@ -117,11 +117,11 @@ class TrainResult:
 def train_method(
     method: Method,
     data: PairedData,
-    settings: TrainSettings,
+    settings: SAETrainSettings,
     *,
     seed: int,
     device: torch.device | str = "cpu",
-) -> TrainResult:
+) -> SAERun:
     """Train ``method`` on normalised ``data``; pairs are the first ``data.n_paired`` rows."""
     device = torch.device(device)
     if method.needs_pairs and data.n_paired == 0:
@@ -179,4 +179,4 @@ def train_method(
     model.eval()
     info = method.finalise(model, pairs)  # type: ignore[arg-type]
     final = {k: v for k, v in curve[-1].items() if k != "step"}
-    return TrainResult(model, curve, final, time.monotonic() - start, info)
+    return SAERun(model, curve, final, time.monotonic() - start, info)

@@ -28,7 +28,7 @@ import torch
 from repdiag.alignment.concepts import PairedData, synthetic_pairs
 from repdiag.alignment.grid import split_variant
 from repdiag.alignment.methods import Batch, Method, PairModel, SAESettings, make_method
-from repdiag.alignment.train import TrainSettings, normalise, train_method
+from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 from repdiag.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,9 @@ def tune_learning_rate(
     )
     data, _ = normalise(data)
     train_data, rows, pairs = validation_split(data, float(tuning["validation_fraction"]))
-    settings = TrainSettings(**{k: v for k, v in params["train"].items() if k != "sw_projections"})
+    settings = SAETrainSettings(
+        **{k: v for k, v in params["train"].items() if k != "sw_projections"}
+    )
     runs = []
     for lr in tuning["lrs"]:
         method = make_method(

@@ -93,7 +93,7 @@ def pixel_mlp(feature_dim: int, image_size: int, hidden: Sequence[int] = (2048, 
     return nn.Sequential(*layers)
 
 
-def build_encoder(
+def build_cifar_encoder(
     architecture: str, settings: Mapping[str, Any], feature_dim: int, image_size: int
 ) -> nn.Module:
     """The registered encoder ``architecture`` built from its ``cifar.encoders.<name>`` settings."""
@@ -125,7 +125,7 @@ def build_simclr_model(
     image_size: int,
 ) -> SimCLRModel:
     """Encoder plus the head ``feature_dim -> head_hidden -> BN -> ReLU -> head_out``."""
-    encoder = build_encoder(architecture, settings, feature_dim, image_size)
+    encoder = build_cifar_encoder(architecture, settings, feature_dim, image_size)
     head = MLPHead([feature_dim, head_hidden, head_out], norm="batch", activation="relu")
     return SimCLRModel(encoder, head)
 

@@ -160,7 +160,7 @@ def run_simclr_probe(
 
     from repdiag.cifar.data import load_cifar10
     from repdiag.cifar.encoders import build_simclr_model, parameter_count
-    from repdiag.cifar.train import TrainSettings, train_simclr
+    from repdiag.cifar.train import SimCLRSettings, train_simclr
     from repdiag.cifar.views import to_chw_tensor, view_transform
 
     start = time.monotonic()
@@ -193,7 +193,7 @@ def run_simclr_probe(
     )
     mean, std = params["normalize"]["mean"], params["normalize"]["std"]
     view = view_transform(params["regime"], params["augment"], data.image_size, mean, std)
-    settings = TrainSettings(**params["train"])
+    settings = SimCLRSettings(**params["train"])
     trained = train_simclr(
         model, images["train"], view, settings, seed=seed, device=device, workers=workers
     )

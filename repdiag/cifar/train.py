@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
+class SimCLRSettings:
     """``cifar.train`` (plain values) plus the architecture's learning rate."""
 
     epochs: int = 100
@@ -61,7 +61,7 @@ class TrainSettings:
 
 
 @dataclasses.dataclass
-class TrainResult:
+class SimCLRRun:
     curve: list[tuple[int, float, float]]  # (step, mean loss since the previous entry, lr)
     initial_loss: float
     final_loss: float  # mean over the last 10 % of steps
@@ -72,7 +72,7 @@ class TrainResult:
     images_per_s: float
 
 
-def planned_steps(n_images: int, settings: TrainSettings) -> tuple[int, int]:
+def planned_steps(n_images: int, settings: SimCLRSettings) -> tuple[int, int]:
     """(steps per epoch, total steps): full batches only, capped by ``max_steps``."""
     per_epoch = n_images // settings.batch_size
     if per_epoch == 0:
@@ -110,12 +110,12 @@ def train_simclr(
     model: nn.Module,
     images: torch.Tensor,
     view: Callable[[torch.Tensor], torch.Tensor],
-    settings: TrainSettings,
+    settings: SimCLRSettings,
     *,
     seed: int,
     device: torch.device | str = "cpu",
     workers: int = 0,
-) -> TrainResult:
+) -> SimCLRRun:
     """Train ``model`` (x -> (h, z)) in place on uint8 ``images`` (N, 3, H, W) with NT-Xent."""
     device = torch.device(device)
     per_epoch, total = planned_steps(len(images), settings)
@@ -169,7 +169,7 @@ def train_simclr(
                 break
     wall = time.monotonic() - start
     tail = losses[-max(1, len(losses) // 10) :]
-    return TrainResult(
+    return SimCLRRun(
         curve=curve,
         initial_loss=losses[0],
         final_loss=float(np.mean(tail)),

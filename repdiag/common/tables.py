@@ -38,6 +38,13 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return frame
 
 
+def json_number(value: Any) -> float:
+    """A JSON number as float; null, absent, a boolean or text -> NaN (a table's empty cell)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
 def format_number(value: Any, spec: str = ".3f") -> str:
     """``value`` formatted with ``spec``; NaN and inf as n/a, anything not a number as text."""
     try:

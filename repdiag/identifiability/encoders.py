@@ -325,7 +325,7 @@ class InvertibleMLPInverse(InverseEncoder):
         return _project(h, self.normalize)
 
 
-def build_encoder(
+def build_latent_encoder(
     kind: str,
     generator: Generator,
     *,

@@ -177,11 +177,11 @@ def cell_params(section: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 def train_settings(params: Mapping[str, Any]) -> Any:
-    """The :class:`TrainSettings` of cell ``params`` (from :func:`cell_params`)."""
-    from repdiag.identifiability.train import TrainSettings
+    """The :class:`ContrastiveSettings` of cell ``params`` (from :func:`cell_params`)."""
+    from repdiag.identifiability.train import ContrastiveSettings
 
     sampling, loss, train = params["sampling"], params["loss"], params["train"]
-    return TrainSettings(
+    return ContrastiveSettings(
         steps=train["steps"],
         batch_size=train["batch_size"],
         log_every=train["log_every"],
@@ -201,7 +201,7 @@ def train_settings(params: Mapping[str, Any]) -> Any:
 
 def build_cell(params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """(settings, frozen generator, freshly initialised encoder) of cell ``params``, all from its seed."""
-    from repdiag.identifiability.encoders import build_encoder
+    from repdiag.identifiability.encoders import build_latent_encoder
     from repdiag.identifiability.sphere import build_generator
 
     seed = params["seed"]
@@ -214,7 +214,7 @@ def build_cell(params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         options["hidden"] = tuple(enc["hidden"])
     if "variant" in enc:
         options["variant"] = enc["variant"]
-    encoder = build_encoder(
+    encoder = build_latent_encoder(
         enc["kind"], generator, seed=seed, normalize=enc["normalize"], **options
     )
     return train_settings(params), generator, encoder

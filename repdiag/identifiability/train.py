@@ -38,7 +38,7 @@ LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
+class ContrastiveSettings:
     """What one training run uses (all plain values, straight from the config)."""
 
     steps: int = 1000
@@ -83,7 +83,7 @@ class TrainSettings:
 
 
 @dataclasses.dataclass
-class TrainResult:
+class ContrastiveRun:
     curve: list[tuple[int, float]]
     final_loss: float
     wall_time_s: float
@@ -95,7 +95,7 @@ def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def _sample_anchors(
-    settings: TrainSettings, dim: int, rng: np.random.Generator
+    settings: ContrastiveSettings, dim: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Anchors z ~ U(S^(d-1)); for the support-corrected loss also their group centres.
 
@@ -114,7 +114,7 @@ def _sample_anchors(
 def contrastive_step_loss(
     encoder: nn.Module,
     generator: Generator,
-    settings: TrainSettings,
+    settings: ContrastiveSettings,
     rng: np.random.Generator,
     device: torch.device | str,
 ) -> torch.Tensor:
@@ -164,11 +164,11 @@ def encode_views(encoder: nn.Module, views: list[torch.Tensor]) -> list[torch.Te
 def train_contrastive(
     encoder: nn.Module,
     generator: Generator,
-    settings: TrainSettings,
+    settings: ContrastiveSettings,
     *,
     seed: int,
     device: torch.device | str = "cpu",
-) -> TrainResult:
+) -> ContrastiveRun:
     """Train ``encoder`` in place on contrastive pairs from ``generator``; returns the loss curve.
 
     Data come from ``numpy.random.default_rng([seed, 23])`` (independent of the generator's and
@@ -210,7 +210,7 @@ def train_contrastive(
     if hasattr(encoder, "set_progress"):
         encoder.set_progress(1.0)
     encoder.eval()
-    return TrainResult(curve, curve[-1][1], wall, settings.steps / max(wall, 1e-9))
+    return ContrastiveRun(curve, curve[-1][1], wall, settings.steps / max(wall, 1e-9))
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ import pandas as pd
 
 from repdiag.common import statistics as stats
 from repdiag.common.figures import OKABE_ITO
+from repdiag.common.tables import json_number
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json
 from repdiag.sugarcrepe.data import CATEGORIES
@@ -59,19 +60,13 @@ def read_result(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    return float(value)
-
-
 def zero_shot_covariate(result: Mapping[str, Any], configured: float | None) -> tuple[float, str]:
     """The covariate of one model and where it comes from: computed on a labelled folder, else the
     config's ``models.<key>.covariates.zero_shot_accuracy``, else what the result recorded."""
     recorded = result["zero_shot"]
     if recorded.get("source") != "folder" and configured is not None:
         return float(configured), "config"
-    value = _number(recorded.get("accuracy"))
+    value = json_number(recorded.get("accuracy"))
     return value, str(recorded.get("source", "missing")) if np.isfinite(value) else "missing"
 
 

@@ -184,9 +184,9 @@ def test_usae_reconstructs_every_domain_from_one_code():
 
 
 def test_every_method_gets_the_same_sample_budget():
-    from repdiag.alignment.train import TrainSettings, batch_sizes
+    from repdiag.alignment.train import SAETrainSettings, batch_sizes
 
-    settings = TrainSettings(batch_size=256, pair_batch_size=128)
+    settings = SAETrainSettings(batch_size=256, pair_batch_size=128)
 
     def method(variant):
         name, _, ablation = variant.partition("-")
@@ -212,7 +212,7 @@ def test_every_method_gets_the_same_sample_budget():
 
 def test_usae_steps_only_the_sampled_model():
     from repdiag.alignment.concepts import synthetic_pairs
-    from repdiag.alignment.train import TrainSettings, normalise, train_method
+    from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 
     data, _ = normalise(
         synthetic_pairs(
@@ -228,7 +228,7 @@ def test_usae_steps_only_the_sampled_model():
             seed=0,
         )
     )
-    settings = TrainSettings(steps=1, batch_size=16, pair_batch_size=16, decay_fraction=0.0)
+    settings = SAETrainSettings(steps=1, batch_size=16, pair_batch_size=16, decay_fraction=0.0)
     sae = SAESettings(n_latents=8, k=2, aux_k=0, aux_coef=0.0, dead_after=100)
     method = make_method("usae", sae)
     before = method.build([6, 5], torch.Generator().manual_seed(3))

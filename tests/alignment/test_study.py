@@ -10,7 +10,7 @@ from repdiag.alignment.concepts import synthetic_pairs
 from repdiag.alignment.grid import variant_terms
 from repdiag.alignment.methods import SAESettings, make_method
 from repdiag.alignment.study import fit_and_evaluate
-from repdiag.alignment.train import TrainSettings, normalise, train_method
+from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 from tests.alignment.tiny import DATA, EVALUATION, SAE, TRAIN
 
 torch.set_num_threads(1)
@@ -55,7 +55,7 @@ def test_distributional_only_matches_laws_not_instances_and_anchors_repair_it():
 
 def test_training_is_deterministic_given_the_seed():
     data, _ = normalise(synthetic_pairs(**{**DATA, "n_train": 512}, paired_fraction=0.5, seed=1))
-    settings = TrainSettings(steps=15, batch_size=32, pair_batch_size=16)
+    settings = SAETrainSettings(steps=15, batch_size=32, pair_batch_size=16)
     sae = SAESettings(**SAE)
     runs = [
         train_method(make_method("cosae", sae, sw_projections=4), data, settings, seed=3)

@@ -10,7 +10,7 @@ import torch
 from repdiag.alignment.concepts import synthetic_pairs
 from repdiag.alignment.methods import SAESettings, make_method
 from repdiag.alignment.study import fit_and_evaluate
-from repdiag.alignment.train import TrainSettings, _learning_rate, normalise, train_method
+from repdiag.alignment.train import SAETrainSettings, _learning_rate, normalise, train_method
 from repdiag.core.errors import ConfigError
 from tests.alignment.tiny import DATA, EVALUATION, SAE, TRAIN
 
@@ -21,7 +21,7 @@ def test_paired_methods_refuse_data_without_pairs():
     data, _ = normalise(synthetic_pairs(**{**DATA, "n_train": 256}, paired_fraction=0.0, seed=0))
     with pytest.raises(ConfigError, match="needs paired rows"):
         train_method(
-            make_method("crosscoder", SAESettings(**SAE)), data, TrainSettings(steps=2), seed=0
+            make_method("crosscoder", SAESettings(**SAE)), data, SAETrainSettings(steps=2), seed=0
         )
     with pytest.raises(ConfigError, match="needs anchor pairs"):
         fit_and_evaluate(
@@ -36,7 +36,7 @@ def test_paired_methods_refuse_data_without_pairs():
 
 
 def test_learning_rate_is_constant_then_decays_linearly_to_zero():
-    settings = TrainSettings(steps=100, lr=0.01, decay_fraction=0.3)
+    settings = SAETrainSettings(steps=100, lr=0.01, decay_fraction=0.3)
     assert _learning_rate(settings, 0) == pytest.approx(0.01)
     assert _learning_rate(settings, 69) == pytest.approx(0.01)
     assert _learning_rate(settings, 70) == pytest.approx(0.01)

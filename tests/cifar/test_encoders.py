@@ -12,7 +12,7 @@ from torch import nn
 
 from repdiag.cifar.encoders import (
     ARCHITECTURES,
-    build_encoder,
+    build_cifar_encoder,
     build_simclr_model,
     output_width,
     parameter_count,
@@ -41,7 +41,7 @@ def test_registered_architectures_match_the_schema_and_the_study() -> None:
 @pytest.mark.parametrize("architecture", ["resnet18", "vit", "mlp"])
 @pytest.mark.parametrize("feature_dim", [32, 20])
 def test_every_encoder_outputs_feature_dim(architecture: str, feature_dim: int) -> None:
-    encoder = build_encoder(architecture, SMALL[architecture], feature_dim, 32)
+    encoder = build_cifar_encoder(architecture, SMALL[architecture], feature_dim, 32)
     assert output_width(encoder, 32) == feature_dim
 
 
@@ -60,14 +60,14 @@ def test_resnet18_is_adapted_to_32_pixels() -> None:
 
 
 def test_vit_uses_4x4_patches_and_mlp_flattened_pixels() -> None:
-    vit = build_encoder("vit", SMALL["vit"], 32, 32)
+    vit = build_cifar_encoder("vit", SMALL["vit"], 32, 32)
     assert vit.patch_embed.proj.kernel_size == (4, 4) and vit.patch_embed.num_patches == 64
-    mlp = build_encoder("mlp", SMALL["mlp"], 32, 32)
+    mlp = build_cifar_encoder("mlp", SMALL["mlp"], 32, 32)
     assert mlp[1].in_features == 3 * 32 * 32
     with pytest.raises(ConfigError, match="patch_size"):
-        build_encoder("vit", {**SMALL["vit"], "patch_size": 5}, 32, 32)
+        build_cifar_encoder("vit", {**SMALL["vit"], "patch_size": 5}, 32, 32)
     with pytest.raises(ConfigError, match=r"cifar\.encoders\.mlp"):
-        build_encoder("mlp", {"depth": 3}, 32, 32)
+        build_cifar_encoder("mlp", {"depth": 3}, 32, 32)
 
 
 def test_probe_features_come_from_the_encoder_not_the_head() -> None:

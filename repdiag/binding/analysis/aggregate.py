@@ -26,16 +26,10 @@ from repdiag.binding.analysis.depth import (
 )
 from repdiag.binding.analysis.units import configuration
 from repdiag.binding.stats_options import GEOMETRY, READOUTS, StatsSettings, covariate_columns
+from repdiag.common.tables import json_number
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json
 from repdiag.encoders.zoo.spec import binding_dose
-
-
-def _number(value: Any) -> float:
-    """A JSON number as float; null or absent -> NaN."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    return float(value)
 
 
 def read_metrics(path: str | Path) -> dict[str, Any]:
@@ -62,27 +56,27 @@ def metrics_row(metrics: Mapping[str, Any]) -> dict[str, float | str | int]:
     row: dict[str, Any] = {
         "final_layer": metrics["final_layer"],
         "n_layers": len(metrics.get("layers") or metrics["per_layer"]),
-        "chance": _number(metrics.get("chance")),
-        **{name: _number(sizes.get(name)) for name in ("n_queries", "n_candidates", "n_pairs")},
+        "chance": json_number(metrics.get("chance")),
+        **{name: json_number(sizes.get(name)) for name in ("n_queries", "n_candidates", "n_pairs")},
     }
     for name in GEOMETRY:
-        row[name] = _number(geometry.get(name))
+        row[name] = json_number(geometry.get(name))
     for k in sorted(geometry.get("l_iso", {}), key=lambda k: int(k)):
-        row[f"l_iso_k{int(k)}"] = _number(geometry["l_iso"][k])
+        row[f"l_iso_k{int(k)}"] = json_number(geometry["l_iso"][k])
     binding = layer.get("binding", {})
     notes = []
     for readout in READOUTS:
         result = binding.get(readout) or {}
-        row[f"binding_{readout}"] = _number(result.get("accuracy"))
-        row[f"binding_{readout}_ci_low"] = _number(result.get("ci_low"))
-        row[f"binding_{readout}_ci_high"] = _number(result.get("ci_high"))
+        row[f"binding_{readout}"] = json_number(result.get("accuracy"))
+        row[f"binding_{readout}_ci_low"] = json_number(result.get("ci_low"))
+        row[f"binding_{readout}_ci_high"] = json_number(result.get("ci_high"))
         if result.get("skipped"):  # a readout that cannot apply to the layer: NaN plus its note
             notes.append(f"binding_{readout}: {result.get('note') or 'skipped'}")
     row["note"] = "; ".join(notes)
     probe = layer.get("same_different", {})
-    row["same_different"] = _number(probe.get("accuracy"))
-    row["same_different_ci_low"] = _number(probe.get("ci_low"))
-    row["same_different_ci_high"] = _number(probe.get("ci_high"))
+    row["same_different"] = json_number(probe.get("accuracy"))
+    row["same_different_ci_low"] = json_number(probe.get("ci_low"))
+    row["same_different_ci_high"] = json_number(probe.get("ci_high"))
     return row
 
 
@@ -132,10 +126,10 @@ def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
         raise StoreError(f"{meta_path}: no 'learning' record; rerun train_zoo for this run")
     return {
         "learned": float(bool(learning["left_plateau"])),
-        "slot_probe_gain": _number(learning.get("slot_probe_gain")),
+        "slot_probe_gain": json_number(learning.get("slot_probe_gain")),
         "dose": dose_of(meta),
-        "step": _number(meta.get("steps_trained", meta.get("steps"))),
-        "seed": _number(meta.get("seed")),
+        "step": json_number(meta.get("steps_trained", meta.get("steps"))),
+        "seed": json_number(meta.get("seed")),
         "objective": str(meta.get("objective") or math.nan),
         "configuration": configuration(meta),
     }
@@ -194,7 +188,7 @@ def aggregate(
             row |= {c: math.nan for c in row if c.startswith("jer_")}
         row |= learning_columns((zoo_meta_paths or {}).get(key))
         for name in covariates:
-            row[name] = _number(entry.get("covariates", {}).get(name))
+            row[name] = json_number(entry.get("covariates", {}).get(name))
         rows.append(row)
         depths.append(profile)
         spectra.append(normalised_spectra(ds, key, family, settings.probe_set, path=path))
