@@ -1,7 +1,28 @@
-"""repdiag: what a vision representation encodes beyond its global geometry."""
+"""repdiag: what a vision representation encodes beyond its global geometry.
+
+In a notebook (:mod:`repdiag.api`, imported on first use so that ``import repdiag`` stays light)::
+
+    config = repdiag.load_config("config.yaml")
+    bench = repdiag.render_benchmark("work/binding.zarr", config)
+    scores = repdiag.measure(repdiag.encoder(my_module), bench, "work", config)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
 # The list of studies registers the packages whose config checks the core runs (repdiag.studies):
 # imported here so that every entry point (workflow, CLI, library) has them.
 from repdiag import studies as studies
+
+API = ("encoder", "jacobian_spectra", "load_config", "measure", "render_benchmark")
+"""The notebook face, :mod:`repdiag.api`."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        return getattr(importlib.import_module("repdiag.api"), name)
+    raise AttributeError(f"module 'repdiag' has no attribute {name!r}")

@@ -27,6 +27,7 @@ from repdiag.core.offline import enforce_offline
 from repdiag.encoders.entries import check_entry, check_model_files, is_local_path
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.sources import SOURCES, BuildOptions
+from repdiag.encoders.sources.base import Built
 from repdiag.encoders.sources.open_clip import resolve_open_clip_pretrained
 from repdiag.encoders.sources.timm import timm_cached
 from repdiag.encoders.sources.torchvision import torchvision_cached
@@ -142,6 +143,24 @@ def build_encoder(
     enforce_offline()  # whatever the environment says (HF_HUB_OFFLINE=0 included)
     with offline() if meta else contextlib.nullcontext():
         built = builder(key, entry, options)
+    return _encoder(key, entry, built, default_pooling)
+
+
+def encoder_from_module(
+    model: nn.Module, key: str = "model", *, family: str = "other", pooling: str = "cls"
+) -> Encoder:
+    """The encoder of any ``nn.Module`` (a notebook's own model), built as a ``python`` entry
+    would be: the same taps, and preprocessing from timm's config for a timm model, the module's
+    own ``preprocess_cfg``, else ImageNet's at 224 px."""
+    from repdiag.encoders.sources.python import built_from_module
+
+    entry = {"source": "python", "id": type(model).__qualname__, "family": family}
+    built = built_from_module(key, model, f"module {type(model).__module__}.{entry['id']}")
+    return _encoder(key, entry | {"pooling": pooling}, built, pooling)
+
+
+def _encoder(key: str, entry: dict[str, Any], built: Built, default_pooling: str) -> Encoder:
+    """Preprocessing, pooling and taps of a built model (frozen, in eval mode)."""
     try:
         preprocess = built.preprocess.updated(entry.get("preprocess"))
     except EncoderError as err:

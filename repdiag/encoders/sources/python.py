@@ -25,7 +25,13 @@ def build_python(key: str, entry: Mapping[str, Any], options: BuildOptions) -> B
     model = _call(key, target, dict(entry.get("kwargs") or {}))
     if options.meta:
         model.to(META)
-    origin = f"python {target}"
+    return built_from_module(key, model, f"python {target}")
+
+
+def built_from_module(key: str, model: nn.Module, origin: str) -> Built:
+    """``model`` with its preprocessing: timm's for a timm model, its own ``preprocess_cfg``,
+    else ImageNet's at 224 px."""
+    target = origin
     if any(cls.__module__.startswith("timm.models") for cls in type(model).__mro__):
         return Built(model, from_timm(model), origin=origin)
     own = getattr(model, "preprocess_cfg", None)
