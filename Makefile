@@ -26,8 +26,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile $(TORCH_PINS)
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
+	# byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set (this machine's CI), a package
+	# installed with --no-compile is compiled again by every process that imports it
+	$(BIN)/python -m pip install -q $(TORCH_PINS)
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
 # The config is validated before Snakemake reads it: Snakemake evaluates template (YTE) configs

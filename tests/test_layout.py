@@ -15,7 +15,7 @@ SHARED = ("core", "common", "encoders")
 # Imports only point down: core (0) -> common (1) -> encoders (2) -> each study (3). Top-level
 # modules (repdiag/*.py: the list of studies, the CLI) sit above everything and import anything.
 LAYER = {**{name: layer for layer, name in enumerate(SHARED)}, **dict.fromkeys(STUDIES, 3)}
-TOP_LEVEL = ("__init__.py", "cli.py", "contracts.py", "studies.py")
+TOP_LEVEL = ("__init__.py", "api.py", "cli.py", "contracts.py", "studies.py")
 
 
 def _modules() -> dict[str, Path]:
