@@ -99,9 +99,10 @@ def jacobian_spectra(
     section = config["jacobians"]
     _, images = image_sets(open_binding_store(benchmark))["query"]
     x = enc.preprocess(images[: int(section["probes"]["binding"]["n"])])
-    spectra = spectra_of(enc, x, layers=layers or enc.layers, **engine_options(section))
+    taps = list(layers or enc.layers)
+    spectra = spectra_of(enc, x, layers=taps, **engine_options(section))
     formula = config["stats"]["jer_formula"]
     return {
         tap: {"singular_values": spectra[tap].numpy(), "jer": jer(spectra[tap], formula).numpy()}
-        for tap in (layers or enc.layers)
+        for tap in taps
     }

@@ -5,7 +5,8 @@ The same semantics as ``snakemake.utils.validate(config, schema)`` (Draft 2020-1
 while validating, as in the jsonschema FAQ's ``extend_with_default``), without re-reading a
 referenced schema file for each ``$ref``: Snakemake parses them with pure-Python YAML each time,
 0.6-0.8 s of every Snakemake start and every :func:`repdiag.core.config.load_config` for
-our 11 section files. Here they come from :func:`schema_file` (libyaml, once per process). It also needs no Snakemake, so a machine with only the library can load a config.
+our 11 section files. Here they come from :func:`schema_file` (libyaml, once per process).
+It also needs no Snakemake, so a machine with only the library can load a config.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def schema_file(path: Path) -> Mapping[str, Any]:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
+@functools.cache
 def _with_defaults(validator_class: Any) -> Any:
     from jsonschema import validators
 

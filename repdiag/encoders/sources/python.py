@@ -31,7 +31,6 @@ def build_python(key: str, entry: Mapping[str, Any], options: BuildOptions) -> B
 def built_from_module(key: str, model: nn.Module, origin: str) -> Built:
     """``model`` with its preprocessing: timm's for a timm model, its own ``preprocess_cfg``,
     else ImageNet's at 224 px."""
-    target = origin
     if any(cls.__module__.startswith("timm.models") for cls in type(model).__mro__):
         return Built(model, from_timm(model), origin=origin)
     own = getattr(model, "preprocess_cfg", None)
@@ -39,7 +38,7 @@ def built_from_module(key: str, model: nn.Module, origin: str) -> Built:
         try:
             return Built(model, Preprocess(**own), origin=origin)
         except (TypeError, EncoderError) as err:
-            raise model_error(key, f"{target}: bad preprocess_cfg {dict(own)} ({err})") from err
+            raise model_error(key, f"{origin}: bad preprocess_cfg {dict(own)} ({err})") from err
     return Built(model, Preprocess(224, IMAGENET_MEAN, IMAGENET_STD, "bicubic"), origin=origin)
 
 
