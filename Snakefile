@@ -32,6 +32,7 @@ include: "rules/jacobians.smk"
 include: "rules/metrics.smk"
 include: "rules/stats.smk"
 include: "rules/causal.smk"
+include: "rules/families.smk"
 include: "rules/identifiability.smk"
 include: "rules/cifar.smk"
 include: "rules/alignment.smk"
@@ -45,7 +46,8 @@ rule all:
 
 
 # One rule per target of repdiag.studies.TARGETS, named after it: `snakemake binding` (the main
-# study alone), `binding_causal` (the JER intervention), `identifiability`,
+# study alone), `binding_causal` (the JER intervention), `binding_families` (the objectives at
+# the binding budget), `identifiability`,
 # `identifiability_check` (against the authors' runs), `alignment`, `cifar` and `sugarcrepe`
 # (when enabled). Each builds the final outputs its stage files register (final_targets).
 for study_target in TARGETS:

@@ -41,6 +41,7 @@ TARGETS: tuple[Target, ...] = (
     # the main study first: its figures and results/summary.md arrive before the others finish
     Target("binding", "binding", priority=10),
     Target("binding_causal", "binding", on_request=True),  # the JER intervention
+    Target("binding_families", "binding", on_request=True),  # the objectives at 3000 steps
     Target("identifiability", "identifiability"),
     Target("identifiability_check", "identifiability", on_request=True),  # the authors' runs
     Target("alignment", "alignment"),

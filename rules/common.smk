@@ -2,6 +2,7 @@
 import re
 
 from repdiag.binding.causal_options import causal_models
+from repdiag.binding.family_options import family_models
 from repdiag.core.checks import check_before_run
 from repdiag.core.config import check_config, fill_defaults, section, seeded
 from repdiag.core.config_files import check_repeated_entries
@@ -10,7 +11,7 @@ from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.offline import enforce_offline
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
-from repdiag.encoders.entries import model_files
+from repdiag.encoders.entries import cache_dir, model_files
 from repdiag.studies import TARGETS, target
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
@@ -52,7 +53,11 @@ onstart:
     }
     MODELS_WITH_JOBS -= {None}
     if MODELS_WITH_JOBS:
-        check_before_run(config, MODELS_WITH_JOBS)
+        # a model whose build checks passed under the same config, code and libraries is not
+        # built again (repdiag.core.checks.build_check_key): that build imports torch and timm
+        check_before_run(
+            config, MODELS_WITH_JOBS, passed=cache_dir() / "build-checks"
+        )
 
 
 def priority_of(study):
@@ -64,9 +69,11 @@ def priority_of(study):
 
 MODELS = config.get("models", {})
 # The JER intervention's regularised models are built by `snakemake binding_causal` only
-# (rules/causal.smk); every other model belongs to the main study.
+# (rules/causal.smk), the family comparison's runs by `snakemake binding_families` only
+# (rules/families.smk); every other model belongs to the main study.
+REQUESTED_ONLY = set(causal_models(config)) | set(family_models(config))
 BINDING_MODELS = {
-    key: entry for key, entry in MODELS.items() if key not in causal_models(config)
+    key: entry for key, entry in MODELS.items() if key not in REQUESTED_ONLY
 }
 
 

@@ -27,7 +27,11 @@ def test_targets_are_named_once_and_the_main_study_goes_first():
     names = [t.name for t in TARGETS]
     assert len(names) == len(set(names))
     assert target("binding").priority > max(t.priority for t in TARGETS if t.name != "binding")
-    assert [t.name for t in TARGETS if t.on_request] == ["binding_causal", "identifiability_check"]
+    assert [t.name for t in TARGETS if t.on_request] == [
+        "binding_causal",
+        "binding_families",
+        "identifiability_check",
+    ]
     with pytest.raises(KeyError, match="no workflow target 'nope'"):
         target("nope")
 

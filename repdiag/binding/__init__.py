@@ -23,6 +23,7 @@ CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.metrics.options:check_metrics_config",
     "repdiag.binding.stats_options:check_stats_config",
     "repdiag.binding.causal_options:check_causal_config",
+    "repdiag.binding.family_options:check_family_config",
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 

@@ -12,8 +12,14 @@ with jobs to run (None: all). Which packages, in which order, is said once, abov
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
+import importlib.metadata
+import json
+import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from repdiag.core.errors import RepdiagError
@@ -77,9 +83,85 @@ def check_before_run(
     *,
     build: bool = True,
     weights: bool = True,
+    passed: Path | None = None,
 ) -> None:
     """Run the pre-run checks (:func:`run_checks`) on ``models`` (default: every model) of a
-    validated config; each raises a :class:`~repdiag.core.errors.RepdiagError` naming the key."""
+    validated config; each raises a :class:`~repdiag.core.errors.RepdiagError` naming the key.
+
+    ``passed``: a folder where the build checks remember the models they passed
+    (:func:`build_check_key`). A model whose key is there is not built again: its build checks
+    are a function of that key alone, and building imports torch and the model libraries
+    (seconds at every run's start). The weights checks always run: files change without the
+    config changing."""
     models = None if models is None else set(models)
-    for reference in run_checks(build=build, weights=weights):
+    for reference in run_checks(build=False, weights=weights):
         resolve(reference)(config, models)
+    if not build:
+        return
+    if passed is None:
+        for reference in run_checks(build=True, weights=False):
+            resolve(reference)(config, models)
+        return
+    chosen = set(config.get("models") or {}) if models is None else models
+    keys = {key: build_check_key(config, key) for key in chosen}
+    todo = {key for key in chosen if not (passed / keys[key]).is_file()}
+    if todo:
+        for reference in run_checks(build=True, weights=False):
+            resolve(reference)(config, todo)
+        _remember(passed, [keys[key] for key in todo])
+
+
+def build_check_key(config: Mapping[str, Any], model: str) -> str:
+    """What the build checks of ``model`` depend on, hashed: the config with only this model
+    under ``models`` (any other change of the config also changes the key: conservative), the
+    checks registered, repdiag's own source and schemas, and the versions of the libraries that
+    build models. The build checks build library architectures only (a ``python`` or ``hub``
+    entry runs the user's code, so its job builds it: tested in tests/core/test_checks.py), so
+    the key covers everything they read."""
+    entry = (config.get("models") or {}).get(model) or {}
+    what = [
+        {**config, "models": {model: entry}},
+        run_checks(build=True, weights=False),
+        _source_digest(),
+        _library_versions(),
+    ]
+    text = json.dumps(what, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+BUILDING_LIBRARIES = ("torch", "torchvision", "timm", "open_clip_torch")
+
+
+@functools.cache
+def _library_versions() -> tuple[str, ...]:
+    versions = []
+    for name in BUILDING_LIBRARIES:
+        try:
+            versions.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} absent")
+    return tuple(versions)
+
+
+@functools.cache
+def _source_digest() -> str:
+    """sha256 over repdiag's Python files and the schemas, by path and content."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    files = [*package.rglob("*.py"), *(package.parent / "schemas").glob("*.yaml")]
+    for path in sorted(files):
+        digest.update(str(path.relative_to(package.parent)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _remember(folder: Path, keys: Iterable[str]) -> None:
+    """One empty file per passed key; an unwritable folder only costs the next run a build."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for key in keys:
+            partial = folder / f".{key}.{os.getpid()}.tmp"
+            partial.write_bytes(b"")
+            partial.replace(folder / key)
+    except OSError:
+        pass

@@ -38,7 +38,7 @@ BUILD_CHECKS: tuple[str, ...] = (
 )
 """Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""
 
-WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.registry:check_weights_available",)
+WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.available:check_weights_available",)
 """Pre-run checks of weights files, hub folders and library caches (core.config.check_before_run)."""
 
 _WHERE = {

@@ -262,7 +262,7 @@ def model_files(key: str, entry: Mapping[str, Any]) -> list[tuple[str, str, str]
 
 def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
     """Every weights file and hub folder of ``models`` exists (part of a real run's ``onstart``
-    check, :func:`repdiag.encoders.registry.check_weights_available`).
+    check, :func:`repdiag.encoders.available.check_weights_available`).
 
     ``models``: the keys to check (default: all). Kept out of :func:`check_models` so that a dry
     run plans a config whose weights live on another machine (``config/paper.yaml``);

@@ -24,13 +24,10 @@ from torch import nn
 
 from repdiag.core.errors import ConfigError, EncoderError, RegistryError
 from repdiag.core.offline import enforce_offline
-from repdiag.encoders.entries import check_entry, check_model_files, is_local_path
+from repdiag.encoders.entries import check_entry
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.sources import SOURCES, BuildOptions
 from repdiag.encoders.sources.base import Built
-from repdiag.encoders.sources.open_clip import resolve_open_clip_pretrained
-from repdiag.encoders.sources.timm import timm_cached
-from repdiag.encoders.sources.torchvision import torchvision_cached
 from repdiag.encoders.taps import TapPlan, run_taps, tap_plan
 from repdiag.encoders.weights import model_error
 
@@ -191,35 +188,6 @@ def _encoder(key: str, entry: dict[str, Any], built: Built, default_pooling: str
         entry=entry,
         origin=built.origin,
     )
-
-
-def check_cached_weights(key: str, entry: Mapping[str, Any]) -> None:
-    """Fail, naming the model, when the library-cache weights ``entry`` names are not cached
-    (``pretrained: true`` for timm, a pretrained tag for open_clip, a weights enum name for
-    torchvision): the run's ``onstart`` check, before any job starts."""
-    source, name, pretrained = entry.get("source"), str(entry.get("id")), entry.get("pretrained")
-    if not pretrained or (isinstance(pretrained, str) and is_local_path(pretrained)):
-        return
-    if source == "timm" and pretrained is True:
-        timm_cached(key, name)
-    elif source == "open_clip":
-        resolve_open_clip_pretrained(key, name, pretrained)
-    elif source == "torchvision" and isinstance(pretrained, str):
-        import torchvision
-
-        enum = torchvision.models.get_model_weights(name)
-        if pretrained not in enum.__members__:
-            raise model_error(key, f"{pretrained!r} is not a weights name of {name}")
-        torchvision_cached(key, name, enum[pretrained])
-
-
-def check_weights_available(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
-    """A real run's ``onstart`` check, before any job: the weights files and hub folders of
-    ``models`` (default: all) exist and their library-cache weights are cached."""
-    check_model_files(config, models)
-    entries = config.get("models") or {}
-    for key in entries if models is None else [m for m in entries if m in set(models)]:
-        check_cached_weights(key, entries[key])
 
 
 SIZE_CHECKED_SOURCES = frozenset({"zoo", "timm", "checkpoint", "torchvision", "open_clip"})

@@ -29,7 +29,7 @@ def test_pre_run_checks_are_registered_by_package_weights_first() -> None:
     from repdiag.core.checks import checked_packages, resolve, run_checks
 
     every = run_checks()
-    assert every[0] == "repdiag.encoders.registry:check_weights_available"
+    assert every[0] == "repdiag.encoders.available:check_weights_available"
     assert "repdiag.encoders.zoo.prerun:check_zoo_backbones" in every
     assert "repdiag.binding.prerun:check_jacobian_layers" in every
     assert run_checks(weights=False) == every[1:]
@@ -51,5 +51,85 @@ def test_check_before_run_passes_the_models_with_jobs(monkeypatch) -> None:
     monkeypatch.setattr("builtins.print", lambda config, models: seen.append((config, models)))
     checks.check_before_run({"a": 1}, ["m", "m", "n"])
     checks.check_before_run({"a": 1})
-    assert seen == [({"a": 1}, {"m", "n"}), ({"a": 1}, None)]
+    # once as the weights checks, once as the build checks (run_checks is asked for each kind)
+    assert seen == [({"a": 1}, {"m", "n"})] * 2 + [({"a": 1}, None)] * 2
     assert repdiag.encoders.WEIGHTS_CHECKS  # the registry the real run_checks reads
+
+
+def recording_checks(monkeypatch) -> list[tuple[str, set[str] | None]]:
+    """run_checks replaced by one weights check and one build check that record their models."""
+    calls: list[tuple[str, set[str] | None]] = []
+
+    def fake_run_checks(*, build: bool = True, weights: bool = True) -> tuple[str, ...]:
+        return (("weights",) if weights else ()) + (("build",) if build else ())
+
+    monkeypatch.setattr(checks, "run_checks", fake_run_checks)
+    monkeypatch.setattr(
+        checks,
+        "resolve",
+        lambda kind: (
+            lambda config, models: calls.append((kind, None if models is None else set(models)))
+        ),
+    )
+    return calls
+
+
+ZOO = {"source": "zoo", "id": "a"}
+CONFIG = {"models": {"a": ZOO, "b": {"source": "timm", "id": "resnet10t"}}, "seed": 0}
+
+
+def test_a_model_whose_build_checks_passed_is_not_built_again(monkeypatch, tmp_path) -> None:
+    calls = recording_checks(monkeypatch)
+    passed = tmp_path / "passed"
+    checks.check_before_run(CONFIG, ["a", "b"], passed=passed)
+    checks.check_before_run(CONFIG, ["a", "b"], passed=passed)  # both remembered
+    checks.check_before_run({**CONFIG, "seed": 1}, ["a"], passed=passed)  # another config
+    assert calls == [
+        ("weights", {"a", "b"}),
+        ("build", {"a", "b"}),
+        ("weights", {"a", "b"}),  # files change without the config changing: always checked
+        ("weights", {"a"}),
+        ("build", {"a"}),
+    ]
+    assert len(list(passed.iterdir())) == 3
+
+
+def test_a_failed_build_check_is_not_remembered(monkeypatch, tmp_path) -> None:
+    def failing(kind):
+        def check(config, models):
+            if kind == "build":
+                raise RepdiagError("no")
+
+        return check
+
+    monkeypatch.setattr(checks, "run_checks", lambda **kinds: ("build",))
+    monkeypatch.setattr(checks, "resolve", failing)
+    with pytest.raises(RepdiagError):
+        checks.check_before_run(CONFIG, ["a"], passed=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_key_is_the_model_its_config_the_code_and_the_libraries() -> None:
+    key = checks.build_check_key(CONFIG, "a")
+    assert key == checks.build_check_key(CONFIG, "a") and len(key) == 64
+    assert key != checks.build_check_key(CONFIG, "b")
+    # another model's entry is not part of the key; any other key of the config is
+    assert key == checks.build_check_key({**CONFIG, "models": {"a": ZOO}}, "a")
+    assert key != checks.build_check_key({**CONFIG, "seed": 1}, "a")
+    assert key != checks.build_check_key({**CONFIG, "models": {"a": {**ZOO, "id": "c"}}}, "a")
+    assert "timm==" in " ".join(checks._library_versions())
+
+
+def test_the_build_checks_never_build_the_users_code() -> None:
+    """The key of a remembered build check covers the config, repdiag and the libraries, not the
+    code a python or hub entry imports: no build check may build those sources (their jobs do)."""
+    from repdiag.binding.prerun import TAPS_CHECKED_SOURCES
+    from repdiag.encoders.registry import SIZE_CHECKED_SOURCES
+
+    assert checks.run_checks(build=True, weights=False) == (
+        "repdiag.encoders.zoo.prerun:check_zoo_backbones",
+        "repdiag.encoders.registry:check_model_sizes",
+        "repdiag.binding.prerun:check_jacobian_layers",
+    )
+    for sources in (TAPS_CHECKED_SOURCES, SIZE_CHECKED_SOURCES):
+        assert not {"python", "hub"} & sources

@@ -1,6 +1,7 @@
 """The targets built on request only, on config/test.yaml: binding_causal (a raise and a sham
-arm against each other and the plain run) and identifiability_check (the like-for-like cells), run once in a copy
-of the shared workflow run (they are not part of `rule all`)."""
+arm against each other and the plain run), binding_families (two objectives x two seeds through
+the main study's statistics) and identifiability_check (the like-for-like cells), run once in a
+copy of the shared workflow run (they are not part of `rule all`)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,44 @@ def add_jer_up(config: dict) -> None:
     config["binding_causal"] = {"series": ["jer"], "calibration": {"every": 2}}
 
 
+FAMILY_RUNS = ["simclr", "simclr_fam_s1", "supervised", "supervised_fam_s1"]
+NEW_FAMILY_RUNS = ["simclr_fam_s1", "supervised_fam_s1"]
+
+
+def add_families(config: dict) -> None:
+    """binding_families' path: the series `fam`, simclr and supervised at the test zoo's budget,
+    seeds 0 and 1 (the smallest grid with seeds nested in objectives); seed 0 of each is the
+    shared run's own (the same settings), so two runs are trained."""
+    config.setdefault("series", {})["fam"] = {
+        "name": "{objective}_fam_s{seed}",
+        "family": "contrastive",
+        "run": {"backbone": "vit", "steps": 3, "batch_size": 8},
+        "axes": {
+            "objective": {
+                "set": "objective",
+                "values": ["simclr", "supervised"],
+                "families": {"supervised": "supervised"},
+            },
+            "seed": {"set": "seed", "values": [0, 1]},
+        },
+        "existing": {"simclr_fam_s0": "simclr", "supervised_fam_s0": "supervised"},
+    }
+    config["binding_families"] = {"series": ["fam"]}
+
+
+def add_on_request_paths(config: dict) -> None:
+    add_jer_up(config)
+    add_families(config)
+
+
 def build_on_request(folder: Path) -> None:
-    """The shared workflow run plus the `jer` base (add_jer_up) and `snakemake binding_causal
-    identifiability_check`: only the jobs those targets add (tests.shared_runs builds it once
-    per pytest run)."""
+    """The shared workflow run plus the `jer` base (add_jer_up), the `fam` series (add_families)
+    and `snakemake binding_causal binding_families identifiability_check`: only the jobs those
+    targets add (tests.shared_runs builds it once per pytest run)."""
     source = build_shared(folder.parent, "workflow_run")
     shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True)
-    edit_config(folder, add_jer_up)
-    snakemake(folder, "binding_causal", "identifiability_check")
+    edit_config(folder, add_on_request_paths)
+    snakemake(folder, "binding_causal", "binding_families", "identifiability_check")
 
 
 @pytest.fixture(scope="session")
@@ -107,14 +138,51 @@ def test_the_main_study_leaves_the_regularised_models_out(workflow_run: Path, ex
     assert sorted(causal["model"]) == ["jer_raise_s0", "jer_sham_s0", "simclr"]
 
 
-def test_binding_alone_plans_no_job_of_the_regularised_model(tmp_path: Path) -> None:
+def test_binding_alone_plans_no_job_of_the_on_request_models(tmp_path: Path) -> None:
     workdir = copy_workflow(tmp_path / "wf")
-    edit_config(workdir, add_jer_up)
+    edit_config(workdir, add_on_request_paths)
     named = {value for job in plan(workdir, "binding") for value in job.wildcards.values()}
     assert "simclr" in named
-    assert not {"jer_raise_s0", "jer_sham_s0"} & named
+    assert not {"jer_raise_s0", "jer_sham_s0", *NEW_FAMILY_RUNS} & named
     causal = plan(workdir, "binding_causal")
     assert "jer_raise_s0" in wildcard_values(causal, "train_zoo", "objective")
+    families = plan(workdir, "binding_families")
+    assert set(wildcard_values(families, "train_zoo", "objective")) == set(FAMILY_RUNS)
+    assert set(wildcard_values(families, "compute_metrics", "model")) == set(FAMILY_RUNS)
+
+
+def test_the_family_comparison_takes_the_objective_as_the_unit(extras: Path) -> None:
+    results = extras / "results" / "binding_families"
+    models = pd.read_csv(results / "models.csv")
+    assert sorted(models["model"]) == FAMILY_RUNS  # config/test.yaml has no controls
+    assert models.set_index("model")["family"].to_dict() == {
+        "simclr": "contrastive",
+        "simclr_fam_s1": "contrastive",
+        "supervised": "supervised",
+        "supervised_fam_s1": "supervised",
+    }
+    correlations = pd.read_csv(results / "correlations.csv")
+    trained = correlations[correlations["models"] == "trained"]
+    assert set(trained["unit"]) == {"objective (mean over its seeds)"}
+    assert set(trained["n"]) == {2} and set(trained["n_runs"]) == {4}  # seeds nested
+    families = pd.read_csv(results / "families.csv")
+    binding = families[families["metric"] == "binding_cosine"].set_index("family")
+    assert binding.loc["contrastive", "n_runs"] == 2
+    assert binding.loc["supervised", "mean"] == pytest.approx(
+        models[models["family"] == "supervised"]["binding_cosine"].mean()
+    )
+    summary = (results / "summary.md").read_text()
+    assert "too few" in summary  # 2 objectives: the tables say so instead of giving numbers
+    image = mpimg.imread(results / "metric_scatter.png")
+    assert image.shape[0] > 200 and image.std() > 0
+
+
+def test_the_main_study_leaves_the_family_runs_out(workflow_run: Path, extras: Path) -> None:
+    models = pd.read_csv(workflow_run / "results" / "tables" / "models.csv")
+    assert not set(NEW_FAMILY_RUNS) & set(models["model"])
+    assert not (workflow_run / "results" / "zoo" / "simclr_fam_s1").exists()
+    meta = read_json(extras / "results" / "zoo" / "supervised_fam_s1" / "meta.json")
+    assert (meta["objective"], meta["seed"], meta["steps"]) == ("supervised", 1, 3)
 
 
 def test_the_like_for_like_check_runs_its_own_cells(extras: Path) -> None:

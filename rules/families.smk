@@ -1,0 +1,107 @@
+# The family comparison at the binding budget (repdiag.binding.family_options): the objectives of
+# the series named in binding_families.series, trained where self-supervision binds, with the
+# config's controls, through the main study's aggregation, statistics and digest.
+# `snakemake binding_families`; its tables and figure in results/binding_families/.
+from repdiag.binding import family_options
+
+FAMILY_MEMBERS = family_options.family_members(config)
+FAMILY_ZOO_MODELS = sorted(key for key in FAMILY_MEMBERS if key in ZOO_MODEL_RUNS)
+FAMILIES_DIR = "results/binding_families"
+
+
+use rule aggregate_models as family_aggregate with:
+    input:
+        metrics=expand("results/metrics/{model}.json", model=FAMILY_MEMBERS),
+        jacobians=expand("results/jacobians/{model}.zarr", model=FAMILY_MEMBERS),
+        zoo_meta=[
+            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in FAMILY_ZOO_MODELS
+        ],
+    output:
+        models=f"{FAMILIES_DIR}/models.csv",
+        depth=f"{FAMILIES_DIR}/depth_profiles.csv",
+        spectra=f"{FAMILIES_DIR}/spectra.csv",
+    log:
+        log_file("family_aggregate", "all"),
+    benchmark:
+        bench_file("family_aggregate", "all")
+    priority: 0
+    params:
+        models={
+            key: {
+                "family": MODELS[key]["family"],
+                "source": MODELS[key]["source"],
+                "covariates": MODELS[key].get("covariates", {}),
+            }
+            for key in FAMILY_MEMBERS
+        },
+        zoo_models=FAMILY_ZOO_MODELS,
+        stats={
+            key: config["stats"][key]
+            for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
+        },
+
+
+use rule stats_tables as family_tables with:
+    input:
+        models=f"{FAMILIES_DIR}/models.csv",
+        depth=f"{FAMILIES_DIR}/depth_profiles.csv",
+    output:
+        correlations=f"{FAMILIES_DIR}/correlations.csv",
+        ols=f"{FAMILIES_DIR}/ols.csv",
+        ols_summary=f"{FAMILIES_DIR}/ols_summary.txt",
+        partial=f"{FAMILIES_DIR}/partial.csv",
+        families=f"{FAMILIES_DIR}/families.csv",
+        robustness=f"{FAMILIES_DIR}/robustness.csv",
+        dose_series=f"{FAMILIES_DIR}/dose_series.csv",
+        paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
+    log:
+        log_file("family_tables", "all"),
+    benchmark:
+        bench_file("family_tables", "all")
+    priority: 0
+
+
+use rule plot_metric_scatter as family_scatter with:
+    input:
+        models=f"{FAMILIES_DIR}/models.csv",
+    output:
+        png=f"{FAMILIES_DIR}/metric_scatter.png",
+        pdf=f"{FAMILIES_DIR}/metric_scatter.pdf",
+    log:
+        log_file("family_scatter", "all"),
+    benchmark:
+        bench_file("family_scatter", "all")
+    priority: 0
+
+
+use rule summarise as family_summary with:
+    input:
+        models=f"{FAMILIES_DIR}/models.csv",
+        correlations=f"{FAMILIES_DIR}/correlations.csv",
+        ols=f"{FAMILIES_DIR}/ols.csv",
+        paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
+        dose_series=f"{FAMILIES_DIR}/dose_series.csv",
+        depth_profiles=f"{FAMILIES_DIR}/depth_profiles.csv",
+        zoo_curves=sorted(
+            {
+                f"results/zoo/{ZOO_MODEL_RUNS[key]}/curve.csv"
+                for key in FAMILY_ZOO_MODELS
+            }
+        ),
+    output:
+        f"{FAMILIES_DIR}/summary.md",
+    log:
+        log_file("family_summary", "all"),
+    benchmark:
+        bench_file("family_summary", "all")
+    priority: 0
+
+
+if FAMILY_MEMBERS:
+    final_output(
+        "binding_families",
+        rules.family_aggregate,
+        rules.family_tables,
+        rules.family_scatter,
+        rules.family_summary,
+    )
