@@ -30,7 +30,8 @@ import yaml
 from safetensors.torch import save_file
 
 from repdiag.encoders import build_encoder
-from repdiag.encoders.entries import check_models, check_weights_available
+from repdiag.encoders.available import check_weights_available
+from repdiag.encoders.entries import check_models
 from repdiag.encoders.jacobian.engine import jacobian_spectra
 from tests.encoders.jacobian.models import engine
 from tests.encoders.paper_hub import UPSTREAM_ENTRY_POINTS, checkpoint_state, write_hub_dirs
