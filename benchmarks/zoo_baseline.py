@@ -1,4 +1,4 @@
-"""The zoo's training step as it was before issue 47 (commit 482f62e), kept as the baseline of
+"""The zoo's training step as it was before the zoo speed-up (commit 482f62e), kept as the baseline of
 benchmarks/zoo.py: measured side by side with the current step in one process.
 
 What the old step did that the new one does not: augmentations built an affine grid by a

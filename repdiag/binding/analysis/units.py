@@ -1,4 +1,4 @@
-"""The units of the binding study's comparison across models (issue 46: the training run is the
+"""The units of the binding study's comparison across models (the training run is the
 unit of replication, the seeds of an objective are nested in it, checkpoints in their run).
 
 Every row of the models table is one network. Two keys say what it replicates:
