@@ -20,7 +20,7 @@ from typing import Any
 
 from repdiag.common.families import JER_INTERVENTION_FAMILY
 from repdiag.core.errors import ConfigError
-from repdiag.core.series import series_cells
+from repdiag.core.series import named_series, series_cells
 from repdiag.encoders.zoo.spec import run_spec
 
 ARMS = ("plain", "raise", "lower", "sham")
@@ -41,22 +41,14 @@ def causal_cells(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     outside the dose series), ``arm``, ``seed``, ``run`` (the
     zoo run standing for the cell: the cell's own, or the existing run named for it) and
     ``model`` (the model of that run, named like it)."""
-    all_series = config.get("series") or {}
     records = []
-    for base in causal_series(config):
-        if base not in all_series:
-            raise ConfigError(
-                f"binding_causal.series: {base!r} is not a series (has {sorted(all_series)}); "
-                "declare its arms under series"
-            )
-        declared = all_series[base]
+    for base, declared, existing in named_series(config, "binding_causal.series", "its arms"):
         axes = declared.get("axes") or {}
         if "arm" not in axes or "seed" not in axes:
             raise ConfigError(
                 f"series.{base}.axes: a causal base needs an `arm` axis (patches plain, raise, "
                 f"lower, sham) and a `seed` axis; it has {sorted(axes)}"
             )
-        existing = dict(declared.get("existing") or {})
         for cell in series_cells(base, declared):
             run = existing.get(cell["name"], cell["name"])
             hparams = cell["run"].get("hparams") or {}

@@ -21,7 +21,7 @@ from typing import Any
 from repdiag.binding.causal_options import causal_models
 from repdiag.common.families import APART_FAMILIES, CONTROL_FAMILY
 from repdiag.core.errors import ConfigError
-from repdiag.core.series import series_cells
+from repdiag.core.series import named_series, series_cells
 from repdiag.encoders.zoo.spec import run_spec
 
 AXES = ("objective", "seed")
@@ -31,31 +31,18 @@ BUDGET_KEYS = ("backbone", "steps", "batch_size", "lr", "image_size")
 """What every run of a family series shares: the comparison is at one budget."""
 
 
-def family_series(config: Mapping[str, Any]) -> list[str]:
-    """``binding_families.series``: the series whose runs are compared."""
-    return list((config.get("binding_families") or {}).get("series") or [])
-
-
 def family_cells(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One record per run of the compared series: ``series``, ``objective`` (the axis label),
     ``seed``, ``run`` (the zoo run: the cell's own, or the existing run named for it),
     ``model`` (the model of that run, named like it) and ``declared`` (False for an existing
     run: it belongs to whichever part of the config declared it)."""
-    all_series = config.get("series") or {}
     records = []
-    for name in family_series(config):
-        if name not in all_series:
-            raise ConfigError(
-                f"binding_families.series: {name!r} is not a series (has {sorted(all_series)}); "
-                "declare its runs under series"
-            )
-        declared = all_series[name]
+    for name, declared, existing in named_series(config, "binding_families.series", "its runs"):
         if set(declared.get("axes") or {}) != set(AXES):
             raise ConfigError(
                 f"series.{name}.axes: a family series has exactly the axes {list(AXES)}; it has "
                 f"{sorted(declared.get('axes') or {})}"
             )
-        existing = dict(declared.get("existing") or {})
         for cell in series_cells(name, declared):
             run = existing.get(cell["name"], cell["name"])
             records.append(

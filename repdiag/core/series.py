@@ -113,6 +113,27 @@ def series_cells(name: str, series: Mapping[str, Any]) -> list[dict[str, Any]]:
     return cells
 
 
+def named_series(
+    config: Mapping[str, Any], key: str, what: str
+) -> list[tuple[str, Mapping[str, Any], dict[str, str]]]:
+    """The series a config section lists by name (``key``, e.g. ``binding_causal.series``):
+    per name, the series and its ``existing`` map. A name that is not a series is a ConfigError
+    naming ``key``; ``what`` says what the user declares under it (e.g. "its arms")."""
+    section, _, field = key.rpartition(".")
+    names = list((config.get(section) or {}).get(field) or [])
+    all_series = config.get("series") or {}
+    found = []
+    for name in names:
+        if name not in all_series:
+            raise ConfigError(
+                f"{key}: {name!r} is not a series (has {sorted(all_series)}); declare {what} "
+                "under series"
+            )
+        declared = all_series[name]
+        found.append((name, declared, dict(declared.get("existing") or {})))
+    return found
+
+
 @cache
 def _run_schema() -> dict[str, Any]:
     schema = yaml.safe_load(ZOO_SCHEMA.read_text())

@@ -142,3 +142,23 @@ def test_the_default_config_declares_the_dose_series_by_grid():
     zero_step = [name for name, run in runs.items() if run["steps"] == 0 or run["stop_at"] == 0]
     assert zero_step == ["random_resnet"]
     assert all(models[name]["id"] == name for name in runs if name in models)
+
+
+def test_named_series_are_looked_up_and_an_unknown_name_names_the_key():
+    from repdiag.core.series import named_series
+
+    base = {"name": "r_s{seed}", "family": "supervised", "run": {}, "axes": {"seed": {}}}
+    config = {
+        "series": {"a": {**base, "existing": {"r_s0": "x"}}, "b": base},
+        "section": {"series": ["b", "a"]},
+    }
+    found = named_series(config, "section.series", "its runs")
+    assert [(name, existing) for name, _, existing in found] == [("b", {}), ("a", {"r_s0": "x"})]
+    assert found[0][1] is config["series"]["b"]
+    assert named_series({"series": {}}, "section.series", "its runs") == []
+    config["section"]["series"] = ["c"]
+    with pytest.raises(
+        ConfigError,
+        match=r"section\.series: 'c' is not a series \(has \['a', 'b'\]\); declare its runs under series",
+    ):
+        named_series(config, "section.series", "its runs")
