@@ -7,6 +7,7 @@ from repdiag.core.config import (
     short_schema_errors,
 )
 from repdiag.core.validation import validate_config
+from repdiag.studies import TARGETS, default_outputs, final_outputs
 
 min_version("9.0")
 
@@ -39,24 +40,27 @@ include: "rules/alignment.smk"
 include: "rules/sugarcrepe.smk"
 
 
+# What each target builds is one pure function of the config (repdiag.studies.final_outputs,
+# gathered from each study's outputs module): `rule all` builds the targets not on request.
 rule all:
     default_target: True
     input:
-        all_targets(),
+        default_outputs(config),
 
 
 # One rule per target of repdiag.studies.TARGETS, named after it: `snakemake binding` (the main
 # study alone), `binding_causal` (the JER intervention), `binding_families` (the objectives at
 # the binding budget), `identifiability`,
 # `identifiability_check` (against the authors' runs), `alignment`, `cifar` and `sugarcrepe`
-# (when enabled). Each builds the final outputs its stage files register (final_targets).
+# (when enabled). Each builds its entry of final_outputs(config). A loop, because the targets
+# are data (repdiag.studies.TARGETS) and a rule's name cannot come from a function call.
 for study_target in TARGETS:
 
     rule:
         name:
             study_target.name
         input:
-            final_targets(study_target.name),
+            final_outputs(config)[study_target.name],
 
 
 # Params compare by value: a config with its keys in another order reruns nothing.

@@ -5,13 +5,16 @@ Imports point down (core -> common -> encoders -> studies) and the core names no
 it, so what it must know of them is said here and handed down: :data:`CHECKED_PACKAGES` through
 :func:`repdiag.core.checks.register_packages` (called below; the ``repdiag`` package imports this
 module, so every entry point registers them), :data:`COMMANDS` to :mod:`repdiag.cli`, and
-:data:`TARGETS` to the workflow (rules/common.smk: ``final_targets``, ``priority_of``; the
-Snakefile's rule per target). Every name here is a string: importing this module imports no study.
+:data:`TARGETS` and :func:`final_outputs` to the workflow (the Snakefile's `rule all` and rule per
+target; rules/common.smk's ``priority_of``). Every name here is a string: importing this module imports no study.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from repdiag.core.checks import register_packages
 
@@ -66,6 +69,33 @@ def target(name: str) -> Target:
         if candidate.name == name:
             return candidate
     raise KeyError(f"no workflow target {name!r}; the targets are {[t.name for t in TARGETS]}")
+
+
+def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Every workflow target's final outputs, ``{target: [paths]}``, from the validated config
+    alone (the workflow catalog's ``get_final_output``): what `snakemake <target>` builds, each
+    study's part given by ``repdiag.<study>.outputs.final_outputs``. The Snakefile's `rule all`
+    and its rule per target read only this."""
+    outputs: dict[str, list[str]] = {}
+    for study in STUDIES:
+        module = importlib.import_module(f"repdiag.{study}.outputs")
+        for name, paths in module.final_outputs(config).items():
+            if target(name).study != study:
+                raise ValueError(f"repdiag.{study}.outputs names target {name!r} of another study")
+            outputs[name] = list(paths)
+    missing = [entry.name for entry in TARGETS if entry.name not in outputs]
+    if missing:
+        raise ValueError(f"no study gives the final outputs of targets {missing}")
+    for name, paths in outputs.items():
+        if any("{" in path for path in paths) or len(set(paths)) != len(paths):
+            raise ValueError(f"final outputs of {name} repeat a path or hold wildcards: {paths}")
+    return {entry.name: outputs[entry.name] for entry in TARGETS}
+
+
+def default_outputs(config: Mapping[str, Any]) -> list[str]:
+    """What `rule all` builds: the final outputs of every target not built on request only."""
+    outputs = final_outputs(config)
+    return [path for entry in TARGETS if not entry.on_request for path in outputs[entry.name]]
 
 
 register_packages(CHECKED_PACKAGES)

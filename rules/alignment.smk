@@ -189,11 +189,3 @@ rule alignment_real_figure:
     threads: 1
     script:
         "../workflow_scripts/alignment_real_figure.py"
-
-
-if ALIGNMENT_CELLS or ALIGNMENT_REAL:
-    final_output("alignment", rules.alignment_tables, rules.alignment_figures)
-if ALIGNMENT_REAL:
-    final_output("alignment", rules.alignment_real_figure)
-if ALIGNMENT_TUNED:
-    final_output("alignment", rules.alignment_lr_table)

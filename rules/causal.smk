@@ -91,7 +91,3 @@ rule plot_causal:
     threads: 1
     script:
         "../workflow_scripts/plot_causal.py"
-
-
-if CAUSAL_CELLS:
-    final_output("binding_causal", rules.causal_effects, rules.plot_causal)

@@ -96,7 +96,3 @@ rule cifar_figure:
         regimes=CIFAR["regimes"],
     script:
         "../workflow_scripts/cifar_figure.py"
-
-
-if CIFAR_RUNS:
-    final_output("cifar", rules.cifar_tables, rules.cifar_figure)

@@ -1,8 +1,7 @@
 # Helpers shared by the stage files. Functions only: rules live in the stage files.
 import re
 
-from repdiag.binding.causal_options import causal_models
-from repdiag.binding.family_options import family_models
+from repdiag.binding.outputs import binding_models
 from repdiag.core.checks import check_before_run
 from repdiag.core.config import check_config, fill_defaults, section, seeded
 from repdiag.core.config_files import check_repeated_entries
@@ -12,7 +11,7 @@ from repdiag.core.offline import enforce_offline
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
 from repdiag.encoders.entries import cache_dir, model_files
-from repdiag.studies import TARGETS, target
+from repdiag.studies import target
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
 expose_package(workflow.basedir)
@@ -71,10 +70,7 @@ MODELS = config.get("models", {})
 # The JER intervention's regularised models are built by `snakemake binding_causal` only
 # (rules/causal.smk), the family comparison's runs by `snakemake binding_families` only
 # (rules/families.smk); every other model belongs to the main study.
-REQUESTED_ONLY = set(causal_models(config)) | set(family_models(config))
-BINDING_MODELS = {
-    key: entry for key, entry in MODELS.items() if key not in REQUESTED_ONLY
-}
+BINDING_MODELS = binding_models(config)
 
 
 def one_of(names, none):
@@ -84,44 +80,6 @@ def one_of(names, none):
 
 wildcard_constraints:
     model=one_of(MODELS, "NO_MODELS"),
-
-
-# The final outputs of each workflow target (the workflow catalog's get_final_output): each stage
-# file registers what it contributes with final_output(target, ...); `rule <target>` (one per
-# repdiag.studies.TARGETS, in the Snakefile) builds final_targets(target), `rule all` all_targets().
-FINAL_OUTPUTS = {entry.name: [] for entry in TARGETS}
-
-
-def final_output(study, *outputs):
-    """Register final outputs of target ``study``: rules (``rules.<name>``: all their outputs,
-    which must have no wildcards) or lists of paths. Read when a target rule asks, so their
-    order does not matter."""
-    FINAL_OUTPUTS[target(study).name].extend(outputs)
-
-
-def final_targets(study):
-    """The final outputs of target ``study``: what `snakemake <study>` builds."""
-    paths = []
-    for output in FINAL_OUTPUTS[target(study).name]:
-        named = getattr(output, "output", output)  # a rule's outputs, or paths
-        paths.extend(
-            str(path) for path in ([named] if isinstance(named, str) else named)
-        )
-    if any("{" in path for path in paths):
-        raise ValueError(f"final outputs of {study} with wildcards: {paths}")
-    return paths
-
-
-def all_targets():
-    """The final outputs of the default target (`all`): those of every target not built on
-    request only (an intervention or a check on top of a study, such as binding_causal).
-    """
-    return [
-        path
-        for entry in TARGETS
-        if not entry.on_request
-        for path in final_targets(entry.name)
-    ]
 
 
 def log_file(rule_name, stem="{model}"):

@@ -18,6 +18,3 @@ rule render_binding:
         binding=config["datasets"]["binding"],
     script:
         "../workflow_scripts/render_binding.py"
-
-
-final_output("binding", rules.render_binding)

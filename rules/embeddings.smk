@@ -38,6 +38,3 @@ rule extract_embeddings:
         },
     script:
         "../workflow_scripts/extract_embeddings.py"
-
-
-final_output("binding", expand("results/embeddings/{model}.zarr", model=BINDING_MODELS))

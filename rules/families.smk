@@ -95,13 +95,3 @@ use rule summarise as family_summary with:
     benchmark:
         bench_file("family_summary", "all")
     priority: 0
-
-
-if FAMILY_MEMBERS:
-    final_output(
-        "binding_families",
-        rules.family_aggregate,
-        rules.family_tables,
-        rules.family_scatter,
-        rules.family_summary,
-    )

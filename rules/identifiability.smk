@@ -84,12 +84,6 @@ rule identifiability_figures:
         "../workflow_scripts/identifiability_figures.py"
 
 
-if IDENTIFIABILITY_CELLS:
-    final_output(
-        "identifiability", rules.identifiability_tables, rules.identifiability_figures
-    )
-
-
 # The like-for-like check (repdiag.identifiability.check): the violated-diversity MLP cells at the
 # authors' batch, in their own folder, against the authors' stored runs.
 CHECK_SECTION = repdiag.identifiability.study.check_section(IDENTIFIABILITY)
@@ -144,7 +138,3 @@ rule identifiability_check_tables:
     threads: 1
     script:
         "../workflow_scripts/identifiability_check_tables.py"
-
-
-if CHECK_CELLS:
-    final_output("identifiability_check", rules.identifiability_check_tables)

@@ -58,11 +58,3 @@ rule jacobian_spectra:
         },
     script:
         "../workflow_scripts/jacobian_spectra.py"
-
-
-final_output(
-    "binding",
-    expand(
-        "results/jacobians/{model}.{ext}", model=BINDING_MODELS, ext=["zarr", "json"]
-    ),
-)

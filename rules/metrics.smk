@@ -23,6 +23,3 @@ rule compute_metrics:
         source=lambda wildcards: MODELS[wildcards.model]["source"],
     script:
         "../workflow_scripts/compute_metrics.py"
-
-
-final_output("binding", expand("results/metrics/{model}.json", model=BINDING_MODELS))

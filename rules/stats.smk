@@ -276,16 +276,3 @@ rule summarise:
         stats=seeded(config["stats"], config),
     script:
         "../workflow_scripts/summarise.py"
-
-
-final_output(
-    "binding",
-    rules.aggregate_models,
-    rules.stats_tables,
-    rules.plot_metric_scatter,
-    rules.plot_dose_series,
-    rules.plot_jacobian_spectra,
-    rules.plot_depth_profiles,
-    rules.plot_readouts,
-    rules.summarise,
-)

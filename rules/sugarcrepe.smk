@@ -162,16 +162,3 @@ rule sugarcrepe_models:
         headline=SUGARCREPE["headline"],
     script:
         "../workflow_scripts/sugarcrepe_models.py"
-
-
-if SUGARCREPE["enabled"]:
-
-    final_output(
-        "sugarcrepe", expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS)
-    )
-    final_output(
-        "sugarcrepe",
-        rules.sugarcrepe_tables,
-        rules.sugarcrepe_models,
-        rules.sugarcrepe_figure,
-    )

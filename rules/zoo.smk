@@ -1,5 +1,6 @@
 # The embedded zoo: small timm encoders trained on synthetic scenes, one job per run
 # (repdiag.encoders.zoo). Only runs named by a model with `source: zoo` are trained.
+from repdiag.binding.outputs import zoo_runs_of
 from repdiag.encoders.zoo.spec import run_spec, zoo_runs
 
 ZOO_RUNS = zoo_runs(config)
@@ -8,9 +9,7 @@ ZOO_MODEL_RUNS = {
     key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
 }
 # the runs of the main study's models (the JER intervention's are binding_causal's)
-BINDING_ZOO_RUNS = sorted(
-    {ZOO_MODEL_RUNS[key] for key in BINDING_MODELS if key in ZOO_MODEL_RUNS}
-)
+BINDING_ZOO_RUNS = zoo_runs_of(BINDING_MODELS)
 
 
 rule train_zoo:
@@ -59,11 +58,3 @@ rule plot_zoo_curves:
         runs=BINDING_ZOO_RUNS,
     script:
         "../workflow_scripts/plot_zoo_curves.py"
-
-
-if BINDING_ZOO_RUNS:
-    final_output(
-        "binding",
-        expand("results/zoo/{objective}/meta.json", objective=BINDING_ZOO_RUNS),
-    )
-    final_output("binding", rules.plot_zoo_curves)

@@ -35,6 +35,7 @@ class Planned:
     rule: str
     wildcards: dict[str, str] = field(hash=False)
     outputs: tuple[str, ...] = field(hash=False, default=())
+    inputs: tuple[str, ...] = field(hash=False, default=())
     reason: str = field(hash=False, default="")
     resources: dict[str, object] = field(hash=False, default_factory=dict)
     params: dict[str, object] = field(hash=False, default_factory=dict)
@@ -69,6 +70,7 @@ def _plan_only(found: list[Planned], rules: set[str]):
                 job.rule.name,
                 {k: str(v) for k, v in job.wildcards_dict.items()},
                 tuple(str(f) for f in job.output),
+                tuple(str(f) for f in job.input),
                 str(dag.reason(job)),
                 dict(job.resources.items()),
                 dict(job.params.items()),
@@ -207,6 +209,14 @@ def tiny_config(**overrides: Any) -> dict[str, Any]:
     merged in: a mapping is merged key by key into the section it names, anything else replaces
     the value. ``tiny_config(models={...}, zoo={"objectives": {"dino": {"steps": 2}}})``."""
     return _merge(copy.deepcopy(_test_config()), overrides)
+
+
+def resolved_config(**overrides: Any) -> dict[str, Any]:
+    """:func:`tiny_config` with every schema default filled in, as the workflow's stages see it
+    (:func:`repdiag.core.config.fill_defaults`)."""
+    from repdiag.core.config import fill_defaults
+
+    return fill_defaults(tiny_config(**overrides))
 
 
 def write_config(workdir: Path, config: dict[str, Any], name: str = "test.yaml") -> Path:

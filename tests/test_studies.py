@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from repdiag.studies import CHECKED_PACKAGES, COMMANDS, STUDIES, TARGETS, target
+from repdiag.studies import (
+    CHECKED_PACKAGES,
+    COMMANDS,
+    STUDIES,
+    TARGETS,
+    default_outputs,
+    final_outputs,
+    target,
+)
+from tests.planning import resolved_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,3 +60,37 @@ def test_commands_name_a_function_of_a_package():
         module, _, function = reference.partition(":")
         assert callable(getattr(importlib.import_module(module), function)), name
         assert help_text, name
+
+
+def test_final_outputs_give_every_target_and_all_leaves_the_on_request_ones_out():
+    config = resolved_config()
+    outputs = final_outputs(config)
+    assert list(outputs) == [t.name for t in TARGETS]
+    default = default_outputs(config)
+    assert default == [p for t in TARGETS if not t.on_request for p in outputs[t.name]]
+    assert "results/summary.md" in default and "results/tables/alignment.csv" in default
+    assert "results/tables/identifiability_check.csv" not in default  # on request only
+    assert "results/tables/identifiability_check.csv" in outputs["identifiability_check"]
+
+
+def test_final_outputs_is_a_pure_function_of_the_config():
+    config = resolved_config()
+    before = repr(config)
+    assert final_outputs(config) == final_outputs(resolved_config())
+    assert repr(config) == before  # nothing filled in or changed
+
+
+def test_a_study_naming_another_studys_target_is_refused(monkeypatch):
+    import repdiag.cifar.outputs
+
+    monkeypatch.setattr(repdiag.cifar.outputs, "final_outputs", lambda config: {"binding": []})
+    with pytest.raises(ValueError, match=r"cifar\.outputs names target 'binding'"):
+        final_outputs(resolved_config())
+
+
+def test_the_workflow_asks_final_outputs_alone_what_to_build():
+    """No stage file registers outputs of its own; the Snakefile's targets read final_outputs."""
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert "default_outputs(config)" in snakefile and "final_outputs(config)[" in snakefile
+    for path in sorted((ROOT / "rules").glob("*.smk")):
+        assert "final_output(" not in path.read_text(), path

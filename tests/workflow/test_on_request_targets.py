@@ -12,8 +12,11 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
+from repdiag.core.config import fill_defaults
 from repdiag.core.store import read_json
+from repdiag.studies import final_outputs
 from tests.conftest import copy_workflow, edit_config, snakemake
 from tests.planning import plan, wildcard_values
 from tests.shared_runs import build_shared, shared_root
@@ -202,3 +205,27 @@ def test_the_like_for_like_check_runs_its_own_cells(extras: Path) -> None:
         "identity-restricted-mlp-infonce-s0.json",
         "identity-restricted-mlp-infonce-s1.json",
     ]
+
+
+def test_each_target_builds_its_final_outputs_and_every_rule_serves_one(tmp_path: Path) -> None:
+    """Every target rule's inputs are repdiag.studies.final_outputs(config)[target]; each job's
+    every output is read by another job, is a final output or is a record; and the targets together reach
+    every rule the workflow defines, except the branches config/test.yaml leaves off."""
+    workdir = copy_workflow(tmp_path / "wf")
+    edit_config(workdir, add_on_request_paths)
+    config = fill_defaults(yaml.safe_load((workdir / "config" / "test.yaml").read_text()))
+    outputs = final_outputs(config)
+    rules: set[str] = set()
+    jobs = plan(workdir, *outputs, forceall=True, rules=rules)
+    by_rule = {job.rule: job for job in jobs}
+    for name, paths in outputs.items():
+        assert paths or name in {"cifar", "sugarcrepe"}, name
+        assert sorted(by_rule[name].inputs) == sorted(paths), name
+    read = {path for job in jobs for path in job.inputs}
+    unread = {out for job in jobs for out in job.outputs if out not in read}
+    # records kept for inspection: learning curves, the calibration's steps, Jacobian summaries
+    records = {o for o in unread if o.endswith(("curve.csv", "calibration_steps.csv"))}
+    records |= {o for o in unread if o.startswith("results/jacobians/") and o.endswith(".json")}
+    assert records and unread == records
+    off = {rule for rule in rules if rule.startswith(("cifar_", "sugarcrepe_"))}
+    assert off and rules - {job.rule for job in jobs} == off | {"all"}

@@ -1,0 +1,106 @@
+"""What the binding study's workflow targets build: ``binding`` (the main study),
+``binding_causal`` (the JER intervention) and ``binding_families`` (the objectives at the binding
+budget), as paths, from the config alone (gathered by :func:`repdiag.studies.final_outputs`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from repdiag.binding.causal_options import causal_cells, causal_models
+from repdiag.binding.family_options import family_members, family_models
+
+TABLES = (
+    "models.csv",
+    "depth_profiles.csv",
+    "spectra.csv",
+    "correlations.csv",
+    "ols.csv",
+    "ols_summary.txt",
+    "partial.csv",
+    "families.csv",
+    "robustness.csv",
+    "dose_series.csv",
+    "paper_comparison.csv",
+)
+"""The statistics tables (rules aggregate_models and stats_tables), in results/tables for the
+main study and in results/binding_families for the family comparison."""
+
+FIGURES = ("metric_scatter", "dose_series", "jacobian_spectra", "depth_profiles", "readouts")
+"""The main study's figures, each as .png and .pdf in results/figures."""
+
+FAMILIES_DIR = "results/binding_families"
+
+
+def binding_models(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The main study's models: every model of the config except those built on request only,
+    the JER intervention's regularised arms and the family comparison's runs."""
+    requested_only = set(causal_models(config)) | set(family_models(config))
+    models = config.get("models") or {}
+    return {key: entry for key, entry in models.items() if key not in requested_only}
+
+
+def zoo_runs_of(models: Mapping[str, Any]) -> list[str]:
+    """The zoo runs (``id``) of the models with ``source: zoo``, sorted, each once."""
+    return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
+
+
+def _figure(stem: str, folder: str = "results/figures") -> list[str]:
+    return [f"{folder}/{stem}.png", f"{folder}/{stem}.pdf"]
+
+
+def _per_model(models: Mapping[str, Any]) -> list[str]:
+    return [
+        *(f"results/embeddings/{key}.zarr" for key in models),
+        *(f"results/jacobians/{key}.{ext}" for key in models for ext in ("zarr", "json")),
+        *(f"results/metrics/{key}.json" for key in models),
+    ]
+
+
+def main_outputs(config: Mapping[str, Any]) -> list[str]:
+    """`snakemake binding`: the benchmark, every main-study model's embeddings, spectra and
+    metrics, the zoo's runs and learning curves, the tables, figures and results/summary.md."""
+    models = binding_models(config)
+    runs = zoo_runs_of(models)
+    zoo = (
+        [*(f"results/zoo/{run}/meta.json" for run in runs), *_figure("zoo_curves")] if runs else []
+    )
+    return [
+        "results/datasets/binding.zarr",
+        "results/datasets/binding_contact_sheet.png",
+        *_per_model(models),
+        *zoo,
+        *(f"results/tables/{name}" for name in TABLES),
+        *(path for stem in FIGURES for path in _figure(stem)),
+        "results/summary.md",
+    ]
+
+
+def causal_outputs(config: Mapping[str, Any]) -> list[str]:
+    """`snakemake binding_causal`: the arms, contrasts and models tables, the digest and figure
+    (nothing when no series is named in binding_causal.series)."""
+    if not causal_cells(config):
+        return []
+    tables = ("arms.csv", "contrasts.csv", "models.csv", "summary.md")
+    return [*(f"results/binding_causal/{name}" for name in tables), *_figure("binding_causal")]
+
+
+def family_outputs(config: Mapping[str, Any]) -> list[str]:
+    """`snakemake binding_families`: the main study's tables, scatter and digest over the compared
+    families, in results/binding_families (nothing when no series is named)."""
+    if not family_members(config):
+        return []
+    return [
+        *(f"{FAMILIES_DIR}/{name}" for name in TABLES),
+        *_figure("metric_scatter", FAMILIES_DIR),
+        f"{FAMILIES_DIR}/summary.md",
+    ]
+
+
+def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The final outputs of each of the binding study's targets."""
+    return {
+        "binding": main_outputs(config),
+        "binding_causal": causal_outputs(config),
+        "binding_families": family_outputs(config),
+    }
