@@ -1,15 +1,12 @@
 # The JER intervention (repdiag.binding.causal): per base and seed, the plain, raise, lower and
 # sham arms (series named in binding_causal.series). `snakemake binding_causal`.
-from repdiag.binding.causal_options import (
-    calibration_runs,
-    causal_cells,
-    causal_members,
-)
+import repdiag.binding.causal_options
+import repdiag.encoders.zoo.spec
 
-CAUSAL_CELLS = causal_cells(config)
+CAUSAL_CELLS = repdiag.binding.causal_options.causal_cells(config)
 # every arm's model, plain included, once
-CAUSAL_MEMBERS = causal_members(config)
-CALIBRATION_RUNS = calibration_runs(config)
+CAUSAL_MEMBERS = repdiag.binding.causal_options.causal_members(config)
+CALIBRATION_RUNS = repdiag.binding.causal_options.calibration_runs(config)
 
 
 rule causal_calibration:
@@ -24,7 +21,9 @@ rule causal_calibration:
         "../envs/torch.yaml"
     threads: config["zoo"]["threads"]
     params:
-        specs=[run_spec(config, run) for run in CALIBRATION_RUNS],
+        specs=[
+            repdiag.encoders.zoo.spec.run_spec(config, run) for run in CALIBRATION_RUNS
+        ],
         calibration=config["binding_causal"]["calibration"],
     script:
         "../workflow_scripts/causal_calibration.py"

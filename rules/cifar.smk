@@ -3,16 +3,18 @@
 # cifar.enabled; `snakemake cifar` builds just this branch.
 from pathlib import Path
 
-from repdiag.cifar.study import run_names, run_params
-from repdiag.cifar.data import data_files
+import repdiag.cifar.study
+import repdiag.cifar.data
 
 CIFAR = config["cifar"]
-CIFAR_RUNS = run_names(CIFAR)
+CIFAR_RUNS = repdiag.cifar.study.run_names(CIFAR)
 
 
 rule cifar_simclr:
     input:
-        data=lambda wildcards: data_files(CIFAR["data_dir"], CIFAR["format"]),
+        data=lambda wildcards: repdiag.cifar.data.data_files(
+            CIFAR["data_dir"], CIFAR["format"]
+        ),
     output:
         result="results/cifar/{run}.json",
         curve="results/cifar/{run}.curve.csv",
@@ -28,13 +30,15 @@ rule cifar_simclr:
     resources:
         gpu=1,
     params:
-        run=lambda wildcards: run_params(CIFAR, wildcards.run),
+        run=lambda wildcards: repdiag.cifar.study.run_params(CIFAR, wildcards.run),
         device=config["device"],
         # the train/ and test/ folders of the folder layout, by manifest (batch files are inputs)
         inputs=lambda wildcards: folder_digests(
             *(
                 (f"cifar.data_dir/{Path(path).name}", path)
-                for path in data_files(CIFAR["data_dir"], CIFAR["format"])
+                for path in repdiag.cifar.data.data_files(
+                    CIFAR["data_dir"], CIFAR["format"]
+                )
                 if Path(path).is_dir()
             )
         ),

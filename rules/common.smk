@@ -1,4 +1,6 @@
-# Helpers shared by the stage files. Functions only: rules live in the stage files.
+# Helpers and names shared by the stage files; rules live in the stage files. Every .smk shares
+# one namespace, so a stage file imports modules, not names, and reads no name another stage
+# file defines: what several need is defined here.
 import re
 
 from repdiag.binding.outputs import binding_models
@@ -71,6 +73,10 @@ MODELS = config.get("models", {})
 # (rules/causal.smk), the family comparison's runs by `snakemake binding_families` only
 # (rules/families.smk); every other model belongs to the main study.
 BINDING_MODELS = binding_models(config)
+# model key -> its zoo run, for the models trained by the workflow (rules/zoo.smk)
+ZOO_MODEL_RUNS = {
+    key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
+}
 
 
 def one_of(names, none):

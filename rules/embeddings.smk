@@ -1,6 +1,6 @@
 # Per-layer embeddings of every model on the binding images (and an optional image folder):
 # results/embeddings/{model}.zarr, one job per model (repdiag.encoders.embeddings).
-from repdiag.encoders.entries import zoo_files
+import repdiag.encoders.entries
 
 EMBEDDINGS_FOLDER_DIGEST = folder_digests(
     ("embeddings.folder", config["embeddings"]["folder"])
@@ -10,7 +10,9 @@ EMBEDDINGS_FOLDER_DIGEST = folder_digests(
 rule extract_embeddings:
     input:
         dataset="results/datasets/binding.zarr",
-        zoo=lambda wildcards: zoo_files(MODELS[wildcards.model]),
+        zoo=lambda wildcards: repdiag.encoders.entries.zoo_files(
+            MODELS[wildcards.model]
+        ),
         folder=config["embeddings"]["folder"] or [],
     output:
         directory("results/embeddings/{model}.zarr"),

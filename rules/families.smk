@@ -2,9 +2,9 @@
 # the series named in binding_families.series, trained where self-supervision binds, with the
 # config's controls, through the main study's aggregation, statistics and digest.
 # `snakemake binding_families`; its tables and figure in results/binding_families/.
-from repdiag.binding import family_options
+import repdiag.binding.family_options
 
-FAMILY_MEMBERS = family_options.family_members(config)
+FAMILY_MEMBERS = repdiag.binding.family_options.family_members(config)
 FAMILY_ZOO_MODELS = sorted(key for key in FAMILY_MEMBERS if key in ZOO_MODEL_RUNS)
 FAMILIES_DIR = "results/binding_families"
 

@@ -1,7 +1,7 @@
 # Per-layer Jacobian spectra and JER of every model on the probe images (binding queries, a
 # Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.encoders.jacobian).
 import repdiag.core.slurm
-from repdiag.encoders.entries import zoo_files
+import repdiag.encoders.entries
 
 JACOBIAN_FOLDER_DIGEST = folder_digests(
     (
@@ -22,7 +22,9 @@ rule jacobian_spectra:
             if config["jacobians"]["probes"]["binding"]["n"] > 0
             else []
         ),
-        zoo=lambda wildcards: zoo_files(MODELS[wildcards.model]),
+        zoo=lambda wildcards: repdiag.encoders.entries.zoo_files(
+            MODELS[wildcards.model]
+        ),
         folder=(
             config["jacobians"]["probes"]["folder"]["path"]
             if config["jacobians"]["probes"]["folder"]["n"] > 0

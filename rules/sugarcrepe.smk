@@ -2,10 +2,10 @@
 # accuracy as a covariate (repdiag.sugarcrepe.scoring, repdiag.sugarcrepe.report): a GPU
 # job per model, a table across models, the partial correlation of JER with SugarCrepe accuracy
 # given zero-shot accuracy, a figure and the models table joined with the accuracies.
-from repdiag.sugarcrepe.data import scored_models, sugarcrepe_files
+import repdiag.sugarcrepe.data
 
 SUGARCREPE = config["sugarcrepe"]
-SUGARCREPE_MODELS = scored_models(config)
+SUGARCREPE_MODELS = repdiag.sugarcrepe.data.scored_models(config)
 SUGARCREPE_STATS = seeded(config["stats"], config)
 
 
@@ -22,7 +22,9 @@ SUGARCREPE_FOLDER_DIGEST = (
 
 rule sugarcrepe_score:
     input:
-        data=sugarcrepe_files(SUGARCREPE["root"], SUGARCREPE["categories"]),
+        data=repdiag.sugarcrepe.data.sugarcrepe_files(
+            SUGARCREPE["root"], SUGARCREPE["categories"]
+        ),
         class_names=(
             [SUGARCREPE["zero_shot"]["class_names"]]
             if SUGARCREPE["zero_shot"]["folder"] is not None
@@ -42,11 +44,7 @@ rule sugarcrepe_score:
         gpu=1,
     params:
         # the covariates only enter the tables: changing one reruns no model
-        entry=lambda wildcards: {
-            field: value
-            for field, value in MODELS[wildcards.model].items()
-            if field != "covariates"
-        },
+        entry=encoder_entry,
         sugarcrepe={
             "root": SUGARCREPE["root"],
             "images": SUGARCREPE["images"],

@@ -1,15 +1,11 @@
 # The embedded zoo: small timm encoders trained on synthetic scenes, one job per run
 # (repdiag.encoders.zoo). Only runs named by a model with `source: zoo` are trained.
-from repdiag.binding.outputs import zoo_runs_of
-from repdiag.encoders.zoo.spec import run_spec, zoo_runs
+import repdiag.binding.outputs
+import repdiag.encoders.zoo.spec
 
-ZOO_RUNS = zoo_runs(config)
-# model key -> its zoo run, for the models trained by the workflow
-ZOO_MODEL_RUNS = {
-    key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
-}
+ZOO_RUNS = repdiag.encoders.zoo.spec.zoo_runs(config)
 # the runs of the main study's models (the JER intervention's are binding_causal's)
-BINDING_ZOO_RUNS = zoo_runs_of(BINDING_MODELS)
+BINDING_ZOO_RUNS = repdiag.binding.outputs.zoo_runs_of(BINDING_MODELS)
 
 
 rule train_zoo:
@@ -30,7 +26,9 @@ rule train_zoo:
     resources:
         gpu=0 if config["zoo"]["device"] == "cpu" else 1,
     params:
-        spec=lambda wildcards: run_spec(config, wildcards.objective),
+        spec=lambda wildcards: repdiag.encoders.zoo.spec.run_spec(
+            config, wildcards.objective
+        ),
         device=config["zoo"]["device"],
     script:
         "../workflow_scripts/train_zoo.py"

@@ -94,3 +94,21 @@ def test_the_workflow_asks_final_outputs_alone_what_to_build():
     assert "default_outputs(config)" in snakefile and "final_outputs(config)[" in snakefile
     for path in sorted((ROOT / "rules").glob("*.smk")):
         assert "final_output(" not in path.read_text(), path
+
+
+def test_stage_files_import_modules_and_read_no_name_another_stage_file_defines():
+    """Every .smk shares one namespace: a stage file that imported a name, or read a name defined
+    in another stage file, would depend on include order. Shared names live in common.smk."""
+    stages = [p for p in sorted((ROOT / "rules").glob("*.smk")) if p.name != "common.smk"]
+    defined = {
+        path.name: set(re.findall(r"^([A-Z][A-Z_0-9]*) = ", path.read_text(), re.M))
+        for path in stages
+    }
+    assert defined["zoo.smk"]  # the check reads something
+    for path in stages:
+        text = path.read_text()
+        assert not re.search(r"^from repdiag", text, re.M), path
+        for other, names in defined.items():
+            if other != path.name:
+                used = sorted(n for n in names if re.search(rf"\b{n}\b", text))
+                assert not used, f"{path.name} reads {used} from {other}"
