@@ -1,4 +1,6 @@
-# repdiag: the workflow. Stages live in rules/*.smk; logic lives in the repdiag package.
+# repdiag: the workflow. Each study's rules live under its name (rules/binding/*.smk: the main
+# study's stages; rules/<study>.smk: the others), shared helpers in rules/common.smk; logic lives
+# in the repdiag package.
 from snakemake.utils import min_version
 
 from repdiag.core.config import (
@@ -26,14 +28,14 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
-include: "rules/datasets.smk"
-include: "rules/zoo.smk"
-include: "rules/embeddings.smk"
-include: "rules/jacobians.smk"
-include: "rules/metrics.smk"
-include: "rules/stats.smk"
-include: "rules/causal.smk"
-include: "rules/families.smk"
+include: "rules/binding/datasets.smk"
+include: "rules/binding/zoo.smk"
+include: "rules/binding/embeddings.smk"
+include: "rules/binding/jacobians.smk"
+include: "rules/binding/metrics.smk"
+include: "rules/binding/stats.smk"
+include: "rules/binding/causal.smk"
+include: "rules/binding/families.smk"
 include: "rules/identifiability.smk"
 include: "rules/cifar.smk"
 include: "rules/alignment.smk"

@@ -27,18 +27,27 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = (
-    "plot_metric_scatter",
-    "stats_tables",
-    "aggregate_models",
-    "jacobian_spectra",
-    "extract_embeddings",
+    "binding_plot_metric_scatter",
+    "binding_stats_tables",
+    "binding_aggregate_models",
+    "binding_jacobian_spectra",
+    "binding_extract_embeddings",
 )
 # What a script runs once before its first tensor operation, beyond its imports: the numerical
 # switches block (repdiag.core.gpu.numerics) of the extraction and Jacobian jobs.
 FIRST_CALLS = {
-    "jacobian_spectra": "from repdiag.core.gpu import numerics\nwith numerics('fp32', 'cpu'): pass",
-    "extract_embeddings": "from repdiag.core.gpu import numerics\nwith numerics('fp32', 'cpu'): pass",
+    "binding_jacobian_spectra": "from repdiag.core.gpu import numerics\nwith numerics('fp32', 'cpu'): pass",
+    "binding_extract_embeddings": "from repdiag.core.gpu import numerics\nwith numerics('fp32', 'cpu'): pass",
 }
+
+
+def script_path(tree: Path, name: str) -> Path:
+    """``workflow_scripts/NAME.py`` of ``tree``; in trees before the binding study's scripts took
+    their prefix, the unprefixed name."""
+    path = tree / "workflow_scripts" / f"{name}.py"
+    if not path.exists() and name.startswith("binding_"):
+        path = path.with_name(name.removeprefix("binding_") + ".py")
+    return path
 
 
 def script_imports(path: Path) -> str:
@@ -98,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|")
         for name in args.scripts:
             codes = {
-                k: script_imports(t / "workflow_scripts" / f"{name}.py")
-                + "\n"
-                + FIRST_CALLS.get(name, "")
+                k: script_imports(script_path(t, name)) + "\n" + FIRST_CALLS.get(name, "")
                 for k, t in trees.items()
             }
             runs: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}

@@ -70,10 +70,10 @@ def priority_of(study):
 
 MODELS = config.get("models", {})
 # The JER intervention's regularised models are built by `snakemake binding_causal` only
-# (rules/causal.smk), the family comparison's runs by `snakemake binding_families` only
-# (rules/families.smk); every other model belongs to the main study.
+# (rules/binding/causal.smk), the family comparison's runs by `snakemake binding_families` only
+# (rules/binding/families.smk); every other model belongs to the main study.
 BINDING_MODELS = binding_models(config)
-# model key -> its zoo run, for the models trained by the workflow (rules/zoo.smk)
+# model key -> its zoo run, for the models trained by the workflow (rules/binding/zoo.smk)
 ZOO_MODEL_RUNS = {
     key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
 }

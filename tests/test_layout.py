@@ -299,7 +299,7 @@ def _dangling(text: str) -> set[str]:
 
 def test_docs_rules_and_schemas_name_only_code_that_exists():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    pages += [*sorted((ROOT / "rules").glob("*.smk")), *sorted((ROOT / "schemas").glob("*.yaml"))]
+    pages += [*sorted((ROOT / "rules").rglob("*.smk")), *sorted((ROOT / "schemas").glob("*.yaml"))]
     pages += [ROOT / "tests" / "reliability" / "README.md"]
     dangling = {str(p.relative_to(ROOT)): _dangling(p.read_text()) for p in pages}
     assert {page: names for page, names in dangling.items() if names} == {}

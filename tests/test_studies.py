@@ -47,7 +47,7 @@ def test_targets_are_named_once_and_the_main_study_goes_first():
 
 def test_the_workflow_spells_no_study_list_of_its_own():
     """The Snakefile makes one rule per target from TARGETS; no stage file lists the studies."""
-    workflow = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    workflow = [ROOT / "Snakefile", *sorted((ROOT / "rules").rglob("*.smk"))]
     for path in workflow:
         text = path.read_text()
         for name in (t.name for t in TARGETS):
@@ -92,14 +92,14 @@ def test_the_workflow_asks_final_outputs_alone_what_to_build():
     """No stage file registers outputs of its own; the Snakefile's targets read final_outputs."""
     snakefile = (ROOT / "Snakefile").read_text()
     assert "default_outputs(config)" in snakefile and "final_outputs(config)[" in snakefile
-    for path in sorted((ROOT / "rules").glob("*.smk")):
+    for path in sorted((ROOT / "rules").rglob("*.smk")):
         assert "final_output(" not in path.read_text(), path
 
 
 def test_stage_files_import_modules_and_read_no_name_another_stage_file_defines():
     """Every .smk shares one namespace: a stage file that imported a name, or read a name defined
     in another stage file, would depend on include order. Shared names live in common.smk."""
-    stages = [p for p in sorted((ROOT / "rules").glob("*.smk")) if p.name != "common.smk"]
+    stages = [p for p in sorted((ROOT / "rules").rglob("*.smk")) if p.name != "common.smk"]
     defined = {
         path.name: set(re.findall(r"^([A-Z][A-Z_0-9]*) = ", path.read_text(), re.M))
         for path in stages

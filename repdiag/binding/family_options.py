@@ -5,7 +5,7 @@ batch 32 most self-supervised runs sit at chance, so a correlation across object
 nothing; config/ssl_steps.yaml showed SimCLR binding from about 3000 steps. ``series`` names
 series (:mod:`repdiag.core.series`) with an ``objective`` axis and a ``seed`` axis whose runs
 share one budget (backbone, steps, batch size): one run per objective and seed. Their models are
-built by the on-request target ``binding_families`` only (rules/families.smk), and analysed with
+built by the on-request target ``binding_families`` only (rules/binding/families.smk), and analysed with
 the config's controls (family ``control``, the same networks as the main study's) by the main
 study's aggregation and statistics: the objective is the unit, its seeds nested
 (:mod:`repdiag.binding.analysis.statistics`), into ``results/binding_families/``.

@@ -173,7 +173,7 @@ def test_a_workflow_run_refuses_the_payload_naming_the_model(tmp_path: Path) -> 
 def test_no_rule_passes_config_strings_to_a_shell() -> None:
     """Every rule runs a ``script:``; ``shell:``/``run:`` would be the way config strings reach
     a shell (the schema also restricts model keys to ``[A-Za-z0-9_.-]``)."""
-    sources = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
+    sources = [REPO / "Snakefile", *sorted((REPO / "rules").rglob("*.smk"))]
     rules = {}
     for source in sources:
         text = source.read_text()

@@ -22,7 +22,7 @@ def profile() -> dict:
 def rule_blocks() -> dict[str, str]:
     """Every rule of the workflow -> the text of its definition in rules/*.smk."""
     blocks = {}
-    for path in sorted((REPO / "rules").glob("*.smk")):
+    for path in sorted((REPO / "rules").rglob("*.smk")):
         parts = re.split(r"^rule (\w+):\n", path.read_text(), flags=re.MULTILINE)
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             blocks[name] = re.split(r"^\S", body, maxsplit=1, flags=re.MULTILINE)[0]

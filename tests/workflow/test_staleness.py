@@ -92,7 +92,7 @@ def test_changing_a_dataset_parameter_reruns_everything_downstream_of_it(complet
 
 
 def test_editing_one_script_reruns_only_its_rule_and_descendants(completed: Path) -> None:
-    script = completed / "workflow_scripts" / "compute_metrics.py"
+    script = completed / "workflow_scripts" / "binding_compute_metrics.py"
     script.write_text(script.read_text() + "\n# edited\n")
     rules = rule_counts(plan(completed))
     assert rules["compute_metrics"] == len(_models(completed))

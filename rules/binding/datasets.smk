@@ -12,9 +12,9 @@ rule render_binding:
         bench_file("render_binding", "binding")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         binding=config["datasets"]["binding"],
     script:
-        "../workflow_scripts/render_binding.py"
+        "../../workflow_scripts/binding_render.py"

@@ -21,7 +21,7 @@ rule train_zoo:
         objective=one_of(ZOO_RUNS, "NO_ZOO_RUNS"),
     priority: priority_of("binding")
     conda:
-        "../envs/torch.yaml"
+        "../../envs/torch.yaml"
     threads: config["zoo"]["threads"]
     resources:
         gpu=0 if config["zoo"]["device"] == "cpu" else 1,
@@ -31,7 +31,7 @@ rule train_zoo:
         ),
         device=config["zoo"]["device"],
     script:
-        "../workflow_scripts/train_zoo.py"
+        "../../workflow_scripts/binding_train_zoo.py"
 
 
 rule plot_zoo_curves:
@@ -41,7 +41,7 @@ rule plot_zoo_curves:
     output:
         png=report(
             "results/figures/zoo_curves.png",
-            caption="../report/zoo_curves.rst",
+            caption="../../report/zoo_curves.rst",
             category="Zoo",
         ),
         pdf="results/figures/zoo_curves.pdf",
@@ -51,8 +51,8 @@ rule plot_zoo_curves:
         bench_file("plot_zoo_curves", "zoo")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     params:
         runs=BINDING_ZOO_RUNS,
     script:
-        "../workflow_scripts/plot_zoo_curves.py"
+        "../../workflow_scripts/binding_plot_zoo_curves.py"

@@ -14,7 +14,7 @@ rule compute_metrics:
         bench_file("compute_metrics")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         metrics=config["metrics"],
@@ -22,4 +22,4 @@ rule compute_metrics:
         family=lambda wildcards: MODELS[wildcards.model]["family"],
         source=lambda wildcards: MODELS[wildcards.model]["source"],
     script:
-        "../workflow_scripts/compute_metrics.py"
+        "../../workflow_scripts/binding_compute_metrics.py"

@@ -18,7 +18,7 @@ rule causal_calibration:
     benchmark:
         bench_file("causal_calibration", "all")
     conda:
-        "../envs/torch.yaml"
+        "../../envs/torch.yaml"
     threads: config["zoo"]["threads"]
     params:
         specs=[
@@ -26,7 +26,7 @@ rule causal_calibration:
         ],
         calibration=config["binding_causal"]["calibration"],
     script:
-        "../workflow_scripts/causal_calibration.py"
+        "../../workflow_scripts/binding_causal_calibration.py"
 
 
 rule causal_effects:
@@ -40,14 +40,14 @@ rule causal_effects:
     output:
         arms=report(
             "results/binding_causal/arms.csv",
-            caption="../report/causal_effects.rst",
+            caption="../../report/causal_effects.rst",
             category="JER intervention",
         ),
         contrasts="results/binding_causal/contrasts.csv",
         models="results/binding_causal/models.csv",
         summary=report(
             "results/binding_causal/summary.md",
-            caption="../report/causal_effects.rst",
+            caption="../../report/causal_effects.rst",
             category="JER intervention",
         ),
     log:
@@ -55,7 +55,7 @@ rule causal_effects:
     benchmark:
         bench_file("causal_effects", "all")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         cells=CAUSAL_CELLS,
@@ -66,7 +66,7 @@ rule causal_effects:
         stats=seeded(config["stats"], config),
         loss_spread_sd=config["binding_causal"]["loss_spread_sd"],
     script:
-        "../workflow_scripts/causal_effects.py"
+        "../../workflow_scripts/binding_causal_effects.py"
 
 
 rule plot_causal:
@@ -77,7 +77,7 @@ rule plot_causal:
     output:
         png=report(
             "results/figures/binding_causal.png",
-            caption="../report/causal_figure.rst",
+            caption="../../report/causal_figure.rst",
             category="JER intervention",
         ),
         pdf="results/figures/binding_causal.pdf",
@@ -86,7 +86,7 @@ rule plot_causal:
     benchmark:
         bench_file("plot_causal", "all")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     script:
-        "../workflow_scripts/plot_causal.py"
+        "../../workflow_scripts/binding_plot_causal.py"

@@ -15,19 +15,19 @@ rule aggregate_models:
     output:
         models=report(
             "results/tables/models.csv",
-            caption="../report/models.rst",
+            caption="../../report/models.rst",
             category="Tables",
             subcategory="Models",
         ),
         depth=report(
             "results/tables/depth_profiles.csv",
-            caption="../report/depth_table.rst",
+            caption="../../report/depth_table.rst",
             category="Tables",
             subcategory="Models",
         ),
         spectra=report(
             "results/tables/spectra.csv",
-            caption="../report/spectra_table.rst",
+            caption="../../report/spectra_table.rst",
             category="Tables",
             subcategory="Models",
         ),
@@ -37,7 +37,7 @@ rule aggregate_models:
         bench_file("aggregate_models", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         models={
@@ -56,7 +56,7 @@ rule aggregate_models:
             for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
         },
     script:
-        "../workflow_scripts/aggregate_models.py"
+        "../../workflow_scripts/binding_aggregate_models.py"
 
 
 rule stats_tables:
@@ -66,49 +66,49 @@ rule stats_tables:
     output:
         correlations=report(
             "results/tables/correlations.csv",
-            caption="../report/correlations.rst",
+            caption="../../report/correlations.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         ols=report(
             "results/tables/ols.csv",
-            caption="../report/ols.rst",
+            caption="../../report/ols.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         ols_summary=report(
             "results/tables/ols_summary.txt",
-            caption="../report/ols_summary.rst",
+            caption="../../report/ols_summary.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         partial=report(
             "results/tables/partial.csv",
-            caption="../report/partial.rst",
+            caption="../../report/partial.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         families=report(
             "results/tables/families.csv",
-            caption="../report/families.rst",
+            caption="../../report/families.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         robustness=report(
             "results/tables/robustness.csv",
-            caption="../report/robustness.rst",
+            caption="../../report/robustness.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         dose_series=report(
             "results/tables/dose_series.csv",
-            caption="../report/dose_series.rst",
+            caption="../../report/dose_series.rst",
             category="Tables",
             subcategory="Statistics",
         ),
         paper_comparison=report(
             "results/tables/paper_comparison.csv",
-            caption="../report/paper_comparison.rst",
+            caption="../../report/paper_comparison.rst",
             category="Summary",
         ),
     log:
@@ -117,12 +117,12 @@ rule stats_tables:
         bench_file("stats_tables", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         stats=seeded(config["stats"], config),
     script:
-        "../workflow_scripts/stats_tables.py"
+        "../../workflow_scripts/binding_stats_tables.py"
 
 
 rule plot_metric_scatter:
@@ -131,7 +131,7 @@ rule plot_metric_scatter:
     output:
         png=report(
             "results/figures/metric_scatter.png",
-            caption="../report/metric_scatter.rst",
+            caption="../../report/metric_scatter.rst",
             category="Figures",
         ),
         pdf="results/figures/metric_scatter.pdf",
@@ -141,13 +141,13 @@ rule plot_metric_scatter:
         bench_file("plot_metric_scatter", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         readout=config["stats"]["readout"],
         covariates=config["stats"]["covariates"],
     script:
-        "../workflow_scripts/plot_metric_scatter.py"
+        "../../workflow_scripts/binding_plot_metric_scatter.py"
 
 
 rule plot_dose_series:
@@ -156,7 +156,7 @@ rule plot_dose_series:
     output:
         png=report(
             "results/figures/dose_series.png",
-            caption="../report/dose_series_figure.rst",
+            caption="../../report/dose_series_figure.rst",
             category="Figures",
         ),
         pdf="results/figures/dose_series.pdf",
@@ -166,12 +166,12 @@ rule plot_dose_series:
         bench_file("plot_dose_series", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         readout=config["stats"]["readout"],
     script:
-        "../workflow_scripts/plot_dose_series.py"
+        "../../workflow_scripts/binding_plot_dose_series.py"
 
 
 rule plot_jacobian_spectra:
@@ -180,7 +180,7 @@ rule plot_jacobian_spectra:
     output:
         png=report(
             "results/figures/jacobian_spectra.png",
-            caption="../report/jacobian_spectra.rst",
+            caption="../../report/jacobian_spectra.rst",
             category="Figures",
         ),
         pdf="results/figures/jacobian_spectra.pdf",
@@ -190,10 +190,10 @@ rule plot_jacobian_spectra:
         bench_file("plot_jacobian_spectra", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     script:
-        "../workflow_scripts/plot_jacobian_spectra.py"
+        "../../workflow_scripts/binding_plot_jacobian_spectra.py"
 
 
 rule plot_depth_profiles:
@@ -202,7 +202,7 @@ rule plot_depth_profiles:
     output:
         png=report(
             "results/figures/depth_profiles.png",
-            caption="../report/depth_profiles.rst",
+            caption="../../report/depth_profiles.rst",
             category="Figures",
         ),
         pdf="results/figures/depth_profiles.pdf",
@@ -212,13 +212,13 @@ rule plot_depth_profiles:
         bench_file("plot_depth_profiles", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         jer_formula=config["stats"]["jer_formula"],
         probe_set=config["stats"]["probe_set"],
     script:
-        "../workflow_scripts/plot_depth_profiles.py"
+        "../../workflow_scripts/binding_plot_depth_profiles.py"
 
 
 rule plot_readouts:
@@ -227,7 +227,7 @@ rule plot_readouts:
     output:
         png=report(
             "results/figures/readouts.png",
-            caption="../report/readouts.rst",
+            caption="../../report/readouts.rst",
             category="Figures",
         ),
         pdf="results/figures/readouts.pdf",
@@ -237,10 +237,10 @@ rule plot_readouts:
         bench_file("plot_readouts", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     script:
-        "../workflow_scripts/plot_readouts.py"
+        "../../workflow_scripts/binding_plot_readouts.py"
 
 
 rule summarise:
@@ -261,7 +261,7 @@ rule summarise:
     output:
         report(
             "results/summary.md",
-            caption="../report/summary.rst",
+            caption="../../report/summary.rst",
             category="Summary",
         ),
     log:
@@ -270,9 +270,9 @@ rule summarise:
         bench_file("summarise", "all")
     priority: priority_of("binding")
     conda:
-        "../envs/analysis.yaml"
+        "../../envs/analysis.yaml"
     threads: 1
     params:
         stats=seeded(config["stats"], config),
     script:
-        "../workflow_scripts/summarise.py"
+        "../../workflow_scripts/binding_summarise.py"

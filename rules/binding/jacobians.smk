@@ -40,7 +40,7 @@ rule jacobian_spectra:
         bench_file("jacobian_spectra")
     priority: priority_of("binding")
     conda:
-        "../envs/torch.yaml"
+        "../../envs/torch.yaml"
     threads: 1
     resources:
         gpu=1,
@@ -59,4 +59,4 @@ rule jacobian_spectra:
             **JACOBIAN_FOLDER_DIGEST,
         },
     script:
-        "../workflow_scripts/jacobian_spectra.py"
+        "../../workflow_scripts/binding_jacobian_spectra.py"

@@ -22,7 +22,7 @@ rule extract_embeddings:
         bench_file("extract_embeddings")
     priority: priority_of("binding")
     conda:
-        "../envs/torch.yaml"
+        "../../envs/torch.yaml"
     threads: 1
     resources:
         gpu=1,
@@ -39,4 +39,4 @@ rule extract_embeddings:
             **EMBEDDINGS_FOLDER_DIGEST,
         },
     script:
-        "../workflow_scripts/extract_embeddings.py"
+        "../../workflow_scripts/binding_extract_embeddings.py"
