@@ -4,16 +4,15 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import huggingface_hub
 
-from pathlib import Path
 
 from repdiag.binding.store import image_sets, open_binding_store
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging
 from repdiag.encoders.embeddings import extract_model
+from repdiag.encoders.entries import zoo_dir_of
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     key, params = snakemake.wildcards.model, snakemake.params
-    zoo_inputs = list(snakemake.input.zoo)
     settings = {
         "batch_size": params.batch_size,
         "image_sets": list(params.image_sets),
@@ -32,7 +31,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         batch_size=params.batch_size,
         device=params.device,
         precision=params.precision,
-        zoo_dir=Path(zoo_inputs[0]).parent.parent if zoo_inputs else "results/zoo",
+        zoo_dir=zoo_dir_of(snakemake.input.zoo),
         # inputs: digests of the weights files and folders read (not Snakemake inputs)
         config={
             "models": {key: dict(params.entry)},

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging, select_device
+from repdiag.encoders.entries import zoo_dir_of
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     from repdiag.binding.jacobian_stage import load_probes, run_stage
@@ -16,8 +17,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     key, params = snakemake.wildcards.model, snakemake.params
     device = select_device(params.device)
     log.info("model %s: Jacobian spectra on device %s", key, device)
-    zoo_inputs = list(snakemake.input.zoo)
-    zoo_dir = Path(zoo_inputs[0]).parent.parent if zoo_inputs else "results/zoo"
+    zoo_dir = zoo_dir_of(snakemake.input.zoo)
     encoder = build_encoder(key, params.entry, zoo_dir=zoo_dir)
     binding = snakemake.input.get("dataset")
     probes = load_probes(

@@ -12,7 +12,7 @@ import importlib.metadata
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,12 @@ def zoo_files(entry: Mapping[str, Any], zoo_dir: str | Path = "results/zoo") -> 
     if entry.get("source") != "zoo":
         return []
     return [str(Path(zoo_dir) / str(entry["id"]) / name) for name in ZOO_FILES]
+
+
+def zoo_dir_of(files: Sequence[str | Path]) -> Path:
+    """The zoo folder that :func:`zoo_files` placed ``files`` in (``results/zoo`` when there
+    are none): the inverse a job needs to build its encoder from its own inputs."""
+    return Path(files[0]).parent.parent if files else Path("results/zoo")
 
 
 CACHE_ENV = "REPDIAG_CACHE_DIR"

@@ -11,7 +11,12 @@ import pytest
 
 from repdiag.core.errors import ConfigError
 from repdiag.encoders import entries
-from repdiag.encoders.entries import check_embeddings_config, check_model_files
+from repdiag.encoders.entries import (
+    check_embeddings_config,
+    check_model_files,
+    zoo_dir_of,
+    zoo_files,
+)
 
 
 def test_check_model_files_names_the_missing_file_or_hub_folder(
@@ -96,3 +101,9 @@ def test_an_unwritable_timm_cache_only_costs_the_import(tmp_path, monkeypatch) -
     monkeypatch.setenv(entries.CACHE_ENV, str(blocker / "cache"))  # mkdir under a file fails
     assert entries.is_timm_architecture("resnet18")
     assert not entries.is_timm_architecture("resnet18x")
+
+
+def test_a_jobs_zoo_folder_is_recovered_from_its_zoo_inputs() -> None:
+    entry = {"source": "zoo", "id": "simclr_s0"}
+    assert zoo_dir_of(zoo_files(entry, "elsewhere/zoo")) == Path("elsewhere/zoo")
+    assert zoo_dir_of(zoo_files({"source": "timm", "name": "resnet18"})) == Path("results/zoo")
