@@ -22,7 +22,7 @@ import numpy as np
 from torch import nn
 
 from repdiag.core.config import load_config
-from repdiag.encoders.registry import Encoder
+from repdiag.encoders.factory import Encoder
 
 __all__ = ["encoder", "jacobian_spectra", "load_config", "measure", "render_benchmark"]
 
@@ -44,7 +44,7 @@ def encoder(
 ) -> Encoder:
     """An encoder with its taps and preprocessing, from any ``nn.Module`` or from a config entry
     (``models.<key>`` of any source: timm, open_clip, torchvision, hub, checkpoint, python)."""
-    from repdiag.encoders.registry import build_encoder, encoder_from_module
+    from repdiag.encoders.factory import build_encoder, encoder_from_module
 
     if isinstance(model, nn.Module):
         return encoder_from_module(model, key, family=family)

@@ -167,7 +167,7 @@ def test_every_module_is_in_a_study_or_the_shared_core():
 TESTED_ELSEWHERE = {
     "core/inspect.py": "tests/test_cli.py",  # through `repdiag inspect`
     "encoders/heads.py": "tests/encoders/jacobian/test_engine.py",  # heads as Jacobian taps
-    "encoders/preprocess.py": "tests/encoders/test_registry.py",  # per-source preprocessing
+    "encoders/preprocess.py": "tests/encoders/test_factory.py",  # per-source preprocessing
     "encoders/zoo/checkpoint.py": "tests/encoders/zoo/test_train.py",  # needs a trained run
     "encoders/zoo/heads.py": "tests/encoders/zoo/objectives/test_base.py",  # every objective's head
 }

@@ -30,7 +30,7 @@ def check_jacobian_layers(config: Mapping[str, Any], models: Collection[str] | N
     ]
     if not layers or not keys:
         return
-    from repdiag.encoders.registry import build_encoder
+    from repdiag.encoders.factory import build_encoder
 
     default_pooling = config["embeddings"]["pooling"]
     for key in keys:

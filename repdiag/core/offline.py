@@ -6,7 +6,7 @@ replaces the download functions of the libraries without such a switch, torch.hu
 (``download_url_to_file``, behind ``load_state_dict_from_url``; timm's copy of it) and open_clip
 (``download_pretrained_from_url``), with one that refuses, naming the URL. The workflow calls it
 while parsing (``rules/common.smk``: every job inherits the environment) and the encoder factory
-before every build (:func:`repdiag.encoders.registry.build_encoder`).
+before every build (:func:`repdiag.encoders.factory.build_encoder`).
 """
 
 from __future__ import annotations

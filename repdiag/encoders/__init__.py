@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from repdiag.encoders.registry import Encoder, build_encoder
+    from repdiag.encoders.factory import Encoder, build_encoder
     from repdiag.encoders.sources import SOURCES
     from repdiag.encoders.taps import layer_outputs
 
@@ -34,7 +34,7 @@ CONFIG_CHECKS: tuple[str, ...] = (
 
 BUILD_CHECKS: tuple[str, ...] = (
     "repdiag.encoders.zoo.prerun:check_zoo_backbones",
-    "repdiag.encoders.registry:check_model_sizes",
+    "repdiag.encoders.factory:check_model_sizes",
 )
 """Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""
 
@@ -43,8 +43,8 @@ WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.available:check_weights_ava
 
 _WHERE = {
     "SOURCES": "repdiag.encoders.sources",
-    "Encoder": "repdiag.encoders.registry",
-    "build_encoder": "repdiag.encoders.registry",
+    "Encoder": "repdiag.encoders.factory",
+    "build_encoder": "repdiag.encoders.factory",
     "layer_outputs": "repdiag.encoders.taps",
 }
 

@@ -33,8 +33,8 @@ from repdiag.core.errors import EncoderError, StoreError
 from repdiag.core.gpu import autocast, numerics
 from repdiag.core.runtime import Progress, select_device
 from repdiag.core.store import check_finite, open_store, write_store
+from repdiag.encoders.factory import Encoder, build_encoder
 from repdiag.encoders.preprocess import load_image_folder
-from repdiag.encoders.registry import Encoder, build_encoder
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ def test_jacobian_layers_every_checked_model_lacks_are_refused_before_a_run():
 def test_nothing_is_built_without_layers_or_checkable_models(monkeypatch):
     """The encoder factory (torch, model builders) is imported only when there is something to
     check."""
-    monkeypatch.setitem(sys.modules, "repdiag.encoders.registry", None)  # importing it would fail
+    monkeypatch.setitem(sys.modules, "repdiag.encoders.factory", None)  # importing it would fail
     config = tiny_config()
     prerun.check_jacobian_layers({**config, "jacobians": {"layers": []}})
     python_only = {"c": {"source": "python", "id": "m:f", "family": "control"}}

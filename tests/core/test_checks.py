@@ -124,11 +124,11 @@ def test_the_build_checks_never_build_the_users_code() -> None:
     """The key of a remembered build check covers the config, repdiag and the libraries, not the
     code a python or hub entry imports: no build check may build those sources (their jobs do)."""
     from repdiag.binding.prerun import TAPS_CHECKED_SOURCES
-    from repdiag.encoders.registry import SIZE_CHECKED_SOURCES
+    from repdiag.encoders.factory import SIZE_CHECKED_SOURCES
 
     assert checks.run_checks(build=True, weights=False) == (
         "repdiag.encoders.zoo.prerun:check_zoo_backbones",
-        "repdiag.encoders.registry:check_model_sizes",
+        "repdiag.encoders.factory:check_model_sizes",
         "repdiag.binding.prerun:check_jacobian_layers",
     )
     for sources in (TAPS_CHECKED_SOURCES, SIZE_CHECKED_SOURCES):

@@ -62,7 +62,7 @@ def test_building_an_encoder_enforces_offline(online: pytest.MonkeyPatch) -> Non
     import timm.models._hub
 
     from repdiag.core.offline import refuse_download
-    from repdiag.encoders.registry import build_encoder
+    from repdiag.encoders.factory import build_encoder
 
     entry = {"source": "timm", "id": "resnet10t", "family": "supervised", "pooling": "mean"}
     build_encoder("tiny", entry, meta=True)

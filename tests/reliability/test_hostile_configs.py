@@ -249,7 +249,7 @@ def test_only_a_python_entry_runs_code_and_it_runs_the_named_callable(
     """Case 11: `source: python` executes the callable it names, by design (documented in the
     README and tests/reliability/README.md); the same string under any other source is data."""
     from repdiag.core.errors import EncoderError
-    from repdiag.encoders.registry import build_encoder
+    from repdiag.encoders.factory import build_encoder
 
     marker = tmp_path / "ran.txt"
     (tmp_path / "marker_module.py").write_text(

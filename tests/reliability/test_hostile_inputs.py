@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from repdiag.core.errors import EncoderError
-from repdiag.encoders.registry import build_encoder
+from repdiag.encoders.factory import build_encoder
 
 
 def _resnet_state() -> dict[str, torch.Tensor]:

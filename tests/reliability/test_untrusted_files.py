@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from repdiag.core.errors import EncoderError, StoreError
-from repdiag.encoders.registry import build_encoder
+from repdiag.encoders.factory import build_encoder
 from tests.conftest import REPO, copy_workflow, snakemake
 
 

@@ -2,7 +2,7 @@
 Jacobian spectra, offline and without weights (``repdiag plan <config>``, :mod:`.plan_print`).
 
 Every model of the config is built with random weights on the meta device (shapes, no data, no
-memory; :func:`repdiag.encoders.registry.build_encoder` with ``meta=True``) and the unit costs of
+memory; :func:`repdiag.encoders.factory.build_encoder` with ``meta=True``) and the unit costs of
 one probe image are counted there (:mod:`.plan_count`). The units are combined with the engine's
 algorithm (:mod:`.engine`: methods per tap by :func:`~.engine.layer_methods`, chains by
 :meth:`~.engine.Readout.chains`), per image, with k directions, q power iterations, n images per
@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from repdiag.core.errors import RepdiagError
+from repdiag.encoders.factory import build_encoder, offline
 from repdiag.encoders.jacobian.engine import (
     DEFAULT_BATCH_SIZE,
     Readout,
@@ -55,7 +56,6 @@ from repdiag.encoders.jacobian.plan_count import (
     spectrum_flops,
 )
 from repdiag.encoders.jacobian.rewrites import jacobian_mode
-from repdiag.encoders.registry import build_encoder, offline
 
 
 class NotPlanned(RepdiagError):

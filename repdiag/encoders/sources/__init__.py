@@ -6,7 +6,7 @@ Sources (``id`` is what the entry names): ``timm`` and ``checkpoint`` (:mod:`.ti
 ``builder(key, entry, options) -> Built`` (:mod:`.base`); each has a meta-device mode
 (``BuildOptions(meta=True)``) that builds the architecture alone, with random weights on the meta
 device, reading and downloading nothing. Nothing is downloaded in any mode: missing weights are an
-error that says where to put them. :func:`repdiag.encoders.registry.build_encoder` is the factory
+error that says where to put them. :func:`repdiag.encoders.factory.build_encoder` is the factory
 over them.
 """
 

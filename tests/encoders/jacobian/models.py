@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from repdiag.core.config import schema_defaults
+from repdiag.encoders.factory import Encoder
 from repdiag.encoders.jacobian.engine import DEFAULT_BATCH_SIZE, Spectra
 from repdiag.encoders.jacobian.options import engine_options
 from repdiag.encoders.jacobian.plan_project import ModelPlan, TapCost
 from repdiag.encoders.preprocess import Preprocess
-from repdiag.encoders.registry import Encoder
 from repdiag.encoders.taps import tap_plan
 
 F64 = torch.float64

@@ -1,4 +1,4 @@
-"""The encoder factory (repdiag.encoders.registry.build_encoder): an entry's preprocess overrides
+"""The encoder factory (repdiag.encoders.factory.build_encoder): an entry's preprocess overrides
 the source's, bad entries fail with one clear error naming the entry, every source builds on the
 meta device without weights, entries are checked and completed."""
 
