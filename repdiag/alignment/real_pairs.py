@@ -29,6 +29,25 @@ MIN_PROBE_ACCURACY = 0.7
 SHRINKAGE = 0.1
 
 
+CONTROLS = ("none", "rotation", "shuffle", "exact")
+"""The real-pair controls :func:`embedding_pairs` applies to domain b (``alignment.real.pairs``'
+``control``; ``exact`` is the rotation control's data for the exact translator)."""
+
+
+@dataclass(frozen=True)
+class PairSplit:
+    """Which rows two stores contribute and how they are split: the layer read, the fraction of
+    training images given as pairs, the held-out fraction, the seed of the split (and of the
+    rotation and shuffle), the image sets read (None: all) and a cap on the images used."""
+
+    layer: str
+    paired_fraction: float
+    test_fraction: float
+    seed: int
+    image_sets: Sequence[str] | None = None
+    max_images: int | None = None
+
+
 @dataclass(frozen=True)
 class ProbeTruth:
     """Known attributes of real images standing in for concepts (the real-embedding path).
@@ -311,19 +330,13 @@ def _attribute_truth(
 def embedding_pairs(
     path_a: str | Path,
     path_b: str | Path,
+    split: PairSplit,
     *,
-    layer: str,
-    paired_fraction: float,
-    test_fraction: float,
-    seed: int,
-    image_sets: Sequence[str] | None = None,
-    max_images: int | None = None,
+    control: str = "none",
     n_clusters: int = 8,
     attributes: tuple[np.ndarray, Sequence[str], np.ndarray] | None = None,
     min_accuracy: float = MIN_PROBE_ACCURACY,
     reuse_truth: ProbeTruth | None = None,
-    rotate_b: bool = False,
-    shuffle_b: bool = False,
 ) -> PairedData:
     """Two encoders' embeddings of the same images, paired by image id (module docstring).
 
@@ -332,15 +345,19 @@ def embedding_pairs(
     ``(ids, names, indicators)`` restricts the images to those with known attributes and gives
     the held-out pairs a :class:`ProbeTruth` (``truth``) fitted on the training images. The
     split depends only on ``seed``, ``test_fraction`` and ``max_images``, so a caller looping
-    over paired fractions can pass the first call's truth as ``reuse_truth``. ``rotate_b``
-    expresses domain b in a Haar-random orthonormal basis (drawn from ``seed``): with
-    ``path_b = path_a`` an exact linear alignment exists, the positive control. ``shuffle_b``
-    permutes domain b's training rows (seeded): the anchor pairs are wrong while the held-out
-    pairs, the attributes and the fit rows stay right, the negative control.
+    over paired fractions can pass the first call's truth as ``reuse_truth``. ``control``
+    (:data:`CONTROLS`): ``rotation`` (and ``exact``, the exact translator's data) expresses
+    domain b in a Haar-random orthonormal basis (drawn from ``seed``): with ``path_b = path_a``
+    an exact linear alignment exists, the positive control. ``shuffle`` also permutes domain b's
+    training rows (seeded): the anchor pairs are wrong while the held-out pairs, the attributes
+    and the fit rows stay right, the negative control.
     """
-    ids_a, x_a = read_layer(path_a, layer, image_sets)
-    ids_b, x_b = read_layer(path_b, layer, image_sets)
-    if rotate_b:
+    if control not in CONTROLS:
+        raise ValueError(f"unknown real-pair control {control!r}; choose one of {CONTROLS}")
+    layer, seed = split.layer, split.seed
+    ids_a, x_a = read_layer(path_a, layer, split.image_sets)
+    ids_b, x_b = read_layer(path_b, layer, split.image_sets)
+    if control != "none":
         x_b = x_b @ random_rotation(x_b.shape[1], seed).astype(x_b.dtype)
     n_without_attributes = 0
     if attributes is not None:
@@ -353,9 +370,10 @@ def embedding_pairs(
             f"{path_a} and {path_b} share only {len(common)} image ids (need >= 16); "
             "they must embed the same image sets"
         )
-    test_rows, train_rows = _split(len(common), seed, test_fraction, max_images)
-    n_paired = n_paired_rows(paired_fraction, len(train_rows))
-    rows_train_a, rows_train_b = _training_rows(train_rows, n_paired, seed, shuffle_b)
+    test_rows, train_rows = _split(len(common), seed, split.test_fraction, split.max_images)
+    n_paired = n_paired_rows(split.paired_fraction, len(train_rows))
+    shuffled = control == "shuffle"
+    rows_train_a, rows_train_b = _training_rows(train_rows, n_paired, seed, shuffled)
     test = (x_a[rows_a[test_rows]], x_b[rows_b[test_rows]])
     labels = kmeans_labels(np.concatenate([standardise(t) for t in test], axis=1), n_clusters, seed)
     truth = reuse_truth
@@ -378,7 +396,7 @@ def embedding_pairs(
             "attributes": attribute_info(truth),
             "decodable_accuracy": None if truth is None else truth.min_accuracy,
             "layer": layer,
-            "paired_fraction": paired_fraction,
+            "paired_fraction": split.paired_fraction,
             "n_common_images": len(common),
             "n_used": len(test_rows) + len(train_rows),
             "n_test": len(test_rows),

@@ -17,7 +17,7 @@ from repdiag.alignment.concepts import PairedData, synthetic_pairs
 from repdiag.alignment.grid import EXACT_VARIANT, real_pair_name, split_variant, uses_pairs
 from repdiag.alignment.methods import PairModel, SAESettings, make_method
 from repdiag.alignment.metrics import evaluate_alignment
-from repdiag.alignment.real_pairs import embedding_pairs, random_rotation
+from repdiag.alignment.real_pairs import PairSplit, embedding_pairs, random_rotation
 from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 from repdiag.common.intervals import bootstrap_counts
 from repdiag.core.errors import ConfigError
@@ -194,21 +194,23 @@ def pair_data(
     seed (its split, rotation and shuffle); ``control`` ``rotation`` rotates b, ``shuffle``
     rotates b and permutes its training rows, ``exact`` rotates b only (the exact translator's
     data: the rotation control's)."""
-    return embedding_pairs(
-        stores[0],
-        stores[1],
+    split = PairSplit(
         layer=params["pair"].get("layer", "final"),
         paired_fraction=fraction,
         test_fraction=params["test_fraction"],
         seed=seed,
         image_sets=params["image_sets"] or None,
         max_images=params["max_images"],
+    )
+    return embedding_pairs(
+        stores[0],
+        stores[1],
+        split,
+        control=control,
         n_clusters=params["n_clusters"],
         attributes=attributes,
         min_accuracy=float(params["decodable_accuracy"]),
         reuse_truth=truth,
-        rotate_b=control in ("rotation", "shuffle", "exact"),
-        shuffle_b=control == "shuffle",
     )
 
 

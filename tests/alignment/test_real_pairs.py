@@ -3,11 +3,14 @@ training images, rotation-equivariant standardisation (repdiag.alignment.real_pa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import xarray as xr
 
 from repdiag.alignment.real_pairs import (
+    PairSplit,
     embedding_pairs,
     global_scale,
     probe_truth,
@@ -42,9 +45,7 @@ def test_embedding_pairs_pair_rows_by_image_id(tmp_path):
     path_a = _store(tmp_path / "a.zarr", ids, values_a, ["query"] * n)
     path_b = _store(tmp_path / "b.zarr", ids_b, values_b, ["query"] * n + ["pair"] * 10)
 
-    data = embedding_pairs(
-        path_a, path_b, layer="final", paired_fraction=0.1, test_fraction=0.25, seed=0, n_clusters=3
-    )
+    data = embedding_pairs(path_a, path_b, PairSplit("final", 0.1, 0.25, seed=0), n_clusters=3)
     test_a, test_b = data.test
     assert data.info["n_common_images"] == n
     np.testing.assert_allclose(test_b[:, 0], 2 * test_a[:, 0])
@@ -72,19 +73,9 @@ def test_rotation_control_is_store_a_in_a_random_basis(tmp_path):
     ids = np.array([f"query/q{i:05d}" for i in range(n)])
     values = np.random.default_rng(1).standard_normal((n, 5))
     path = _store(tmp_path / "a.zarr", ids, values, ["query"] * n)
-    plain = embedding_pairs(
-        path, path, layer="final", paired_fraction=0.5, test_fraction=0.25, seed=3, n_clusters=2
-    )
-    rotated = embedding_pairs(
-        path,
-        path,
-        layer="final",
-        paired_fraction=0.5,
-        test_fraction=0.25,
-        seed=3,
-        n_clusters=2,
-        rotate_b=True,
-    )
+    split = PairSplit("final", 0.5, 0.25, seed=3)
+    plain = embedding_pairs(path, path, split, n_clusters=2)
+    rotated = embedding_pairs(path, path, split, n_clusters=2, control="rotation")
     q = random_rotation(5, seed=3)
     test_a, test_b = rotated.test
     np.testing.assert_allclose(test_a, plain.test[0])
@@ -101,9 +92,9 @@ def test_shuffle_control_breaks_the_training_pairs_only(tmp_path):
     ids = np.array([f"query/q{i:05d}" for i in range(n)])
     values = np.random.default_rng(1).standard_normal((n, 5))
     path = _store(tmp_path / "a.zarr", ids, values, ["query"] * n)
-    kwargs = {"layer": "final", "paired_fraction": 1.0, "test_fraction": 0.25, "seed": 3}
-    rotated = embedding_pairs(path, path, n_clusters=2, rotate_b=True, **kwargs)
-    shuffled = embedding_pairs(path, path, n_clusters=2, rotate_b=True, shuffle_b=True, **kwargs)
+    split = PairSplit("final", 1.0, 0.25, seed=3)
+    rotated = embedding_pairs(path, path, split, n_clusters=2, control="rotation")
+    shuffled = embedding_pairs(path, path, split, n_clusters=2, control="shuffle")
     q = random_rotation(5, seed=3)
     # held-out pairs and training rows of a are those of the rotation control
     np.testing.assert_allclose(shuffled.test[0], rotated.test[0])
@@ -125,9 +116,9 @@ def test_embedding_pairs_errors_name_the_store(tmp_path):
     other = np.array([f"pair/p{i:05d}/m0" for i in range(20)])
     path_b = _store(tmp_path / "b.zarr", other, np.zeros((20, 2)), ["pair"] * 20)
     with pytest.raises(StoreError, match="share only 0 image ids"):
-        embedding_pairs(
-            path_a, path_b, layer="final", paired_fraction=1.0, test_fraction=0.25, seed=0
-        )
+        embedding_pairs(path_a, path_b, PairSplit("final", 1.0, 0.25, seed=0))
+    with pytest.raises(ValueError, match="unknown real-pair control 'rotate'"):
+        embedding_pairs(path_a, path_a, PairSplit("final", 1.0, 0.25, seed=0), control="rotate")
     with pytest.raises(StoreError, match="emb_block03"):
         read_layer(path_a, "block03")
     with pytest.raises(StoreError, match="does not exist"):
@@ -232,8 +223,8 @@ def _attribute_store(tmp_path, n=160, d=5, seed=0):
 
 def test_attributes_are_fitted_on_the_training_images_of_the_seeds_split(tmp_path):
     path, ids, x, attributes = _attribute_store(tmp_path)
-    kwargs = {"layer": "final", "paired_fraction": 0.5, "test_fraction": 0.25, "n_clusters": 2}
-    data = embedding_pairs(path, path, seed=3, attributes=attributes, **kwargs)
+    split = PairSplit("final", 0.5, 0.25, seed=3)
+    data = embedding_pairs(path, path, split, n_clusters=2, attributes=attributes)
     truth, info = data.truth, data.info
     assert info["n_test"] == 40 and info["n_fit"] == 120 and info["seed"] == 3
     # the fit rows are the 120 training images, disjoint from the 40 held-out ones
@@ -253,20 +244,20 @@ def test_attributes_are_fitted_on_the_training_images_of_the_seeds_split(tmp_pat
     held_out = np.isin(ids, sorted(test_ids))
     changed[held_out] = 100.0 * np.random.default_rng(9).standard_normal((40, 5))
     other = _store(tmp_path / "changed.zarr", ids, changed, ["query"] * len(ids))
-    redone = embedding_pairs(other, other, seed=3, attributes=attributes, **kwargs).truth
+    redone = embedding_pairs(other, other, split, n_clusters=2, attributes=attributes).truth
     np.testing.assert_array_equal(redone.effects[0], truth.effects[0])
     np.testing.assert_array_equal(redone.present[0], truth.present[0])
     # another seed draws another split
-    again = embedding_pairs(path, path, seed=4, attributes=attributes, **kwargs)
+    again = embedding_pairs(path, path, replace(split, seed=4), n_clusters=2, attributes=attributes)
     assert again.info["test_ids_head"] != info["test_ids_head"]
 
 
 def test_a_rotation_of_b_leaves_the_probe_task_and_the_scored_attributes_unchanged(tmp_path):
     path, _, _, attributes = _attribute_store(tmp_path, n=200, seed=1)
-    kwargs = {"layer": "final", "paired_fraction": 1.0, "test_fraction": 0.3, "seed": 2}
-    plain = embedding_pairs(path, path, n_clusters=3, attributes=attributes, **kwargs)
+    split = PairSplit("final", 1.0, 0.3, seed=2)
+    plain = embedding_pairs(path, path, split, n_clusters=3, attributes=attributes)
     rotated = embedding_pairs(
-        path, path, n_clusters=3, attributes=attributes, rotate_b=True, **kwargs
+        path, path, split, n_clusters=3, attributes=attributes, control="rotation"
     )
     np.testing.assert_array_equal(rotated.test_labels, plain.test_labels)
     np.testing.assert_array_equal(rotated.truth.present[1], plain.truth.present[1])
