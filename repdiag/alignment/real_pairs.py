@@ -10,7 +10,7 @@ Known image attributes ("shape s sits in slot k", :func:`repdiag.binding.store.s
 stand in for concepts (:class:`ProbeTruth`). Their effects and probes are fitted on the
 *training images* of the seed's split, in each domain's own embeddings, and never on a held-out
 row: the intervention metrics score only held-out rows, with effects and probes that did not
-see them. Controls (``rotate_b``, ``shuffle_b``) give every metric a ceiling and a floor.
+see them. Controls (``control="rotation"``, ``"shuffle"``) give every metric a ceiling and a floor.
 """
 
 from __future__ import annotations
