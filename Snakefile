@@ -65,5 +65,7 @@ for study_target in TARGETS:
             final_outputs(config)[study_target.name],
 
 
-# Params compare by value: a config with its keys in another order reruns nothing.
+# Params compare by value: a config with its keys in another order reruns nothing. Snakemake has
+# no hook for this, so the rules' params are rewritten here, after the last rule (the docstring
+# of repdiag.core.config.canonical_params says why and which test holds it).
 canonical_params(workflow.rules)

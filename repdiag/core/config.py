@@ -447,8 +447,15 @@ def canonical(value: Any) -> Any:
 def canonical_params(rules: Iterable[Any]) -> None:
     """Make every param of every rule compare by value, not by key order (see SortedReprDict).
 
-    Param functions are wrapped (their signature kept, which Snakemake reads); plain values
-    are converted once. Run by the Snakefile after the last rule.
+    Why it must be done this way: Snakemake reruns a job when the ``repr`` of its params differs
+    from the recorded one, and a mapping's ``repr`` follows its keys' order, so a config with its
+    keys reordered would rerun every job that reads it. Snakemake has no hook to normalise
+    params, so the Snakefile calls this once after the last rule is defined. Param functions are
+    wrapped (their signature kept, which Snakemake reads); plain values are converted once. A
+    named param is both an item of Snakemake's ``Namedlist`` and an attribute, indexed by its
+    private ``_names``; both must be replaced. ``tests/reliability/test_hostile_configs.py`` (a
+    config with every mapping reordered reruns nothing) fails if a Snakemake release changes
+    this.
     """
 
     def wrap(value: Any) -> Any:
