@@ -43,8 +43,8 @@ run-all: setup
 	$(BIN)/snakemake --cores $(CORES) all $(SNAKEMAKE_ARGS)
 
 lint: setup
-	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks docs/*.py
-	$(BIN)/ruff format --check repdiag workflow_scripts tests benchmarks docs/*.py
+	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks tools
+	$(BIN)/ruff format --check repdiag workflow_scripts tests benchmarks tools
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/snakemake --lint --cores 1
 
@@ -59,8 +59,8 @@ test-slurm: setup
 	$(BIN)/python -m pytest -q -m slurm tests/slurm
 
 format: setup
-	$(BIN)/ruff check --fix repdiag workflow_scripts tests benchmarks docs/*.py
-	$(BIN)/ruff format repdiag workflow_scripts tests benchmarks docs/*.py
+	$(BIN)/ruff check --fix repdiag workflow_scripts tests benchmarks tools
+	$(BIN)/ruff format repdiag workflow_scripts tests benchmarks tools
 	$(BIN)/snakefmt Snakefile rules
 
 # docs/configuration.md from the schemas' descriptions, docs/contracts.md's store tables from the

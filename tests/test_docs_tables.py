@@ -1,4 +1,4 @@
-"""docs/tables.py: the docs' result tables are the run's own, and every marked block of the docs
+"""tools/doc_tables.py: the docs' result tables are the run's own, and every marked block of the docs
 names a section that a real run's summary.md has."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 
 def _tables_module():
-    spec = importlib.util.spec_from_file_location("docs_tables", REPO / "docs" / "tables.py")
+    spec = importlib.util.spec_from_file_location("docs_tables", REPO / "tools" / "doc_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,7 +1,7 @@
 """The result tables of the docs, regenerated from the run that produced them.
 
-    python docs/tables.py summary RUN [PAGE ...]   # refill PAGE's marked blocks from RUN
-    python docs/tables.py steps RUN                # print the steps-curve table of a
+    python tools/doc_tables.py summary RUN [PAGE ...]   # refill PAGE's marked blocks from RUN
+    python tools/doc_tables.py steps RUN                # print the steps-curve table of a
                                                    # config/ssl_steps.yaml run
 
 ``summary``: a block in a page (default docs/binding.md and README.md) between
