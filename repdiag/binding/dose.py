@@ -56,10 +56,13 @@ def geometry_metrics(metrics: list[str]) -> list[str]:
 def dose_series(table: pd.DataFrame) -> pd.DataFrame:
     """Every model of the series (a finite ``dose``: presence runs at lambda = 0 and every
     ``binding_dose`` run, checkpoints included), ordered by dose, seed and step, with ``run``:
-    the training run it belongs to (``lambda=<dose>/seed=<seed>``)."""
+    the training run it belongs to (``lambda=<dose>/seed=<seed>``). Fewer than two doses are
+    no series: nothing was manipulated (e.g. the supervised runs alone, at lambda = 0)."""
     if "dose" not in table:
         return table.iloc[0:0].assign(run=[])
     series = table[np.isfinite(table["dose"].to_numpy(float))]
+    if series["dose"].nunique() < 2:
+        return table.iloc[0:0].assign(run=[])
     order = [c for c in ("dose", "seed", "step") if c in series]
     series = series.sort_values(order, kind="stable").reset_index(drop=True)
     seeds = series["seed"] if "seed" in series else pd.Series(np.nan, index=series.index)
@@ -248,7 +251,9 @@ def dose_correlations(table: pd.DataFrame, options: dict[str, Any]) -> pd.DataFr
         frame = pd.DataFrame(
             [{"analysis": "slope on binding", "metric": "jer", "n": 0, "n_seeds": 0}]
         )
-        frame["note"] = "no dose series in this config (series.dose, hparams.slot_weight)"
+        frame["note"] = (
+            "no dose series in this config (two or more doses of series.dose, hparams.slot_weight)"
+        )
         frame["n_doses"] = 0
     else:
         frame = dose_analysis(finals, options)
@@ -376,7 +381,7 @@ def dose_markdown(
     finals = final_runs(dose_series(models))
     lines = ["## Binding dose series (binding manipulated; apart from the families)", ""]
     if finals.empty:
-        return [*lines, "No dose series in this config (series.dose, hparams.slot_weight).", ""]
+        return [*lines, "No dose series in this config (two or more doses of series.dose).", ""]
     lines += [
         f"{len(finals)} training runs at {finals['dose'].nunique()} doses and "
         f"{finals['seed'].nunique()} seeds (unit: {UNIT}): a presence-supervised backbone told "

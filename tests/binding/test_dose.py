@@ -187,3 +187,15 @@ def test_figure_has_three_labelled_panels_and_draws_the_trajectories(tmp_path):
     assert png.stat().st_size > 10_000
     empty = dose_figure(series_table().assign(dose=np.nan))
     assert "no dose series" in empty.axes[0].texts[0].get_text()
+
+
+def test_one_dose_is_no_series_nothing_was_manipulated():
+    """The presence runs alone (lambda = 0 on every seed, as binding_families' supervised runs
+    are) give no dose analysis, no trajectories and no section, as a config without a series."""
+    table = series_table()
+    one_dose = table[(table["dose"] == 0.0) | table["dose"].isna()]
+    assert len(dose_series(one_dose)) == 0
+    frame = dose_correlations(one_dose, OPTIONS)
+    assert (frame["n"] == 0).all() and frame["estimate"].isna().all()
+    assert frame["note"].str.contains("two or more doses").all()
+    assert len(dose_series(table[table["dose"].isin([0.0, 0.1]) | table["dose"].isna()])) == 6
