@@ -1,5 +1,7 @@
 """Rule summarise: results/summary.md, a digest of the headline numbers of this run."""
 
+from pathlib import Path
+
 from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
 from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.tables import read_table
@@ -14,4 +16,5 @@ with script_logging(snakemake.log[0], snakemake.threads):
     }
     models = read_table(snakemake.input.models)
     zoo = zoo_curves(snakemake.input.zoo_curves)
-    write_text(snakemake.output[0], summary_markdown(models, tables, settings, zoo))
+    tables_dir = Path(snakemake.input.models).parent.as_posix()
+    write_text(snakemake.output[0], summary_markdown(models, tables, settings, zoo, tables_dir))

@@ -96,15 +96,24 @@ MODEL_COLUMNS = (
     "g_iso",
     "learned",
 )
-FILES = [
-    "## Files",
-    "",
-    "Tables in `results/tables/` (models, correlations, ols, ols_summary.txt, partial, families, "
-    "robustness, dose_series, paper_comparison, depth_profiles, spectra); figures in `results/figures/` "
-    "(metric_scatter, jacobian_spectra, depth_profiles, readouts); the HTML report is built with "
-    "`snakemake --report results/report.html`.",
-    "",
-]
+TABLE_NAMES = (
+    "models, correlations, ols, ols_summary.txt, partial, families, robustness, dose_series, "
+    "paper_comparison, depth_profiles, spectra"
+)
+
+
+def files_section(tables_dir: str = "results/tables") -> list[str]:
+    """Where the digest's tables and figures are: the main study's in results/tables and
+    results/figures; another target's (binding_families) in its own folder, scatter included."""
+    if tables_dir.rstrip("/") == "results/tables":
+        where = (
+            f"Tables in `results/tables/` ({TABLE_NAMES}); figures in `results/figures/` "
+            "(metric_scatter, jacobian_spectra, depth_profiles, readouts)"
+        )
+    else:
+        where = f"Tables in `{tables_dir}/` ({TABLE_NAMES}) and the figure metric_scatter there"
+    report = "the HTML report is built with `snakemake --report results/report.html`."
+    return ["## Files", "", f"{where}; {report}", ""]
 
 
 def summary_markdown(
@@ -112,8 +121,10 @@ def summary_markdown(
     tables: Mapping[str, Any],
     settings: StatsSettings,
     zoo: pd.DataFrame | None = None,
+    tables_dir: str = "results/tables",
 ) -> str:
-    """``results/summary.md``: the headline numbers of this run, generated from the tables."""
+    """``results/summary.md``: the headline numbers of this run, generated from the tables
+    (read from ``tables_dir``, which its Files section names)."""
     everything, table = table, trained_models(table)
     controls = everything[everything["family"].isin(APART_FAMILIES)]
     lines = header_lines(table, len(controls), settings)
@@ -130,7 +141,7 @@ def summary_markdown(
     lines += model_sections(everything, table, controls, tables, settings)
     if zoo is not None and len(zoo):
         lines += zoo_section(zoo)
-    return "\n".join(lines + FILES)
+    return "\n".join(lines + files_section(tables_dir))
 
 
 def header_lines(table: pd.DataFrame, n_controls: int, settings: StatsSettings) -> list[str]:

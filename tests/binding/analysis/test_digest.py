@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.analysis.digest import model_results, summary_markdown
+from repdiag.binding.analysis.digest import files_section, model_results, summary_markdown
 from repdiag.binding.analysis.statistics import statistics_tables
 from tests.binding.stats_fakes import SETTINGS, model_paths
 
@@ -33,3 +33,11 @@ def test_the_summary_lists_every_model_with_intervals_and_jer_by_tap(fake_run):
     text = summary_markdown(table, {**tables, "depth_profiles": result.depth}, SETTINGS)
     assert "## Every model and control" in text and expected in text
     assert "## Every model and control" not in summary_markdown(table, tables, SETTINGS)
+
+
+def test_the_files_section_names_the_folder_the_tables_were_read_from() -> None:
+    main = "\n".join(files_section())
+    assert "`results/tables/`" in main and "`results/figures/`" in main
+    families = "\n".join(files_section("results/binding_families"))
+    assert "`results/binding_families/`" in families and "results/tables/" not in families
+    assert "metric_scatter" in families
