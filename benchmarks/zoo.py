@@ -24,6 +24,7 @@ backbone, then keeps it for the old step and the new alike (so the table's speed
 the old train_zoo job ran with glibc's default).
 
     .venv/bin/python benchmarks/zoo.py [--config config.yaml] [--steps 3] [--rounds 3] [--threads 1]
+    .venv/bin/python benchmarks/zoo.py --config config/zoo_long.yaml --project  # the whole zoo's time
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from zoo_baseline import baseline, old_train_step  # noqa: E402
 
 from repdiag.core.config import load_config  # noqa: E402
 from repdiag.encoders.zoo.allocator import keep_freed_memory  # noqa: E402
-from repdiag.encoders.zoo.scenes import scene_batch  # noqa: E402
+from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch  # noqa: E402
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec, zoo_runs  # noqa: E402
 from repdiag.encoders.zoo.stream import Prefetcher  # noqa: E402
 from repdiag.encoders.zoo.train import (  # noqa: E402
@@ -276,6 +277,44 @@ def print_steps(rows: dict, specs: dict, rates: dict, matmul: float) -> None:
           "time over the bare backbone's forward + backward for the same FLOPs (its best layout)")  # fmt: skip
 
 
+def render_seconds(spec: dict, batches: int) -> float:
+    """Main-thread CPU seconds to render one of ``spec``'s training batches (its scenes, image
+    size and batch size), the best of ``batches`` consecutive batches of its stream."""
+    scenes = SceneConfig.from_config(spec["scenes"], spec["image_size"])
+    times = []
+    for step in range(batches):
+        start = time.thread_time()
+        scene_batch(scenes, spec["seed"], step, spec["batch_size"])
+        times.append(time.thread_time() - start)
+    return min(times)
+
+
+def print_projection(config: dict, rows: dict, specs: dict, batches: int) -> None:
+    """The config's whole zoo projected from the measured new step, per objective: its runs'
+    steps x the step's main-thread CPU seconds, and rendering's share of a step done serially
+    (one core); with a spare core the worker renders beside the step, off its critical path
+    while rendering takes less than the step."""
+    print(f"\n{'objective':<13}{'runs':>5}{'steps':>8}{'batch':>6}{'step s':>8}{'render s':>9}"
+          f"{'render share':>13}{'CPU h, serial':>14}{'CPU h, render beside':>21}")  # fmt: skip
+    total = [0.0, 0.0]
+    for name, (_, new, _) in rows.items():
+        runs = [run_spec(config, run) for run in zoo_runs(config)]
+        runs = [r for r in runs if r["objective"] == name and r["steps"] > 0]
+        steps = sum(r["steps"] for r in runs)
+        render = render_seconds(specs[name], batches)
+        serial, beside = steps * (new[0] + render) / 3600, steps * max(new[0], render) / 3600
+        total = [total[0] + serial, total[1] + beside]
+        print(f"{name:<13}{len(runs):>5}{steps // max(len(runs), 1):>8}"
+              f"{specs[name]['batch_size']:>6}{new[0]:>8.3f}{render:>9.3f}"
+              f"{render / (render + new[0]):>13.0%}{serial:>14.2f}{beside:>21.2f}")  # fmt: skip
+    print(f"{'all':<13}{'':>49}{total[0]:>14.2f}{total[1]:>21.2f}")
+    print(
+        "step s: the new step's main-thread CPU seconds at the run's batch (1 torch thread); "
+        "render s: one batch of its scenes; on a GPU the step shrinks and rendering, in the "
+        "worker, bounds a step from below: a run is GPU-bound while render s < its GPU step"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "config.yaml"))
@@ -284,6 +323,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per implementation")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (as train_zoo)")
     parser.add_argument("--objectives", nargs="*", help="only these objectives")
+    parser.add_argument(
+        "--project", action="store_true", help="project the config's zoo from the measured rates"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(args.config)
@@ -303,6 +345,8 @@ def main() -> None:
           f"the run): {max(matmul):.1f} GFLOP/s")  # fmt: skip
     print_bare(rates, specs, max(matmul))
     print_steps(rows, specs, rates, max(matmul))
+    if args.project:
+        print_projection(config, rows, specs, args.rounds * args.steps)
     print(f"\n{load()} (after)")
 
 
