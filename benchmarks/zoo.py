@@ -297,9 +297,9 @@ def print_projection(config: dict, rows: dict, specs: dict, batches: int) -> Non
     print(f"\n{'objective':<13}{'runs':>5}{'steps':>8}{'batch':>6}{'step s':>8}{'render s':>9}"
           f"{'render share':>13}{'CPU h, serial':>14}{'CPU h, render beside':>21}")  # fmt: skip
     total = [0.0, 0.0]
+    trained = [run_spec(config, run) for run in zoo_runs(config)]
     for name, (_, new, _) in rows.items():
-        runs = [run_spec(config, run) for run in zoo_runs(config)]
-        runs = [r for r in runs if r["objective"] == name and r["steps"] > 0]
+        runs = [r for r in trained if r["objective"] == name and r["steps"] > 0]
         steps = sum(r["steps"] for r in runs)
         render = render_seconds(specs[name], batches)
         serial, beside = steps * (new[0] + render) / 3600, steps * max(new[0], render) / 3600
