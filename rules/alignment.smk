@@ -24,7 +24,6 @@ rule alignment_lr:
         variant=one_of(ALIGNMENT_VARIANTS, "NO_VARIANTS"),
     conda:
         "../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=1,
     params:
@@ -40,18 +39,13 @@ rule alignment_lr_table:
     input:
         expand("results/alignment/lr/{variant}.json", variant=ALIGNMENT_VARIANTS),
     output:
-        report(
-            "results/tables/alignment_lr.csv",
-            caption="../report/alignment_lr.rst",
-            category="Alignment",
-        ),
+        reported("results/tables/alignment_lr.csv", "alignment_lr", "Alignment"),
     log:
         log_file("alignment_lr_table", "alignment"),
     benchmark:
         bench_file("alignment_lr_table", "alignment")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/alignment_lr_table.py"
 
@@ -73,7 +67,6 @@ rule alignment_cell:
         cell=one_of(ALIGNMENT_CELLS, "NO_CELLS"),
     conda:
         "../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=repdiag.core.gpu.small_job_gpus(config),
     params:
@@ -100,7 +93,6 @@ rule alignment_real:
         pair=one_of(ALIGNMENT_REAL, "NO_PAIRS"),
     conda:
         "../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=repdiag.core.gpu.small_job_gpus(config),
     params:
@@ -117,20 +109,12 @@ rule alignment_tables:
         cells=expand("results/alignment/{cell}.json", cell=ALIGNMENT_CELLS),
         real=expand("results/alignment/real/{pair}.json", pair=ALIGNMENT_REAL),
     output:
-        table=report(
-            "results/tables/alignment.csv",
-            caption="../report/alignment_table.rst",
-            category="Alignment",
+        table=reported("results/tables/alignment.csv", "alignment_table", "Alignment"),
+        summary=reported(
+            "results/tables/alignment_summary.csv", "alignment_summary", "Alignment"
         ),
-        summary=report(
-            "results/tables/alignment_summary.csv",
-            caption="../report/alignment_summary.rst",
-            category="Alignment",
-        ),
-        claims=report(
-            "results/tables/alignment_claims.csv",
-            caption="../report/alignment_claims.rst",
-            category="Alignment",
+        claims=reported(
+            "results/tables/alignment_claims.csv", "alignment_claims", "Alignment"
         ),
     log:
         log_file("alignment_tables", "alignment"),
@@ -138,7 +122,6 @@ rule alignment_tables:
         bench_file("alignment_tables", "alignment")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/alignment_tables.py"
 
@@ -147,16 +130,14 @@ rule alignment_figures:
     input:
         table="results/tables/alignment.csv",
     output:
-        methods_png=report(
-            "results/figures/alignment_methods.png",
-            caption="../report/alignment_methods.rst",
-            category="Alignment",
+        methods_png=reported(
+            "results/figures/alignment_methods.png", "alignment_methods", "Alignment"
         ),
         methods_pdf="results/figures/alignment_methods.pdf",
-        fraction_png=report(
+        fraction_png=reported(
             "results/figures/alignment_paired_fraction.png",
-            caption="../report/alignment_paired_fraction.rst",
-            category="Alignment",
+            "alignment_paired_fraction",
+            "Alignment",
         ),
         fraction_pdf="results/figures/alignment_paired_fraction.pdf",
     log:
@@ -165,7 +146,6 @@ rule alignment_figures:
         bench_file("alignment_figures", "alignment")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/alignment_figures.py"
 
@@ -174,10 +154,8 @@ rule alignment_real_figure:
     input:
         table="results/tables/alignment.csv",
     output:
-        png=report(
-            "results/figures/alignment_real.png",
-            caption="../report/alignment_real.rst",
-            category="Alignment",
+        png=reported(
+            "results/figures/alignment_real.png", "alignment_real", "Alignment"
         ),
         pdf="results/figures/alignment_real.pdf",
     log:
@@ -186,6 +164,5 @@ rule alignment_real_figure:
         bench_file("alignment_real_figure", "alignment")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/alignment_real_figure.py"

@@ -50,17 +50,17 @@ rule cifar_tables:
     input:
         runs=expand("results/cifar/{run}.json", run=CIFAR_RUNS),
     output:
-        table=report(
+        table=reported(
             "results/tables/cifar_simclr.csv",
-            caption="../report/cifar_table.rst",
-            category="Identifiability",
-            subcategory="CIFAR-10",
+            "cifar_table",
+            "Identifiability",
+            "CIFAR-10",
         ),
-        runs=report(
+        runs=reported(
             "results/tables/cifar_simclr_runs.csv",
-            caption="../report/cifar_runs.rst",
-            category="Identifiability",
-            subcategory="CIFAR-10",
+            "cifar_runs",
+            "Identifiability",
+            "CIFAR-10",
         ),
     log:
         log_file("cifar_tables", "cifar"),
@@ -68,7 +68,6 @@ rule cifar_tables:
         bench_file("cifar_tables", "cifar")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     params:
         architectures=CIFAR["architectures"],
         regimes=CIFAR["regimes"],
@@ -81,11 +80,11 @@ rule cifar_figure:
         table="results/tables/cifar_simclr.csv",
         runs="results/tables/cifar_simclr_runs.csv",
     output:
-        png=report(
+        png=reported(
             "results/figures/cifar_simclr.png",
-            caption="../report/cifar_figure.rst",
-            category="Identifiability",
-            subcategory="CIFAR-10",
+            "cifar_figure",
+            "Identifiability",
+            "CIFAR-10",
         ),
         pdf="results/figures/cifar_simclr.pdf",
     log:
@@ -94,7 +93,6 @@ rule cifar_figure:
         bench_file("cifar_figure", "cifar")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     params:
         architectures=CIFAR["architectures"],
         regimes=CIFAR["regimes"],

@@ -97,6 +97,18 @@ def bench_file(rule_name, stem="{model}"):
     return f"logs/benchmarks/{rule_name}/{stem}.tsv"
 
 
+def reported(path, caption, category, subcategory=None):
+    """``path`` flagged for `snakemake --report`, captioned by report/<caption>.rst. The caption is
+    absolute: Snakemake resolves a relative one against the file that defines the rule.
+    """
+    return report(
+        path,
+        caption=f"{workflow.basedir}/report/{caption}.rst",
+        category=category,
+        subcategory=subcategory,
+    )
+
+
 def model_entry(wildcards):
     """The config entry of one model: exactly what that model's jobs depend on."""
     return MODELS[wildcards.model]

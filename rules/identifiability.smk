@@ -20,7 +20,6 @@ rule identifiability_cell:
         cell=one_of(IDENTIFIABILITY_CELLS, "NO_CELLS"),
     conda:
         "../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=repdiag.core.gpu.small_job_gpus(config),
     params:
@@ -36,15 +35,15 @@ rule identifiability_tables:
     input:
         cells=expand("results/identifiability/{cell}.json", cell=IDENTIFIABILITY_CELLS),
     output:
-        table=report(
+        table=reported(
             "results/tables/identifiability.csv",
-            caption="../report/identifiability_table.rst",
-            category="Identifiability",
+            "identifiability_table",
+            "Identifiability",
         ),
-        paper=report(
+        paper=reported(
             "results/tables/identifiability_paper.csv",
-            caption="../report/identifiability_paper.rst",
-            category="Identifiability",
+            "identifiability_paper",
+            "Identifiability",
         ),
     log:
         log_file("identifiability_tables", "identifiability"),
@@ -52,7 +51,6 @@ rule identifiability_tables:
         bench_file("identifiability_tables", "identifiability")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/identifiability_tables.py"
 
@@ -61,16 +59,16 @@ rule identifiability_figures:
     input:
         table="results/tables/identifiability.csv",
     output:
-        r2_png=report(
+        r2_png=reported(
             "results/figures/identifiability_r2.png",
-            caption="../report/identifiability_r2.rst",
-            category="Identifiability",
+            "identifiability_r2",
+            "Identifiability",
         ),
         r2_pdf="results/figures/identifiability_r2.pdf",
-        ratio_png=report(
+        ratio_png=reported(
             "results/figures/identifiability_ratio.png",
-            caption="../report/identifiability_ratio.rst",
-            category="Identifiability",
+            "identifiability_ratio",
+            "Identifiability",
         ),
         ratio_pdf="results/figures/identifiability_ratio.pdf",
     log:
@@ -79,7 +77,6 @@ rule identifiability_figures:
         bench_file("identifiability_figures", "identifiability")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/identifiability_figures.py"
 
@@ -102,7 +99,6 @@ rule identifiability_check_cell:
         cell=one_of(CHECK_CELLS, "NO_CELLS"),
     conda:
         "../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=1,
     params:
@@ -118,15 +114,15 @@ rule identifiability_check_tables:
     input:
         cells=expand("results/identifiability_check/{cell}.json", cell=CHECK_CELLS),
     output:
-        seeds=report(
+        seeds=reported(
             "results/tables/identifiability_check.csv",
-            caption="../report/identifiability_check.rst",
-            category="Identifiability",
+            "identifiability_check",
+            "Identifiability",
         ),
-        claims=report(
+        claims=reported(
             "results/tables/identifiability_check_claims.csv",
-            caption="../report/identifiability_check.rst",
-            category="Identifiability",
+            "identifiability_check",
+            "Identifiability",
         ),
         summary="results/identifiability_check/summary.md",
     log:
@@ -135,6 +131,5 @@ rule identifiability_check_tables:
         bench_file("identifiability_check_tables", "identifiability")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     script:
         "../workflow_scripts/identifiability_check_tables.py"

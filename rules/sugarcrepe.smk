@@ -72,17 +72,14 @@ rule sugarcrepe_tables:
         results=expand("results/sugarcrepe/{model}.json", model=SUGARCREPE_MODELS),
         jacobians=expand("results/jacobians/{model}.zarr", model=SUGARCREPE_MODELS),
     output:
-        table=report(
-            "results/tables/sugarcrepe.csv",
-            caption="../report/sugarcrepe_table.rst",
-            category="Tables",
-            subcategory="SugarCrepe",
+        table=reported(
+            "results/tables/sugarcrepe.csv", "sugarcrepe_table", "Tables", "SugarCrepe"
         ),
-        partial=report(
+        partial=reported(
             "results/tables/sugarcrepe_partial.csv",
-            caption="../report/sugarcrepe_partial.rst",
-            category="Tables",
-            subcategory="SugarCrepe",
+            "sugarcrepe_partial",
+            "Tables",
+            "SugarCrepe",
         ),
     log:
         log_file("sugarcrepe_tables", "all"),
@@ -90,7 +87,6 @@ rule sugarcrepe_tables:
         bench_file("sugarcrepe_tables", "all")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     params:
         models={key: MODELS[key]["family"] for key in SUGARCREPE_MODELS},
         zero_shot={
@@ -118,11 +114,7 @@ rule sugarcrepe_figure:
         table="results/tables/sugarcrepe.csv",
         partial="results/tables/sugarcrepe_partial.csv",
     output:
-        png=report(
-            "results/figures/sugarcrepe_jer.png",
-            caption="../report/sugarcrepe_jer.rst",
-            category="Figures",
-        ),
+        png=reported("results/figures/sugarcrepe_jer.png", "sugarcrepe_jer", "Figures"),
         pdf="results/figures/sugarcrepe_jer.pdf",
     log:
         log_file("sugarcrepe_figure", "all"),
@@ -130,7 +122,6 @@ rule sugarcrepe_figure:
         bench_file("sugarcrepe_figure", "all")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     params:
         headline=SUGARCREPE["headline"],
         jer_column=f"jer_{config['stats']['jer_formula']}_{config['stats']['jer_at']}",
@@ -143,11 +134,11 @@ rule sugarcrepe_models:
         models="results/tables/models.csv",
         table="results/tables/sugarcrepe.csv",
     output:
-        report(
+        reported(
             "results/tables/models_sugarcrepe.csv",
-            caption="../report/models_sugarcrepe.rst",
-            category="Tables",
-            subcategory="SugarCrepe",
+            "models_sugarcrepe",
+            "Tables",
+            "SugarCrepe",
         ),
     log:
         log_file("sugarcrepe_models", "all"),
@@ -155,7 +146,6 @@ rule sugarcrepe_models:
         bench_file("sugarcrepe_models", "all")
     conda:
         "../envs/analysis.yaml"
-    threads: 1
     params:
         headline=SUGARCREPE["headline"],
     script:

@@ -38,17 +38,13 @@ rule causal_effects:
         ],
         calibration="results/binding_causal/calibration.csv",
     output:
-        arms=report(
-            "results/binding_causal/arms.csv",
-            caption="../../report/causal_effects.rst",
-            category="JER intervention",
+        arms=reported(
+            "results/binding_causal/arms.csv", "causal_effects", "JER intervention"
         ),
         contrasts="results/binding_causal/contrasts.csv",
         models="results/binding_causal/models.csv",
-        summary=report(
-            "results/binding_causal/summary.md",
-            caption="../../report/causal_effects.rst",
-            category="JER intervention",
+        summary=reported(
+            "results/binding_causal/summary.md", "causal_effects", "JER intervention"
         ),
     log:
         log_file("causal_effects", "all"),
@@ -56,7 +52,6 @@ rule causal_effects:
         bench_file("causal_effects", "all")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         cells=CAUSAL_CELLS,
         models={
@@ -75,10 +70,8 @@ rule plot_causal:
         contrasts="results/binding_causal/contrasts.csv",
         models="results/binding_causal/models.csv",
     output:
-        png=report(
-            "results/figures/binding_causal.png",
-            caption="../../report/causal_figure.rst",
-            category="JER intervention",
+        png=reported(
+            "results/figures/binding_causal.png", "causal_figure", "JER intervention"
         ),
         pdf="results/figures/binding_causal.pdf",
     log:
@@ -87,6 +80,5 @@ rule plot_causal:
         bench_file("plot_causal", "all")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     script:
         "../../workflow_scripts/binding_plot_causal.py"

@@ -13,7 +13,6 @@ rule render_binding:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         binding=config["datasets"]["binding"],
     script:

@@ -23,7 +23,6 @@ rule extract_embeddings:
     priority: priority_of("binding")
     conda:
         "../../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=1,
     params:

@@ -41,7 +41,6 @@ rule jacobian_spectra:
     priority: priority_of("binding")
     conda:
         "../../envs/torch.yaml"
-    threads: 1
     resources:
         gpu=1,
         # SLURM minutes per model (profiles/slurm/jacobian_runtimes.yaml), times the attempt

@@ -15,7 +15,6 @@ rule compute_metrics:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         metrics=config["metrics"],
         seed=config["seed"],

@@ -13,23 +13,12 @@ rule aggregate_models:
             if key in BINDING_MODELS
         ],
     output:
-        models=report(
-            "results/tables/models.csv",
-            caption="../../report/models.rst",
-            category="Tables",
-            subcategory="Models",
+        models=reported("results/tables/models.csv", "models", "Tables", "Models"),
+        depth=reported(
+            "results/tables/depth_profiles.csv", "depth_table", "Tables", "Models"
         ),
-        depth=report(
-            "results/tables/depth_profiles.csv",
-            caption="../../report/depth_table.rst",
-            category="Tables",
-            subcategory="Models",
-        ),
-        spectra=report(
-            "results/tables/spectra.csv",
-            caption="../../report/spectra_table.rst",
-            category="Tables",
-            subcategory="Models",
+        spectra=reported(
+            "results/tables/spectra.csv", "spectra_table", "Tables", "Models"
         ),
     log:
         log_file("aggregate_models", "all"),
@@ -38,7 +27,6 @@ rule aggregate_models:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         models={
             key: {
@@ -64,52 +52,27 @@ rule stats_tables:
         models="results/tables/models.csv",
         depth="results/tables/depth_profiles.csv",
     output:
-        correlations=report(
-            "results/tables/correlations.csv",
-            caption="../../report/correlations.rst",
-            category="Tables",
-            subcategory="Statistics",
+        correlations=reported(
+            "results/tables/correlations.csv", "correlations", "Tables", "Statistics"
         ),
-        ols=report(
-            "results/tables/ols.csv",
-            caption="../../report/ols.rst",
-            category="Tables",
-            subcategory="Statistics",
+        ols=reported("results/tables/ols.csv", "ols", "Tables", "Statistics"),
+        ols_summary=reported(
+            "results/tables/ols_summary.txt", "ols_summary", "Tables", "Statistics"
         ),
-        ols_summary=report(
-            "results/tables/ols_summary.txt",
-            caption="../../report/ols_summary.rst",
-            category="Tables",
-            subcategory="Statistics",
+        partial=reported(
+            "results/tables/partial.csv", "partial", "Tables", "Statistics"
         ),
-        partial=report(
-            "results/tables/partial.csv",
-            caption="../../report/partial.rst",
-            category="Tables",
-            subcategory="Statistics",
+        families=reported(
+            "results/tables/families.csv", "families", "Tables", "Statistics"
         ),
-        families=report(
-            "results/tables/families.csv",
-            caption="../../report/families.rst",
-            category="Tables",
-            subcategory="Statistics",
+        robustness=reported(
+            "results/tables/robustness.csv", "robustness", "Tables", "Statistics"
         ),
-        robustness=report(
-            "results/tables/robustness.csv",
-            caption="../../report/robustness.rst",
-            category="Tables",
-            subcategory="Statistics",
+        dose_series=reported(
+            "results/tables/dose_series.csv", "dose_series", "Tables", "Statistics"
         ),
-        dose_series=report(
-            "results/tables/dose_series.csv",
-            caption="../../report/dose_series.rst",
-            category="Tables",
-            subcategory="Statistics",
-        ),
-        paper_comparison=report(
-            "results/tables/paper_comparison.csv",
-            caption="../../report/paper_comparison.rst",
-            category="Summary",
+        paper_comparison=reported(
+            "results/tables/paper_comparison.csv", "paper_comparison", "Summary"
         ),
     log:
         log_file("stats_tables", "all"),
@@ -118,7 +81,6 @@ rule stats_tables:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         stats=seeded(config["stats"], config),
     script:
@@ -129,11 +91,7 @@ rule plot_metric_scatter:
     input:
         models="results/tables/models.csv",
     output:
-        png=report(
-            "results/figures/metric_scatter.png",
-            caption="../../report/metric_scatter.rst",
-            category="Figures",
-        ),
+        png=reported("results/figures/metric_scatter.png", "metric_scatter", "Figures"),
         pdf="results/figures/metric_scatter.pdf",
     log:
         log_file("plot_metric_scatter", "all"),
@@ -142,7 +100,6 @@ rule plot_metric_scatter:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         readout=config["stats"]["readout"],
         covariates=config["stats"]["covariates"],
@@ -154,11 +111,7 @@ rule plot_dose_series:
     input:
         models="results/tables/models.csv",
     output:
-        png=report(
-            "results/figures/dose_series.png",
-            caption="../../report/dose_series_figure.rst",
-            category="Figures",
-        ),
+        png=reported("results/figures/dose_series.png", "dose_series_figure", "Figures"),
         pdf="results/figures/dose_series.pdf",
     log:
         log_file("plot_dose_series", "all"),
@@ -167,7 +120,6 @@ rule plot_dose_series:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         readout=config["stats"]["readout"],
     script:
@@ -178,10 +130,8 @@ rule plot_jacobian_spectra:
     input:
         spectra="results/tables/spectra.csv",
     output:
-        png=report(
-            "results/figures/jacobian_spectra.png",
-            caption="../../report/jacobian_spectra.rst",
-            category="Figures",
+        png=reported(
+            "results/figures/jacobian_spectra.png", "jacobian_spectra", "Figures"
         ),
         pdf="results/figures/jacobian_spectra.pdf",
     log:
@@ -191,7 +141,6 @@ rule plot_jacobian_spectra:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     script:
         "../../workflow_scripts/binding_plot_jacobian_spectra.py"
 
@@ -200,11 +149,7 @@ rule plot_depth_profiles:
     input:
         depth="results/tables/depth_profiles.csv",
     output:
-        png=report(
-            "results/figures/depth_profiles.png",
-            caption="../../report/depth_profiles.rst",
-            category="Figures",
-        ),
+        png=reported("results/figures/depth_profiles.png", "depth_profiles", "Figures"),
         pdf="results/figures/depth_profiles.pdf",
     log:
         log_file("plot_depth_profiles", "all"),
@@ -213,7 +158,6 @@ rule plot_depth_profiles:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         jer_formula=config["stats"]["jer_formula"],
         probe_set=config["stats"]["probe_set"],
@@ -225,11 +169,7 @@ rule plot_readouts:
     input:
         models="results/tables/models.csv",
     output:
-        png=report(
-            "results/figures/readouts.png",
-            caption="../../report/readouts.rst",
-            category="Figures",
-        ),
+        png=reported("results/figures/readouts.png", "readouts", "Figures"),
         pdf="results/figures/readouts.pdf",
     log:
         log_file("plot_readouts", "all"),
@@ -238,7 +178,6 @@ rule plot_readouts:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     script:
         "../../workflow_scripts/binding_plot_readouts.py"
 
@@ -259,11 +198,7 @@ rule summarise:
             }
         ),
     output:
-        report(
-            "results/summary.md",
-            caption="../../report/summary.rst",
-            category="Summary",
-        ),
+        reported("results/summary.md", "summary", "Summary"),
     log:
         log_file("summarise", "all"),
     benchmark:
@@ -271,7 +206,6 @@ rule summarise:
     priority: priority_of("binding")
     conda:
         "../../envs/analysis.yaml"
-    threads: 1
     params:
         stats=seeded(config["stats"], config),
     script:

@@ -39,11 +39,7 @@ rule plot_zoo_curves:
         curves=expand("results/zoo/{objective}/curve.csv", objective=BINDING_ZOO_RUNS),
         meta=expand("results/zoo/{objective}/meta.json", objective=BINDING_ZOO_RUNS),
     output:
-        png=report(
-            "results/figures/zoo_curves.png",
-            caption="../../report/zoo_curves.rst",
-            category="Zoo",
-        ),
+        png=reported("results/figures/zoo_curves.png", "zoo_curves", "Zoo"),
         pdf="results/figures/zoo_curves.pdf",
     log:
         log_file("plot_zoo_curves", "zoo"),
