@@ -37,7 +37,7 @@ test row is a pair and carries the ground truth used by the metrics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,22 +192,39 @@ def _add_noise(x: np.ndarray, noise: float, rms: float, rng: np.random.Generator
     return x + np.float32(noise * rms) * rng.standard_normal(x.shape, dtype=np.float32)
 
 
-def synthetic_pairs(
-    *,
-    n_concepts: int,
-    k_active: int,
-    dims: Sequence[int],
-    maps: Sequence[str],
-    nonlinearity: float,
-    noise: float,
-    n_train: int,
-    n_test: int,
-    paired_fraction: float,
-    seed: int,
-    frequency_exponent: float = 0.0,
-    correlation: float = 0.0,
-    n_specific: int = 0,
-) -> PairedData:
+@dataclass(frozen=True)
+class SyntheticConcepts:
+    """The synthetic concept space of the module docstring (``alignment.synthetic`` with the
+    preset applied, :func:`repdiag.alignment.grid.preset_sections`): what every cell of a seed
+    shares. The paired fraction and the seed are the cell's own (:func:`synthetic_pairs`)."""
+
+    n_concepts: int
+    k_active: int
+    dims: tuple[int, int]
+    maps: tuple[str, str]
+    nonlinearity: float
+    noise: float
+    n_train: int
+    n_test: int
+    frequency_exponent: float = 0.0
+    correlation: float = 0.0
+    n_specific: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.dims) != 2 or len(self.maps) != 2:
+            raise ConfigError("alignment.synthetic.dims and .maps must each list two domains")
+        if self.n_specific < 0:
+            raise ConfigError(f"alignment.synthetic.n_specific must be >= 0, got {self.n_specific}")
+        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+        object.__setattr__(self, "maps", tuple(str(m) for m in self.maps))
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> SyntheticConcepts:
+        """From ``alignment.synthetic`` (schema-checked: every key is a field)."""
+        return cls(**section)
+
+
+def synthetic_pairs(space: SyntheticConcepts, paired_fraction: float, seed: int) -> PairedData:
     """Synthetic two-domain data with known concepts (see the module docstring for the model).
 
     Everything but the pairing depends only on ``seed``: the concept maps, the concepts of domain
@@ -216,20 +233,21 @@ def synthetic_pairs(
     decides which rows of domain b reuse domain a's concepts, so cells that differ only in the
     fraction see the same spaces and the same test split.
     """
-    if len(dims) != 2 or len(maps) != 2:
-        raise ConfigError("alignment.synthetic.dims and .maps must each list two domains")
-    if n_specific < 0:
-        raise ConfigError(f"alignment.synthetic.n_specific must be >= 0, got {n_specific}")
+    n_concepts, k_active, n_specific = space.n_concepts, space.k_active, space.n_specific
+    n_train, n_test, noise = space.n_train, space.n_test, space.noise
     n_total = n_concepts + 2 * n_specific
     rng = np.random.default_rng([seed, 0])
     domain_maps = [
-        random_map(d, n_total, kind, nonlinearity, rng) for d, kind in zip(dims, maps, strict=True)
+        random_map(d, n_total, kind, space.nonlinearity, rng)
+        for d, kind in zip(space.dims, space.maps, strict=True)
     ]
     present = _hide_private_concepts(domain_maps, n_concepts, n_specific)
     frequencies = (
-        concept_frequencies(n_total, frequency_exponent, rng) if frequency_exponent > 0 else None
+        concept_frequencies(n_total, space.frequency_exponent, rng)
+        if space.frequency_exponent > 0
+        else None
     )
-    draw = dict(frequencies=frequencies, correlation=correlation)
+    draw = dict(frequencies=frequencies, correlation=space.correlation)
     z_train = sample_concepts(n_train, n_total, k_active, rng, **draw)
     z_unpaired_b = sample_concepts(n_train, n_total, k_active, rng, **draw)
     z_test = sample_concepts(n_test, n_total, k_active, rng, **draw)
@@ -250,7 +268,7 @@ def synthetic_pairs(
         test_labels=dominant_concept(z_test),
         test_concepts=z_test,
         train_concepts=(z_train, z_b),
-        domains=tuple(maps),  # type: ignore[arg-type]
+        domains=space.maps,
         truth=ConceptTruth(
             maps=(domain_maps[0], domain_maps[1]),
             concepts=z_test,
@@ -263,8 +281,8 @@ def synthetic_pairs(
             "paired_fraction": paired_fraction,
             "n_concepts_total": n_total,
             "n_specific": n_specific,
-            "frequency_exponent": frequency_exponent,
-            "correlation": correlation,
+            "frequency_exponent": space.frequency_exponent,
+            "correlation": space.correlation,
         },
     )
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from repdiag.alignment.bootstrap import intervals, mean_intervals
-from repdiag.alignment.concepts import PairedData, synthetic_pairs
+from repdiag.alignment.concepts import PairedData, SyntheticConcepts, synthetic_pairs
 from repdiag.alignment.grid import EXACT_VARIANT, real_pair_name, split_variant, uses_pairs
 from repdiag.alignment.methods import PairModel, SAESettings, make_method
 from repdiag.alignment.metrics import evaluate_alignment
@@ -147,9 +147,8 @@ def run_cell(
     if lr is not None:
         train["lr"] = float(lr)
     start, cpu_start = time.monotonic(), time.process_time()
-    data = synthetic_pairs(
-        **params["synthetic"], paired_fraction=cell["paired_fraction"], seed=cell["seed"]
-    )
+    space = SyntheticConcepts.from_config(params["synthetic"])
+    data = synthetic_pairs(space, cell["paired_fraction"], cell["seed"])
     data, scales = normalise(data)
     record = fit_and_evaluate(
         cell["variant"],

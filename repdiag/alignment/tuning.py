@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from repdiag.alignment.concepts import PairedData, synthetic_pairs
+from repdiag.alignment.concepts import PairedData, SyntheticConcepts, synthetic_pairs
 from repdiag.alignment.grid import split_variant
 from repdiag.alignment.methods import Batch, Method, PairModel, SAESettings, make_method
 from repdiag.alignment.train import SAETrainSettings, normalise, train_method
@@ -100,9 +100,8 @@ def tune_learning_rate(
     variant = params["variant"]
     tuning = params["tuning"]
     method_name, ablation = split_variant(variant)
-    data = synthetic_pairs(
-        **params["synthetic"], paired_fraction=tuning["paired_fraction"], seed=tuning["seed"]
-    )
+    space = SyntheticConcepts.from_config(params["synthetic"])
+    data = synthetic_pairs(space, tuning["paired_fraction"], tuning["seed"])
     data, _ = normalise(data)
     train_data, rows, pairs = validation_split(data, float(tuning["validation_fraction"]))
     settings = SAETrainSettings(

@@ -31,23 +31,22 @@ class KnownModel:
 
 def perfect_pair(seed=0, n_specific=0):
     """The true dictionaries as two TopK SAEs (encoder = pinv(W), k = k_active), linear, noiseless."""
-    from repdiag.alignment.concepts import synthetic_pairs
+    from repdiag.alignment.concepts import SyntheticConcepts, synthetic_pairs
     from repdiag.alignment.methods import PairModel
     from repdiag.alignment.topk import TopKSAE
 
-    data = synthetic_pairs(
+    space = SyntheticConcepts(
         n_concepts=12,
         k_active=3,
-        dims=[64, 80],
-        maps=["linear", "linear"],
+        dims=(64, 80),
+        maps=("linear", "linear"),
         nonlinearity=0.0,
         noise=0.0,
         n_train=512,
         n_test=600,
-        paired_fraction=1.0,
-        seed=seed,
         n_specific=n_specific,
     )
+    data = synthetic_pairs(space, paired_fraction=1.0, seed=seed)
     saes = []
     for domain_map in data.truth.maps:
         w = torch.as_tensor(domain_map.dictionary)

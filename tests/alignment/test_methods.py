@@ -211,19 +211,21 @@ def test_every_method_gets_the_same_sample_budget():
 
 
 def test_usae_steps_only_the_sampled_model():
-    from repdiag.alignment.concepts import synthetic_pairs
+    from repdiag.alignment.concepts import SyntheticConcepts, synthetic_pairs
     from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 
     data, _ = normalise(
         synthetic_pairs(
-            n_concepts=4,
-            k_active=1,
-            dims=[6, 5],
-            maps=["linear", "linear"],
-            nonlinearity=0.0,
-            noise=0.0,
-            n_train=256,
-            n_test=32,
+            SyntheticConcepts(
+                n_concepts=4,
+                k_active=1,
+                dims=(6, 5),
+                maps=("linear", "linear"),
+                nonlinearity=0.0,
+                noise=0.0,
+                n_train=256,
+                n_test=32,
+            ),
             paired_fraction=1.0,
             seed=0,
         )

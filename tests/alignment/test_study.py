@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repdiag.alignment.concepts import synthetic_pairs
+from repdiag.alignment.concepts import SyntheticConcepts, synthetic_pairs
 from repdiag.alignment.grid import variant_terms
 from repdiag.alignment.methods import SAESettings, make_method
 from repdiag.alignment.study import fit_and_evaluate
@@ -22,7 +22,9 @@ WEIGHTS = dict(
 
 
 def _run(variant: str, fraction: float, seed: int = 0) -> dict:
-    data, _ = normalise(synthetic_pairs(**DATA, paired_fraction=fraction, seed=seed))
+    data, _ = normalise(
+        synthetic_pairs(SyntheticConcepts(**DATA), paired_fraction=fraction, seed=seed)
+    )
     weights = {t: WEIGHTS[t] for t in variant_terms(variant)} or None
     return fit_and_evaluate(
         variant, data, sae=SAE, train=TRAIN, weights=weights, evaluation=EVALUATION, seed=seed
@@ -54,7 +56,9 @@ def test_distributional_only_matches_laws_not_instances_and_anchors_repair_it():
 
 
 def test_training_is_deterministic_given_the_seed():
-    data, _ = normalise(synthetic_pairs(**{**DATA, "n_train": 512}, paired_fraction=0.5, seed=1))
+    data, _ = normalise(
+        synthetic_pairs(SyntheticConcepts(**{**DATA, "n_train": 512}), paired_fraction=0.5, seed=1)
+    )
     settings = SAETrainSettings(steps=15, batch_size=32, pair_batch_size=16)
     sae = SAESettings(**SAE)
     runs = [

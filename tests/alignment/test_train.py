@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from repdiag.alignment.concepts import synthetic_pairs
+from repdiag.alignment.concepts import SyntheticConcepts, synthetic_pairs
 from repdiag.alignment.methods import SAESettings, make_method
 from repdiag.alignment.study import fit_and_evaluate
 from repdiag.alignment.train import SAETrainSettings, _learning_rate, normalise, train_method
@@ -18,7 +18,9 @@ torch.set_num_threads(1)
 
 
 def test_paired_methods_refuse_data_without_pairs():
-    data, _ = normalise(synthetic_pairs(**{**DATA, "n_train": 256}, paired_fraction=0.0, seed=0))
+    data, _ = normalise(
+        synthetic_pairs(SyntheticConcepts(**{**DATA, "n_train": 256}), paired_fraction=0.0, seed=0)
+    )
     with pytest.raises(ConfigError, match="needs paired rows"):
         train_method(
             make_method("crosscoder", SAESettings(**SAE)), data, SAETrainSettings(steps=2), seed=0

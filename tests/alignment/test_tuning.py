@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from repdiag.alignment.concepts import synthetic_pairs
+from repdiag.alignment.concepts import SyntheticConcepts, synthetic_pairs
 from repdiag.alignment.grid import tuning_params
 from repdiag.alignment.methods import SAESettings, make_method, squared_error
 from repdiag.alignment.train import normalise
@@ -33,7 +33,7 @@ SAE = dict(n_latents=12, k=2, aux_k=4, aux_coef=1 / 32, dead_after=1024)
 
 
 def test_validation_split_holds_out_the_last_rows_and_pairs_and_keeps_pairs_first():
-    data = synthetic_pairs(**SMALL, paired_fraction=0.05, seed=0)  # 200 pairs
+    data = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=0.05, seed=0)  # 200 pairs
     train, rows, pairs = validation_split(data, 0.1)
     assert data.n_paired == 200 and train.n_paired == 180 and len(pairs[0]) == 20
     for i in range(2):
@@ -48,12 +48,12 @@ def test_validation_split_holds_out_the_last_rows_and_pairs_and_keeps_pairs_firs
     np.testing.assert_array_equal(data.train_concepts[0][180:200], data.train_concepts[1][180:200])
     with pytest.raises(ConfigError, match="validation_fraction"):
         validation_split(data, 1.0)
-    one_pair = synthetic_pairs(**SMALL, paired_fraction=1 / 4000, seed=0)
+    one_pair = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=1 / 4000, seed=0)
     assert validation_split(one_pair, 0.1)[2] is None  # a single pair stays in training
 
 
 def test_validation_objective_of_independent_saes_is_their_reconstruction_error():
-    data, _ = normalise(synthetic_pairs(**SMALL, paired_fraction=0.05, seed=1))
+    data, _ = normalise(synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=0.05, seed=1))
     method = make_method("independent", SAESettings(**SAE))
     model = method.build([8, 10], torch.Generator().manual_seed(0))
     rows = tuple(x[:300] for x in data.train)
