@@ -35,11 +35,11 @@ $(STAMP): pyproject.toml Makefile
 # The config is validated before Snakemake reads it: Snakemake evaluates template (YTE) configs
 # while reading them, repdiag validate refuses them without running anything (README, Security).
 run: setup
-	$(BIN)/repdiag validate config.yaml
+	$(BIN)/repdiag validate config/config.yaml
 	$(BIN)/snakemake --cores $(CORES) $(STUDY) $(SNAKEMAKE_ARGS)
 
 run-all: setup
-	$(BIN)/repdiag validate config.yaml
+	$(BIN)/repdiag validate config/config.yaml
 	$(BIN)/snakemake --cores $(CORES) all $(SNAKEMAKE_ARGS)
 
 lint: setup

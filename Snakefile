@@ -14,7 +14,7 @@ from repdiag.studies import TARGETS, default_outputs, final_outputs
 min_version("9.0")
 
 
-configfile: "config.yaml"
+configfile: "config/config.yaml"
 
 
 # Snakemake keeps the last of two equal YAML keys; a model listed twice must be an error instead.

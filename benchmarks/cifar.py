@@ -15,7 +15,7 @@ The projection multiplies the view cost by 2 x 50000 views per epoch: the CPU co
 augmentation one epoch needs, i.e. how many DataLoader workers (``cifar.threads`` - 1) a GPU run
 needs to keep up. No data is needed (synthetic CIFAR-format images).
 
-    .venv/bin/python benchmarks/cifar.py [--config config.yaml] [--batch 16] [--steps 2]
+    .venv/bin/python benchmarks/cifar.py [--config config/config.yaml] [--batch 16] [--steps 2]
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def bench_probe(cifar: dict, n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "config.yaml"))
+    parser.add_argument("--config", default=str(REPO / "config/config.yaml"))
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--views", type=int, default=200, help="images per view timing")

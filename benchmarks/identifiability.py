@@ -28,7 +28,7 @@ and schedules the cells longest first on ``--jobs`` workers.
 Times are CPU times of this process with one torch thread: what the wall time would be on an idle
 core. On a shared machine the wall clock is inflated by the other load (printed).
 
-    .venv/bin/python benchmarks/identifiability.py [--config config.yaml] [--steps 40] [--jobs 2]
+    .venv/bin/python benchmarks/identifiability.py [--config config/config.yaml] [--steps 40] [--jobs 2]
 
 ``--overlay FILE`` layers a config over ``--config`` as ``snakemake --configfile A B`` does (e.g.
 config/identifiability_paper.yaml); ``--check`` projects the like-for-like check's cells
@@ -193,7 +193,7 @@ def merged(base: dict, overlay: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "config.yaml"))
+    parser.add_argument("--config", default=str(REPO / "config/config.yaml"))
     parser.add_argument("--steps", type=int, default=40, help="timed steps per kind of cell")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per kind of cell")
     parser.add_argument("--jobs", type=int, default=2, help="parallel cell jobs")

@@ -1,6 +1,6 @@
 """Zoo training speed: the old step against the new one, per objective, side by side in one process.
 
-For one run of each objective of a config (default: config.yaml; the first run that trains it,
+For one run of each objective of a config (default: config/config.yaml; the first run that trains it,
 plus an ``mae`` run on the config's ViT when no run trains mae) this builds the run twice, as the
 old step had it (benchmarks/zoo_baseline.py: the step of commit 482f62e, kept verbatim) and as
 train_zoo trains it now (repdiag.encoders.zoo.train: batched views, channels_last, fused AdamW,
@@ -23,7 +23,7 @@ its process (repdiag.encoders.zoo.allocator): the benchmark measures that first,
 backbone, then keeps it for the old step and the new alike (so the table's speed-ups leave it out;
 the old train_zoo job ran with glibc's default).
 
-    .venv/bin/python benchmarks/zoo.py [--config config.yaml] [--steps 3] [--rounds 3] [--threads 1]
+    .venv/bin/python benchmarks/zoo.py [--config config/config.yaml] [--steps 3] [--rounds 3] [--threads 1]
     .venv/bin/python benchmarks/zoo.py --config config/zoo_long.yaml --project  # the whole zoo's time
 """
 
@@ -317,7 +317,7 @@ def print_projection(config: dict, rows: dict, specs: dict, batches: int) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "config.yaml"))
+    parser.add_argument("--config", default=str(REPO / "config/config.yaml"))
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (best counts)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per implementation")

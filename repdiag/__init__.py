@@ -2,7 +2,7 @@
 
 In a notebook (:mod:`repdiag.api`, imported on first use so that ``import repdiag`` stays light)::
 
-    config = repdiag.load_config("config.yaml")
+    config = repdiag.load_config("config/config.yaml")
     bench = repdiag.render_benchmark("work/binding.zarr", config)
     scores = repdiag.measure(repdiag.encoder(my_module), bench, "work", config)
 """

@@ -27,7 +27,6 @@ WORKFLOW_PARTS = (
     "workflow_scripts",
     "schemas",
     "config",
-    "config.yaml",
     "envs",
     "profiles",
     "report",

@@ -92,7 +92,7 @@ def plan(
     """The jobs ``snakemake -n TARGETS --configfile F...`` would run in ``workdir``, the
     target rule ``all`` left out; sorted by rule, then wildcards.
 
-    ``configfiles`` (relative to ``workdir``) replace config.yaml, as the workflow profile makes
+    ``configfiles`` (relative to ``workdir``) replace config/config.yaml, as the workflow profile makes
     them. ``rules``, when given, receives the name of every rule the workflow defines (so that
     a test can check that the names it asserts on exist). Raises :class:`PlanError` with
     Snakemake's message when it refuses to plan.
@@ -131,7 +131,7 @@ def _workflow_class():
 
 @contextmanager
 def _api_workflow(workdir: Path, configfiles: Iterable[Path | str]) -> Iterator[Any]:
-    """Snakemake's API on ``workdir`` in this process (``configfiles`` replace config.yaml);
+    """Snakemake's API on ``workdir`` in this process (``configfiles`` replace config/config.yaml);
     Snakemake's errors become :class:`PlanError` with its message, the working folder is kept."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings

@@ -37,7 +37,8 @@ def test_the_face_is_lazy_and_complete() -> None:
 def test_the_readme_example_runs_as_written(setup, tmp_path, monkeypatch) -> None:
     block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "config.yaml").write_text((ROOT / "config" / "test.yaml").read_text())
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "test.yaml").read_text())
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     scores, spectra = namespace["scores"], namespace["spectra"]

@@ -105,7 +105,7 @@ def test_validate_help_documents_no_weights(capsys):
 
 
 def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsys):
-    """config.yaml: 78 zoo runs (17 + the 16 of the dose series and its trajectory + the 24
+    """config/config.yaml: 78 zoo runs (17 + the 16 of the dose series and its trajectory + the 24
     raise, lower and sham runs of binding_causal + the 21 of binding_families), built from their
     specs (no checkpoint needed), and 7 controls."""
     import re
@@ -113,9 +113,9 @@ def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsy
     from repdiag.core.config import load_config
     from repdiag.encoders.jacobian import plan_project as planner
 
-    assert main(["plan", "config.yaml", "--rate", "1e12", "--totals"]) == 0
+    assert main(["plan", "config/config.yaml", "--rate", "1e12", "--totals"]) == 0
     out = capsys.readouterr().out
-    config = load_config("config.yaml")
+    config = load_config("config/config.yaml")
     zoo = [key for key, entry in config["models"].items() if entry["source"] == "zoo"]
     assert len(zoo) == 78
     for key in zoo:
@@ -134,9 +134,9 @@ def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsy
 
 
 def test_plan_options_reach_the_planner_and_bad_models_are_an_error(capsys):
-    assert main(["plan", "--rate", "2e12", "config.yaml", "--models", "vicreg_s0"]) == 0
+    assert main(["plan", "--rate", "2e12", "config/config.yaml", "--models", "vicreg_s0"]) == 0
     out = capsys.readouterr().out
     assert "vicreg_s0: zoo run vicreg_s0" in out and "stage3" in out and "GFLOP/image" in out
     assert "grand total: 1 models x 24 probe images" in out and "at 2 TFLOP/s" in out
-    assert main(["plan", "config.yaml", "--models", "nope"]) == 2
+    assert main(["plan", "config/config.yaml", "--models", "nope"]) == 2
     assert "unknown models ['nope']" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 A presence-supervised backbone is also told the slot labels through a second head weighted by
 the dose lambda (``zoo.hparams.supervised.slot_weight``; ``L = L_presence + lambda * L_slots``;
-the grid ``series.dose`` of config.yaml). The dose is set before training, so binding varies
+the grid ``series.dose`` of config/config.yaml). The dose is set before training, so binding varies
 across the series for a named reason, unlike across the objective families.
 
 The analysis, fixed before the run (docs/binding.md, "Dose series: the analysis, written before

@@ -19,7 +19,7 @@ from repdiag.core.checks import resolve, semantic_checks
 from repdiag.core.errors import ConfigError
 from repdiag.core.validation import SCHEMA, schema_file, validate_config
 
-# libyaml's parser where PyYAML was built with it: a config.yaml parses 6x faster (0.05 s), and
+# libyaml's parser where PyYAML was built with it: a config/config.yaml parses 6x faster (0.05 s), and
 # every Snakemake call of the workflow parses its config files twice.
 _SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -1,6 +1,6 @@
 """``docs/configuration.md`` generated from the JSON schemas' descriptions, so the two cannot drift.
 
-Every key of ``config.yaml`` is one row: its path (``models.<key>.pooling``; ``[]`` for the
+Every key of ``config/config.yaml`` is one row: its path (``models.<key>.pooling``; ``[]`` for the
 items of a list), type, default and description. ``python -m repdiag.core.schema_docs`` rewrites the
 page; a test fails when the page and the schemas disagree.
 """

@@ -50,7 +50,7 @@ def test_the_test_base_passes_and_names_its_arms() -> None:
 
 
 def test_the_default_declares_four_arms_x_four_seeds_on_two_dose_bases() -> None:
-    config = load_config(REPO / "config.yaml")
+    config = load_config(REPO / "config/config.yaml")
     check_causal_config(config)
     cells = causal_cells(config)
     assert {c["base"] for c in cells} == {"causal_0p3", "causal_1"}

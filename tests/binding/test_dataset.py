@@ -132,7 +132,7 @@ def _occupancy_and_multiset(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 def test_default_candidates_and_pairs_differ_only_in_which_shape_sits_where() -> None:
     """On the default config's dataset: every candidate of every query has the query's occupied
     slots and shape multiset, and so has member 1 of every pair; only the binding differs."""
-    defaults = yaml.safe_load((SCHEMA.parents[1] / "config.yaml").read_text())
+    defaults = yaml.safe_load((SCHEMA.parents[1] / "config/config.yaml").read_text())
     ds = render_binding_dataset(BindingParams.from_config(defaults["datasets"]["binding"]))
     query, candidates = ds["query_shape"].values, ds["candidate_shape"].values
     occupied, multiset = _occupancy_and_multiset(query)

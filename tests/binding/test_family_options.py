@@ -56,7 +56,7 @@ def test_the_test_series_names_two_objectives_x_two_seeds() -> None:
 
 
 def test_the_default_compares_seven_objectives_x_three_seeds_at_3000_steps_with_the_controls():
-    config = load_config(REPO / "config.yaml")
+    config = load_config(REPO / "config/config.yaml")
     check_family_config(config)
     cells = family_cells(config)
     objectives = {"barlow_twins", "vicreg", "simmim", "dino", "simclr", "clip", "supervised"}

@@ -13,7 +13,7 @@ from repdiag.core.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 
 
-SHIPPED = sorted([REPO / "config.yaml", *(REPO / "config").glob("*.yaml")])
+SHIPPED = sorted((REPO / "config").glob("*.yaml"))
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -29,8 +29,8 @@ def _pattern(row_path: str) -> re.Pattern[str]:
 
 
 def test_every_key_of_the_default_config_has_a_row():
-    """Each key path of config.yaml matches a row, or lies under a free-form row (``kwargs``)."""
-    config = yaml.safe_load((SCHEMA.parent.parent / "config.yaml").read_text())
+    """Each key path of config/config.yaml matches a row, or lies under a free-form row (``kwargs``)."""
+    config = yaml.safe_load((SCHEMA.parent.parent / "config/config.yaml").read_text())
     documented = [row[0] for row in schema_docs.rows(yaml.safe_load(SCHEMA.read_text()), SCHEMA)]
     patterns = {path: _pattern(path) for path in documented}
     free_form = [

@@ -124,7 +124,7 @@ def test_a_hand_declared_run_with_other_settings_is_refused():
 
 
 def test_the_default_config_declares_the_dose_series_by_grid():
-    config = load_config(REPO / "config.yaml")
+    config = load_config(REPO / "config/config.yaml")
     runs, models = config["zoo"]["objectives"], config["models"]
     doses = {0.0: [], 0.1: [], 0.3: [], 1.0: []}
     for run in runs.values():

@@ -13,10 +13,7 @@ from repdiag.core.config import SCHEMA, ConfigError, load_config
 from repdiag.core.validation import validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = [
-    "config.yaml",
-    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config").glob("*.yaml")),
-]
+CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config").glob("*.yaml"))
 
 
 def snakemake_validated(config: dict) -> dict:
@@ -28,10 +25,10 @@ def snakemake_validated(config: dict) -> dict:
 
 
 def as_run(name: str) -> dict:
-    """The config a run with ``--configfile name`` validates: config.yaml updated by the file."""
+    """The config a run with ``--configfile name`` validates: config/config.yaml updated by the file."""
     from snakemake.utils import update_config
 
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     update_config(config, yaml.safe_load((ROOT / name).read_text()))
     return config
 
@@ -49,7 +46,7 @@ def test_the_cached_schema_is_left_as_parsed() -> None:
     from repdiag.core.config import schema_file
 
     before = copy.deepcopy(schema_file(SCHEMA.resolve()))
-    config = as_run("config.yaml")
+    config = as_run("config/config.yaml")
     del config["seed"]  # a top-level default, set by validation
     validate_config(config)
     assert config["seed"] == 0

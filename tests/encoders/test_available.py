@@ -61,7 +61,7 @@ def test_weights_files_are_checked_without_importing_torch() -> None:
     code = (
         "import sys; from repdiag.core.config import load_config; "
         "from repdiag.encoders.available import check_weights_available; "
-        "check_weights_available(load_config('config.yaml')); print('torch' in sys.modules)"
+        "check_weights_available(load_config('config/config.yaml')); print('torch' in sys.modules)"
     )
     repo = Path(__file__).resolve().parents[2]
     out = subprocess.run(

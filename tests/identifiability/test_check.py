@@ -38,7 +38,7 @@ def section_of(*paths: str) -> dict:
 
 
 def test_the_default_check_builds_only_the_named_cells() -> None:
-    section = section_of("config.yaml")
+    section = section_of("config/config.yaml")
     names = cell_names(check_section(section))
     assert len(names) == 15
     assert {n.split("-")[0] for n in names} == {"identity", "linear", "invertible_mlp"}
@@ -52,7 +52,7 @@ def test_the_default_check_builds_only_the_named_cells() -> None:
 
 
 def test_the_paper_config_is_the_authors_setting() -> None:
-    section = section_of("config.yaml", "config/identifiability_paper.yaml")
+    section = section_of("config/config.yaml", "config/identifiability_paper.yaml")
     assert section["train"] | {"log_every": 0} == {
         "steps": 5000,
         "batch_size": 2000,

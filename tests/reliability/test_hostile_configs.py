@@ -157,7 +157,7 @@ def test_a_config_with_every_mapping_reordered_reruns_nothing(tmp_path: Path) ->
     workdir = copy_workflow(tmp_path / "run")
     mark_done(workdir)
     assert plan(workdir) == []  # params are recorded: nothing to do before the reordering
-    for name in ("config.yaml", "config/test.yaml"):
+    for name in ("config/config.yaml", "config/test.yaml"):
         path = workdir / name
         path.write_text(
             yaml.safe_dump(_reversed(yaml.safe_load(path.read_text())), sort_keys=False)

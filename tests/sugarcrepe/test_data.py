@@ -182,7 +182,7 @@ def test_the_schema_rejects_bad_values(tmp_path: Path, section: dict, message: s
 
 
 def test_the_default_configs_validate_with_sugarcrepe_disabled() -> None:
-    for name in ("config.yaml", "config/test.yaml"):
+    for name in ("config/config.yaml", "config/test.yaml"):
         config = load_config(REPO / name)
         assert config["sugarcrepe"]["enabled"] is False
         assert config["sugarcrepe"]["categories"] == list(CATEGORIES)

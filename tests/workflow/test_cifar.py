@@ -22,7 +22,7 @@ from tests.planning import PlanError, plan, wildcard_values
 
 # one worker for the module: its module-scoped fixture is expensive (tests/shared_runs.py)
 pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("workflow/test_cifar")]
-# --configfile replaces config.yaml; several files are merged in order (the smoke file is an overlay)
+# --configfile replaces config/config.yaml; several files are merged in order (the smoke file is an overlay)
 SMOKE = ("--configfile", "config/test.yaml", "config/cifar_smoke.yaml")
 
 
@@ -112,6 +112,6 @@ def test_missing_data_directory_fails_before_any_job(tmp_path: Path) -> None:
 def test_the_branch_is_off_in_the_default_and_test_configs() -> None:
     """With no run, rules/cifar.smk adds nothing to `rule all`."""
     root = Path(__file__).resolve().parents[2]
-    for name in ("config.yaml", "config/test.yaml"):
+    for name in ("config/config.yaml", "config/test.yaml"):
         config = fill_defaults(yaml.safe_load((root / name).read_text()))
         assert config["cifar"]["enabled"] is False and run_names(config["cifar"]) == []

@@ -47,7 +47,7 @@ def tiny(config: dict) -> dict:
 
 
 def test_zoo_long_is_the_default_zoo_at_a_larger_budget() -> None:
-    long, default = load_config(CONFIG), load_config(REPO / "config.yaml")
+    long, default = load_config(CONFIG), load_config(REPO / "config/config.yaml")
     runs = long["zoo"]["objectives"]
     for objective in OBJECTIVES:
         seeds = [run for run in runs if run in (f"{objective}_s{seed}" for seed in range(3))]

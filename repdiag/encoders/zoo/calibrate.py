@@ -165,7 +165,7 @@ def calibration_summary(rows: pd.DataFrame, settings: PilotSettings) -> pd.DataF
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m repdiag.encoders.zoo.calibrate [--config config.yaml] RUN [RUN ...]``."""
+    """``python -m repdiag.encoders.zoo.calibrate [--config config/config.yaml] RUN [RUN ...]``."""
     from repdiag.core.config import load_config
     from repdiag.encoders.zoo.spec import run_spec
 
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "along each run's plain trajectory (docs/binding.md, the causal test).",
     )
     parser.add_argument("runs", nargs="+", help="zoo runs (zoo.objectives keys or series cells)")
-    parser.add_argument("--config", default="config.yaml")
+    parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--every", type=int, default=PilotSettings.every)
     parser.add_argument("--target", type=float, default=PilotSettings.target)
     parser.add_argument("--steps", type=int, default=None, help="measure the first N steps only")

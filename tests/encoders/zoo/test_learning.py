@@ -27,7 +27,7 @@ pytestmark = pytest.mark.xdist_group("encoders/zoo/test_learning")
 REPO = Path(__file__).resolve().parents[3]
 
 
-DEFAULT = load_config(REPO / "config.yaml")
+DEFAULT = load_config(REPO / "config/config.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,14 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_shipped_configs_train_every_objective():
-    config = load_config(REPO / "config.yaml")
+    config = load_config(REPO / "config/config.yaml")
     objectives = {run_spec(config, run)["objective"] for run in zoo_runs(config)}
     assert objectives == set(FAMILIES) - {"mae"}  # masked modelling: simmim on the ConvNet
     # the test config keeps the objectives whose outputs workflow tests read (mae on its ViT);
     # every objective trains in tests/encoders/zoo/test_learning.py
     test = load_config(REPO / "config" / "test.yaml")
     assert {run_spec(test, run)["objective"] for run in zoo_runs(test)} < set(FAMILIES)
-    default = load_config(REPO / "config.yaml")
+    default = load_config(REPO / "config/config.yaml")
     assert run_spec(default, "supervised_s0")["timm_model"] == "resnet10t"
     assert run_spec(default, "simmim_s0")["image_size"] == 64
 
