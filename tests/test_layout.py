@@ -276,6 +276,51 @@ def test_the_size_checker_finds_a_long_function_and_a_long_module(tmp_path):
     assert _oversized([path], tmp_path) == [f"long.py: {MAX_MODULE_LINES + 1}"]
 
 
+def _misplaced_imports(source: str) -> list[str]:
+    """Imports of a workflow script that break the adapter shape: at the top only the standard
+    library and ``repdiag.core`` (no torch: what the ``with`` line needs); inside the
+    ``script_logging`` block everything else, so the job's threads are capped before torch starts
+    and an import error is written to the job's log."""
+    import sys
+
+    def light(node: ast.Import | ast.ImportFrom) -> bool:
+        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+        return module.split(".")[0] in sys.stdlib_module_names or module.startswith("repdiag.core")
+
+    tree = ast.parse(source)
+    found = [
+        f"{node.lineno}: top-level import of {ast.unparse(node)!r}"
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom) and not light(node)
+    ]
+    for block in (node for node in tree.body if isinstance(node, ast.With)):
+        found += [
+            f"{node.lineno}: {ast.unparse(node)!r} belongs at the top"
+            for node in ast.walk(block)
+            if isinstance(node, ast.Import | ast.ImportFrom) and light(node)
+        ]
+    return found
+
+
+def test_workflow_scripts_import_the_library_inside_script_logging():
+    found = {
+        path.name: _misplaced_imports(path.read_text())
+        for path in sorted((ROOT / "workflow_scripts").glob("*.py"))
+    }
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def test_the_import_checker_finds_a_heavy_import_at_the_top_and_a_light_one_inside():
+    source = (
+        "import torch\nfrom repdiag.core.runtime import script_logging\n"
+        "with script_logging(None) as log:\n    import os\n    from repdiag.binding import x\n"
+    )
+    assert _misplaced_imports(source) == [
+        "1: top-level import of 'import torch'",
+        "4: 'import os' belongs at the top",
+    ]
+
+
 def _dangling(text: str) -> set[str]:
     """Dotted ``repdiag.…`` names in ``text`` that import nothing: the longest importable module
     prefix, then attributes; a name whose module imports but lacks the attribute is dangling."""

@@ -1,14 +1,13 @@
 """Rule alignment_cell: train one synthetic grid cell and write its metrics JSON."""
 
-from repdiag.core.runtime import script_logging
+import resource
+
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.store import read_json, write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    import resource
-
     from repdiag.alignment.study import run_cell
-    from repdiag.core.gpu import gpu_slot
-    from repdiag.core.runtime import select_device
-    from repdiag.core.store import read_json, write_json
 
     params = snakemake.params.cell
     log.info("alignment cell %s", params["cell"]["name"])

@@ -1,12 +1,11 @@
 """Rule alignment_lr: train one variant at every tuning learning rate, pick one on validation."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.store import write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.alignment.tuning import tune_learning_rate
-    from repdiag.core.gpu import gpu_slot
-    from repdiag.core.runtime import select_device
-    from repdiag.core.store import write_json
 
     params = snakemake.params.tuning
     log.info("learning-rate selection for %s over %s", params["variant"], params["tuning"]["lrs"])

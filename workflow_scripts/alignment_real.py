@@ -1,6 +1,8 @@
 """Rule alignment_real: every alignment variant on two encoders' embeddings, paired by image id."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.store import write_json
 
 # The binding store's arrays that say which shape sits in which slot (not its images).
 ATTRIBUTE_ARRAYS = ["query_shape", "candidate_shape", "pair_shape", "shape_name"]
@@ -8,9 +10,6 @@ ATTRIBUTE_ARRAYS = ["query_shape", "candidate_shape", "pair_shape", "shape_name"
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.alignment.study import run_real
     from repdiag.binding.store import open_binding_store, slot_attributes
-    from repdiag.core.gpu import gpu_slot
-    from repdiag.core.runtime import select_device
-    from repdiag.core.store import write_json
 
     params = snakemake.params.real
     log.info("alignment on real embeddings: %s", params["pair"])

@@ -1,10 +1,10 @@
 """Rule alignment_tables: per-model table, seed summary and the paper's claims with evidence."""
 
 from repdiag.core.runtime import script_logging
+from repdiag.core.store import atomic_path, read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.alignment.report import claims_table, results_table, summary_table
-    from repdiag.core.store import atomic_path, read_json
 
     cells = [read_json(path) for path in snakemake.input.cells]
     real = [read_json(path) for path in snakemake.input.real]

@@ -1,11 +1,12 @@
 """Rule aggregate_models: one row per model -> results/tables/{models,depth_profiles,spectra}.csv."""
 
-from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.tables import write_csv
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.aggregate import aggregate
+    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.common.tables import write_csv
+
     models = snakemake.params.models
     settings = StatsSettings.from_config(snakemake.params.stats)
     metrics = dict(zip(models, snakemake.input.metrics, strict=True))

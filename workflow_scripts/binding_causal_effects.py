@@ -1,12 +1,13 @@
 """Rule causal_effects: the arms of each causal base per seed -> results/binding_causal/."""
 
-from repdiag.binding.causal_effects import CausalFiles, causal_effects
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.tables import write_csv
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.causal_effects import CausalFiles, causal_effects
+    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.common.tables import write_csv
+
     models = snakemake.params.models
     files = CausalFiles(
         metrics=dict(zip(models, snakemake.input.metrics, strict=True)),

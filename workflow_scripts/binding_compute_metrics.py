@@ -1,10 +1,11 @@
 """Rule compute_metrics: per-layer binding, probe and geometry metrics of one model -> JSON."""
 
-from repdiag.binding.metrics.model_metrics import compute_model_metrics
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.metrics.model_metrics import compute_model_metrics
+
     metrics = compute_model_metrics(
         snakemake.input.dataset,
         snakemake.input.embeddings,

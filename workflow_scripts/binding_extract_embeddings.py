@@ -5,13 +5,14 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import huggingface_hub
 
 
-from repdiag.binding.store import image_sets, open_binding_store
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging
-from repdiag.encoders.embeddings import extract_model
-from repdiag.encoders.entries import zoo_dir_of
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
+    from repdiag.binding.store import image_sets, open_binding_store
+    from repdiag.encoders.embeddings import extract_model
+    from repdiag.encoders.entries import zoo_dir_of
+
     key, params = snakemake.wildcards.model, snakemake.params
     settings = {
         "batch_size": params.batch_size,

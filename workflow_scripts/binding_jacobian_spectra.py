@@ -8,11 +8,11 @@ from pathlib import Path
 
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging, select_device
-from repdiag.encoders.entries import zoo_dir_of
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     from repdiag.binding.jacobian_stage import load_probes, run_stage
     from repdiag.encoders import build_encoder
+    from repdiag.encoders.entries import zoo_dir_of
 
     key, params = snakemake.wildcards.model, snakemake.params
     device = select_device(params.device)

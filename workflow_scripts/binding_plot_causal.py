@@ -1,12 +1,13 @@
 """Rule plot_causal: binding per arm, the primary estimate against the sham, the manipulation
 check."""
 
-from repdiag.binding.causal_report import causal_figure
-from repdiag.common.figures import save_figure
-from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.causal_report import causal_figure
+    from repdiag.common.figures import save_figure
+    from repdiag.common.tables import read_table
+
     arms = read_table(snakemake.input.arms)
     contrasts = read_table(snakemake.input.contrasts)
     models = read_table(snakemake.input.models)

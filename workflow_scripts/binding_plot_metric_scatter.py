@@ -1,13 +1,14 @@
 """Rule plot_metric_scatter: every metric against binding accuracy, one panel each."""
 
-from repdiag.binding.analysis.statistics import headline_metrics
-from repdiag.binding.plots import scatter_grid
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.figures import save_figure
-from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.statistics import headline_metrics
+    from repdiag.binding.plots import scatter_grid
+    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.common.figures import save_figure
+    from repdiag.common.tables import read_table
+
     models = read_table(snakemake.input.models)
     settings = StatsSettings(covariates=tuple(snakemake.params.covariates))
     readout = snakemake.params.readout

@@ -1,9 +1,9 @@
 """Rule plot_zoo_curves: the training curves of every zoo run in one figure (PNG and PDF)."""
 
 from repdiag.core.runtime import script_logging
+from repdiag.core.store import read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    from repdiag.core.store import read_json
     from repdiag.encoders.zoo.plot import plot_curves, read_curve
 
     runs = snakemake.params.runs

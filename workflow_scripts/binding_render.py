@@ -2,12 +2,13 @@
 
 import time
 
-from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
-from repdiag.binding.plots import contact_sheet
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_store
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
+    from repdiag.binding.plots import contact_sheet
+
     params = BindingParams.from_config(snakemake.params.binding)
     start = time.perf_counter()
     ds = render_binding_dataset(params)

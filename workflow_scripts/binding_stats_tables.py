@@ -1,14 +1,15 @@
 """Rule stats_tables: correlations, OLS, partial correlations, families, robustness, paper comparison."""
 
-import pandas as pd
-
-from repdiag.binding.analysis.statistics import statistics_tables
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.tables import read_table, write_csv
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    import pandas as pd
+
+    from repdiag.binding.analysis.statistics import statistics_tables
+    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.common.tables import read_table, write_csv
+
     settings = StatsSettings.from_config(snakemake.params.stats)
     models = read_table(snakemake.input.models)
     depth = read_table(snakemake.input.depth)

@@ -2,13 +2,14 @@
 
 from pathlib import Path
 
-from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads):
+    from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
+    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.common.tables import read_table
+
     settings = StatsSettings.from_config(snakemake.params.stats)
     tables = {
         name: read_table(snakemake.input[name])

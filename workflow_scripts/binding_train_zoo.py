@@ -1,10 +1,9 @@
 """Rule train_zoo: train one zoo run and write model.safetensors, meta.json, curve.csv."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.gpu import gpu_slot
+from repdiag.core.runtime import script_logging, select_device
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    from repdiag.core.gpu import gpu_slot
-    from repdiag.core.runtime import select_device
     from repdiag.encoders.zoo.checkpoint import save_zoo_run
     from repdiag.encoders.zoo.train import train
 

@@ -1,17 +1,18 @@
 """Rule identifiability_check_tables: our violated-diversity MLP seeds beside the authors' runs."""
 
-from repdiag.common.tables import write_csv
 from repdiag.core.runtime import script_logging
 from repdiag.core.store import read_json, write_text
-from repdiag.identifiability.check import (
-    authors_runs,
-    check_markdown,
-    distribution_claims,
-    seed_table,
-)
-from repdiag.identifiability.report import results_frame
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.common.tables import write_csv
+    from repdiag.identifiability.check import (
+        authors_runs,
+        check_markdown,
+        distribution_claims,
+        seed_table,
+    )
+    from repdiag.identifiability.report import results_frame
+
     frame = results_frame(read_json(path) for path in snakemake.input.cells)
     authors = authors_runs()
     seeds, claims = seed_table(frame, authors), distribution_claims(frame, authors)

@@ -1,12 +1,13 @@
 """Rule sugarcrepe_figure: JER against SugarCrepe accuracy, raw and given zero-shot accuracy."""
 
-from repdiag.binding.analysis.columns import metric_label
-from repdiag.common.figures import save_figure
-from repdiag.common.tables import read_table
 from repdiag.core.runtime import script_logging
-from repdiag.sugarcrepe.report import sugarcrepe_figure
 
 with script_logging(snakemake.log[0], snakemake.threads):
+    from repdiag.binding.analysis.columns import metric_label
+    from repdiag.common.figures import save_figure
+    from repdiag.common.tables import read_table
+    from repdiag.sugarcrepe.report import sugarcrepe_figure
+
     figure = sugarcrepe_figure(
         read_table(snakemake.input.table),
         read_table(snakemake.input.partial),

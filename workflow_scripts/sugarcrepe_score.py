@@ -6,9 +6,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before open_clip imports hugging
 
 from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.store import provenance, write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
-    from repdiag.core.store import provenance, write_json
     from repdiag.sugarcrepe.scoring import evaluate_model
 
     key, params = snakemake.wildcards.model, snakemake.params

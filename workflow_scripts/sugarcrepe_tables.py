@@ -1,12 +1,13 @@
 """Rule sugarcrepe_tables: per-model SugarCrepe JSON + Jacobian stores -> accuracy and partial tables."""
 
-from repdiag.binding.analysis.depth import headline_jer
-from repdiag.binding.stats_options import StatsSettings
-from repdiag.common.tables import write_csv
 from repdiag.core.runtime import script_logging
-from repdiag.sugarcrepe.report import partial_correlations, read_result, sugarcrepe_table
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.depth import headline_jer
+    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.common.tables import write_csv
+    from repdiag.sugarcrepe.report import partial_correlations, read_result, sugarcrepe_table
+
     settings = StatsSettings.from_config(snakemake.params.stats)
     families = snakemake.params.models
     results = [read_result(path) for path in snakemake.input.results]
