@@ -91,16 +91,45 @@ def assert_same_output(ref: Path, new: Path, ignore: re.Pattern = VOLATILE) -> N
         assert ref.read_bytes() == new.read_bytes(), new
 
 
+def output_leaves(root: Path) -> set[Path]:
+    """The outputs under ``root``, relative to it: files, and stores as one output each."""
+    found = set()
+    for path in root.rglob("*"):
+        relative = path.relative_to(root)
+        if any(part.endswith(".zarr") for part in relative.parts[:-1]):
+            continue  # inside a store: compared with it
+        if path.suffix == ".zarr" or path.is_file():
+            found.add(relative)
+    return found
+
+
+def differences(before: Path, after: Path, ignore: re.Pattern = ACROSS_COMMITS) -> list[str]:
+    """Every output that only one folder holds or that differs between the two, one line each
+    (empty when every output is equal)."""
+    ref, new = output_leaves(before), output_leaves(after)
+    found = [f"{rel}: only in {before}" for rel in sorted(ref - new)]
+    found += [f"{rel}: only in {after}" for rel in sorted(new - ref)]
+    for rel in sorted(ref & new):
+        try:
+            assert_same_output(before / rel, after / rel, ignore)
+        except AssertionError as err:
+            found.append(f"{rel}: differs ({str(err).splitlines()[0][:160]})")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.outputs BEFORE AFTER``: every output under two workflow folders'
-    ``results/`` equal, left out only what ACROSS_COMMITS matches (a refactor's before/after
-    check: run one config at both commits, then compare)."""
+    ``results/`` compared, left out only what ACROSS_COMMITS matches (a refactor's before/after
+    check: run one config at both commits, then compare); each difference printed, exit 1."""
     import sys
 
     before, after = (Path(arg) / "results" for arg in (argv or sys.argv[1:]))
-    assert_same_output(before, after, ACROSS_COMMITS)
-    print(f"{after}: every output equals {before}'s")
-    return 0
+    found = differences(before, after)
+    for line in found:
+        print(line)
+    compared = len(output_leaves(before) | output_leaves(after))
+    print(f"{after}: {compared} outputs, {len(found)} differ from {before}'s")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
