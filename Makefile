@@ -66,7 +66,7 @@ format: setup
 # docs/configuration.md from the schemas' descriptions, docs/contracts.md's store tables from the
 # contracts the readers check (a test fails when either is stale).
 docs: setup
-	$(BIN)/python -m repdiag.core.schema_docs
+	$(BIN)/python tools/schema_docs.py
 	$(BIN)/python -m repdiag.contracts
 
 clean-results:

@@ -1,8 +1,8 @@
 """``docs/configuration.md`` generated from the JSON schemas' descriptions, so the two cannot drift.
 
 Every key of ``config/config.yaml`` is one row: its path (``models.<key>.pooling``; ``[]`` for the
-items of a list), type, default and description. ``python -m repdiag.core.schema_docs`` rewrites the
-page; a test fails when the page and the schemas disagree.
+items of a list), type, default and description. ``python tools/schema_docs.py`` (``make docs``) rewrites
+the page; a test fails when the page and the schemas disagree.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import yaml
 
 from repdiag.core.config import SCHEMA
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 HEADER = """# Configuration reference
 
-Generated from `schemas/*.schema.yaml` by `python -m repdiag.core.schema_docs`; do not edit by hand
+Generated from `schemas/*.schema.yaml` by `python tools/schema_docs.py`; do not edit by hand
 (a test compares the two). Every section rejects unknown keys. `<key>` stands for a name you
 choose (a model key, a run name); `[]` for the items of a list. Defaults are filled in by
 `repdiag.core.config.load_config`; cross-key checks (which the schema cannot state) run after it.
