@@ -8,7 +8,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.common.tables import write_csv
     from repdiag.encoders.zoo.calibrate import PilotSettings, calibration_summary, pilot
 
-    settings = PilotSettings(**snakemake.params.calibration)
+    settings = PilotSettings.from_config(snakemake.params.calibration)
     frames = []
     for spec in snakemake.params.specs:
         log.info("pilot of %s: every %d steps of its plain trajectory", spec["run"], settings.every)

@@ -10,7 +10,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.common.tables import read_table
 
     models = read_table(snakemake.input.models)
-    settings = StatsSettings(covariates=tuple(snakemake.params.covariates))
+    settings = StatsSettings.from_config({"covariates": snakemake.params.covariates})
     readout = snakemake.params.readout
     chance = float(models["chance"].median()) if "chance" in models else None
     fig = scatter_grid(

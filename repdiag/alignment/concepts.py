@@ -37,13 +37,14 @@ test row is a pair and carries the ground truth used by the metrics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from repdiag.core.errors import ConfigError
+from repdiag.core.settings import FromConfig
 
 MAPS = ("linear", "nonlinear")
 MAGNITUDE_RANGE = (0.5, 1.5)
@@ -193,10 +194,12 @@ def _add_noise(x: np.ndarray, noise: float, rms: float, rng: np.random.Generator
 
 
 @dataclass(frozen=True)
-class SyntheticConcepts:
+class SyntheticConcepts(FromConfig):
     """The synthetic concept space of the module docstring (``alignment.synthetic`` with the
     preset applied, :func:`repdiag.alignment.grid.preset_sections`): what every cell of a seed
     shares. The paired fraction and the seed are the cell's own (:func:`synthetic_pairs`)."""
+
+    SECTION = "alignment.synthetic"
 
     n_concepts: int
     k_active: int
@@ -217,11 +220,6 @@ class SyntheticConcepts:
             raise ConfigError(f"alignment.synthetic.n_specific must be >= 0, got {self.n_specific}")
         object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
         object.__setattr__(self, "maps", tuple(str(m) for m in self.maps))
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> SyntheticConcepts:
-        """From ``alignment.synthetic`` (schema-checked: every key is a field)."""
-        return cls(**section)
 
 
 def synthetic_pairs(space: SyntheticConcepts, paired_fraction: float, seed: int) -> PairedData:

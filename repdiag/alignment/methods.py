@@ -58,6 +58,7 @@ from repdiag.alignment.metrics import correlation_matrix
 from repdiag.alignment.topk import TopKSAE, topk_relu
 from repdiag.core.errors import ConfigError
 from repdiag.core.registry import Registry
+from repdiag.core.settings import FromConfig
 
 METHODS: Registry[type[Method]] = Registry("alignment method")
 
@@ -71,7 +72,11 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class SAESettings:
+class SAESettings(FromConfig):
+    """``alignment.sae`` (the preset applied): each domain's TopK SAE."""
+
+    SECTION = "alignment.sae"
+
     n_latents: int
     k: int
     aux_k: int

@@ -78,10 +78,10 @@ def fit_and_evaluate(
     resamples of the held-out rows) the record carries ``bootstrap_draws`` (numpy arrays, for
     the caller to turn into intervals and drop before writing)."""
     method_name, ablation = split_variant(variant)
-    train_settings = SAETrainSettings(**{k: v for k, v in train.items() if k != "sw_projections"})
+    train_settings = SAETrainSettings.from_config(train)
     method = make_method(
         method_name,
-        SAESettings(**sae),
+        SAESettings.from_config(sae),
         ablation=ablation,
         weights=weights,
         sw_projections=int(train.get("sw_projections", 32)),

@@ -15,12 +15,18 @@ from repdiag.alignment.optim import Adam
 from repdiag.alignment.topk import unit_mean_square_scale
 from repdiag.core.errors import ConfigError
 from repdiag.core.runtime import Progress
+from repdiag.core.settings import FromConfig
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class SAETrainSettings:
+class SAETrainSettings(FromConfig):
+    """``alignment.train``, less ``sw_projections`` (the sliced-Wasserstein loss's own)."""
+
+    SECTION = "alignment.train"
+    OTHERS_READ = ("sw_projections",)
+
     steps: int = 1000
     batch_size: int = 256
     pair_batch_size: int = 128

@@ -104,14 +104,12 @@ def tune_learning_rate(
     data = synthetic_pairs(space, tuning["paired_fraction"], tuning["seed"])
     data, _ = normalise(data)
     train_data, rows, pairs = validation_split(data, float(tuning["validation_fraction"]))
-    settings = SAETrainSettings(
-        **{k: v for k, v in params["train"].items() if k != "sw_projections"}
-    )
+    settings = SAETrainSettings.from_config(params["train"])
     runs = []
     for lr in tuning["lrs"]:
         method = make_method(
             method_name,
-            SAESettings(**params["sae"]),
+            SAESettings.from_config(params["sae"]),
             ablation=ablation,
             weights=params["weights"],
             sw_projections=int(params["train"].get("sw_projections", 32)),

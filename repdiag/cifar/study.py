@@ -193,7 +193,7 @@ def run_simclr_probe(
     )
     mean, std = params["normalize"]["mean"], params["normalize"]["std"]
     view = view_transform(params["regime"], params["augment"], data.image_size, mean, std)
-    settings = SimCLRSettings(**params["train"])
+    settings = SimCLRSettings.from_config(params["train"])
     trained = train_simclr(
         model, images["train"], view, settings, seed=seed, device=device, workers=workers
     )

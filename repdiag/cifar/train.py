@@ -34,14 +34,17 @@ from torch.utils.data import DataLoader
 from repdiag.cifar.views import TwoViews
 from repdiag.core.errors import ConfigError
 from repdiag.core.runtime import Progress
+from repdiag.core.settings import FromConfig
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class SimCLRSettings:
+class SimCLRSettings(FromConfig):
     """``cifar.train`` (plain values) plus the architecture's learning rate."""
+
+    SECTION = "cifar.train"
 
     epochs: int = 100
     batch_size: int = 512

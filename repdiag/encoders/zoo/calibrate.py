@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from repdiag.core.settings import FromConfig
 from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.train import (
     build_objective,
@@ -48,9 +49,11 @@ TARGET_RANGE = (0.1, 0.3)
 
 
 @dataclass(frozen=True)
-class PilotSettings:
+class PilotSettings(FromConfig):
     """``every``: measure at steps 0, every, 2 every, ... and the last; ``target``: the ratio the
     suggested weight aims at (the middle of :data:`TARGET_RANGE`)."""
+
+    SECTION = "binding_causal.calibration"
 
     every: int = 25
     target: float = 0.2

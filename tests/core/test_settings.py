@@ -1,0 +1,67 @@
+"""Settings built from their config section (repdiag.core.settings.FromConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from repdiag.core.errors import ConfigError
+from repdiag.core.settings import FromConfig
+
+
+@dataclass(frozen=True)
+class Tiny(FromConfig):
+    SECTION = "study.train"
+    OTHERS_READ = ("projections",)
+
+    steps: int = 10
+    lr: float = 0.1
+
+
+def test_from_config_takes_the_fields_keeps_defaults_and_leaves_out_what_others_read():
+    assert Tiny.from_config({"steps": 3, "projections": 32}) == Tiny(steps=3, lr=0.1)
+    assert Tiny.from_config({}) == Tiny()
+
+
+def test_an_unknown_key_is_refused_naming_the_section_key_and_fields():
+    with pytest.raises(ConfigError, match=r"unknown key study\.train\.stpes: Tiny has lr, steps"):
+        Tiny.from_config({"stpes": 3})
+
+
+@pytest.mark.parametrize(
+    ("path", "section"),
+    [
+        ("repdiag.alignment.train:SAETrainSettings", {"steps": 5, "sw_projections": 8}),
+        (
+            "repdiag.alignment.methods:SAESettings",
+            {"n_latents": 8, "k": 2, "aux_k": 0, "aux_coef": 0.0, "dead_after": 9},
+        ),
+        ("repdiag.cifar.train:SimCLRSettings", {"epochs": 2, "batch_size": 4}),
+        ("repdiag.encoders.zoo.calibrate:PilotSettings", {"every": 5}),
+        (
+            "repdiag.alignment.concepts:SyntheticConcepts",
+            {
+                "n_concepts": 4,
+                "k_active": 1,
+                "dims": [3, 3],
+                "maps": ["linear", "linear"],
+                "nonlinearity": 0.0,
+                "noise": 0.0,
+                "n_train": 8,
+                "n_test": 4,
+            },
+        ),
+    ],
+)
+def test_the_config_settings_build_from_their_section_and_refuse_a_stray_key(path, section):
+    import importlib
+
+    module, name = path.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    built = cls.from_config(section)
+    for key, value in section.items():
+        if key not in cls.OTHERS_READ:
+            assert getattr(built, key) == (tuple(value) if isinstance(value, list) else value)
+    with pytest.raises(ConfigError, match=rf"unknown key {cls.SECTION}\.nope"):
+        cls.from_config({**section, "nope": 1})
