@@ -352,3 +352,8 @@ def test_docs_rules_and_schemas_name_only_code_that_exists():
         "repdiag.binding.report",
         "repdiag.core.config.nothing",
     }
+
+
+def test_the_readme_is_a_guide_of_at_most_12_kb():
+    """Results beyond the headline rows live on the study pages (docs/<study>.md)."""
+    assert len((ROOT / "README.md").read_bytes()) <= 12_000
