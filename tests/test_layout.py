@@ -284,8 +284,13 @@ def _misplaced_imports(source: str) -> list[str]:
     import sys
 
     def light(node: ast.Import | ast.ImportFrom) -> bool:
-        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
-        return module.split(".")[0] in sys.stdlib_module_names or module.startswith("repdiag.core")
+        modules = (
+            [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        )
+        return all(
+            m.split(".")[0] in sys.stdlib_module_names or m.startswith("repdiag.core")
+            for m in modules
+        )
 
     tree = ast.parse(source)
     found = [
@@ -312,12 +317,13 @@ def test_workflow_scripts_import_the_library_inside_script_logging():
 
 def test_the_import_checker_finds_a_heavy_import_at_the_top_and_a_light_one_inside():
     source = (
-        "import torch\nfrom repdiag.core.runtime import script_logging\n"
+        "import torch\nimport os, numpy\nfrom repdiag.core.runtime import script_logging\n"
         "with script_logging(None) as log:\n    import os\n    from repdiag.binding import x\n"
     )
     assert _misplaced_imports(source) == [
         "1: top-level import of 'import torch'",
-        "4: 'import os' belongs at the top",
+        "2: top-level import of 'import os, numpy'",
+        "5: 'import os' belongs at the top",
     ]
 
 
