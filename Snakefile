@@ -43,18 +43,22 @@ include: "rules/sugarcrepe.smk"
 
 
 # What each target builds is one pure function of the config (repdiag.studies.final_outputs,
-# gathered from each study's outputs module): `rule all` builds the targets not on request.
+# gathered from each study's outputs module), computed once: `rule all` builds the targets not
+# on request.
+FINAL_OUTPUTS = final_outputs(config)
+
+
 rule all:
     default_target: True
     input:
-        default_outputs(config),
+        default_outputs(FINAL_OUTPUTS),
 
 
 # One rule per target of repdiag.studies.TARGETS, named after it: `snakemake binding` (the main
 # study alone), `binding_causal` (the JER intervention), `binding_families` (the objectives at
 # the binding budget), `identifiability`,
 # `identifiability_check` (against the authors' runs), `alignment`, `cifar` and `sugarcrepe`
-# (when enabled). Each builds its entry of final_outputs(config). A loop, because the targets
+# (when enabled). Each builds its entry of FINAL_OUTPUTS. A loop, because the targets
 # are data (repdiag.studies.TARGETS) and a rule's name cannot come from a function call.
 for study_target in TARGETS:
 
@@ -62,7 +66,7 @@ for study_target in TARGETS:
         name:
             study_target.name
         input:
-            final_outputs(config)[study_target.name],
+            FINAL_OUTPUTS[study_target.name],
 
 
 # Params compare by value: a config with its keys in another order reruns nothing. Snakemake has

@@ -92,9 +92,9 @@ def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
     return {entry.name: outputs[entry.name] for entry in TARGETS}
 
 
-def default_outputs(config: Mapping[str, Any]) -> list[str]:
-    """What `rule all` builds: the final outputs of every target not built on request only."""
-    outputs = final_outputs(config)
+def default_outputs(outputs: Mapping[str, list[str]]) -> list[str]:
+    """What `rule all` builds: of :func:`final_outputs`' ``outputs``, those of every target not
+    built on request only."""
     return [path for entry in TARGETS if not entry.on_request for path in outputs[entry.name]]
 
 

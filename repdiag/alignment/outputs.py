@@ -7,10 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repdiag.alignment.grid import grid_cells, real_pairs, tuning_enabled
-
-
-def _figure(stem: str) -> list[str]:
-    return [f"results/figures/{stem}.png", f"results/figures/{stem}.pdf"]
+from repdiag.common.figures import figure_paths
 
 
 def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -23,11 +20,11 @@ def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
     if grid_cells(section) or real:
         paths += [
             *(f"results/tables/alignment{s}.csv" for s in ("", "_summary", "_claims")),
-            *_figure("alignment_methods"),
-            *_figure("alignment_paired_fraction"),
+            *figure_paths("alignment_methods"),
+            *figure_paths("alignment_paired_fraction"),
         ]
     if real:
-        paths += _figure("alignment_real")
+        paths += figure_paths("alignment_real")
     if tuning_enabled(section):
         paths.append("results/tables/alignment_lr.csv")
     return {"alignment": paths}

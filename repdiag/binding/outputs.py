@@ -9,6 +9,7 @@ from typing import Any
 
 from repdiag.binding.causal_options import causal_cells, causal_models
 from repdiag.binding.family_options import family_members, family_models
+from repdiag.common.figures import figure_paths
 
 TABLES = (
     "models.csv",
@@ -45,10 +46,6 @@ def zoo_runs_of(models: Mapping[str, Any]) -> list[str]:
     return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
 
 
-def _figure(stem: str, folder: str = "results/figures") -> list[str]:
-    return [f"{folder}/{stem}.png", f"{folder}/{stem}.pdf"]
-
-
 def _per_model(models: Mapping[str, Any]) -> list[str]:
     return [
         *(f"results/embeddings/{key}.zarr" for key in models),
@@ -63,7 +60,9 @@ def main_outputs(config: Mapping[str, Any]) -> list[str]:
     models = binding_models(config)
     runs = zoo_runs_of(models)
     zoo = (
-        [*(f"results/zoo/{run}/meta.json" for run in runs), *_figure("zoo_curves")] if runs else []
+        [*(f"results/zoo/{run}/meta.json" for run in runs), *figure_paths("zoo_curves")]
+        if runs
+        else []
     )
     return [
         "results/datasets/binding.zarr",
@@ -71,7 +70,7 @@ def main_outputs(config: Mapping[str, Any]) -> list[str]:
         *_per_model(models),
         *zoo,
         *(f"results/tables/{name}" for name in TABLES),
-        *(path for stem in FIGURES for path in _figure(stem)),
+        *(path for stem in FIGURES for path in figure_paths(stem)),
         "results/summary.md",
     ]
 
@@ -82,7 +81,7 @@ def causal_outputs(config: Mapping[str, Any]) -> list[str]:
     if not causal_cells(config):
         return []
     tables = ("arms.csv", "contrasts.csv", "models.csv", "summary.md")
-    return [*(f"results/binding_causal/{name}" for name in tables), *_figure("binding_causal")]
+    return [*(f"results/binding_causal/{name}" for name in tables), *figure_paths("binding_causal")]
 
 
 def family_outputs(config: Mapping[str, Any]) -> list[str]:
@@ -92,7 +91,7 @@ def family_outputs(config: Mapping[str, Any]) -> list[str]:
         return []
     return [
         *(f"{FAMILIES_DIR}/{name}" for name in TABLES),
-        *_figure("metric_scatter", FAMILIES_DIR),
+        *figure_paths("metric_scatter", FAMILIES_DIR),
         f"{FAMILIES_DIR}/summary.md",
     ]
 

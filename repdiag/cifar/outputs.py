@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from repdiag.cifar.study import run_names
+from repdiag.common.figures import figure_paths
 
 
 def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -18,7 +19,6 @@ def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
         "cifar": [
             "results/tables/cifar_simclr.csv",
             "results/tables/cifar_simclr_runs.csv",
-            "results/figures/cifar_simclr.png",
-            "results/figures/cifar_simclr.pdf",
+            *figure_paths("cifar_simclr"),
         ]
     }

@@ -9,8 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repdiag.core.store import atomic_path
-
 DPI = 150
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
 FAMILY_COLOURS = {
@@ -41,6 +39,12 @@ def cycle_colour(index: int) -> str:
     return OKABE_ITO[index % len(OKABE_ITO)]
 
 
+def figure_paths(stem: str, folder: str = "results/figures") -> list[str]:
+    """The PNG (for the report) and the PDF of one workflow figure, as :func:`save_figure` writes
+    them: ``<folder>/<stem>.png`` and ``.pdf``."""
+    return [f"{folder}/{stem}.png", f"{folder}/{stem}.pdf"]
+
+
 def save_figure(fig: Any, *paths: str | Path, dpi: int = DPI) -> list[Path]:
     """Write ``fig`` to each path (format from the suffix) atomically, then close it.
 
@@ -48,6 +52,8 @@ def save_figure(fig: Any, *paths: str | Path, dpi: int = DPI) -> list[Path]:
     creation date, so the same figure gives the same bytes on every run.
     """
     import matplotlib.pyplot as plt
+
+    from repdiag.core.store import atomic_path  # zarr and xarray: not at the Snakefile's parse
 
     written = []
     try:

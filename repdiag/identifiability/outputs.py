@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repdiag.common.figures import figure_paths
 from repdiag.identifiability.study import cell_names, check_section
 
 
@@ -16,11 +17,8 @@ def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
     grid = [
         "results/tables/identifiability.csv",
         "results/tables/identifiability_paper.csv",
-        *(
-            f"results/figures/identifiability_{name}.{ext}"
-            for name in ("r2", "ratio")
-            for ext in ("png", "pdf")
-        ),
+        *figure_paths("identifiability_r2"),
+        *figure_paths("identifiability_ratio"),
     ]
     check = [
         "results/tables/identifiability_check.csv",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repdiag.common.figures import figure_paths
 from repdiag.sugarcrepe.data import scored_models
 
 
@@ -20,7 +21,6 @@ def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
             "results/tables/sugarcrepe.csv",
             "results/tables/sugarcrepe_partial.csv",
             "results/tables/models_sugarcrepe.csv",
-            "results/figures/sugarcrepe_jer.png",
-            "results/figures/sugarcrepe_jer.pdf",
+            *figure_paths("sugarcrepe_jer"),
         ]
     }

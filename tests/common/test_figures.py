@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -16,6 +18,7 @@ from repdiag.common.figures import (
     OKABE_ITO,
     cycle_colour,
     family_colour,
+    figure_paths,
     save_figure,
 )
 
@@ -61,3 +64,13 @@ def test_the_same_figure_gives_the_same_pdf_bytes(tmp_path):
 
     first, second = draw("a"), draw("b")
     assert first == second and b"CreationDate" not in first
+
+
+def test_figure_paths_are_the_png_and_pdf_save_figure_writes(tmp_path):
+    paths = figure_paths("scatter", str(tmp_path / "figs"))
+    assert paths == [f"{tmp_path}/figs/scatter.png", f"{tmp_path}/figs/scatter.pdf"]
+    assert figure_paths("scatter") == ["results/figures/scatter.png", "results/figures/scatter.pdf"]
+    fig, _ = plt.subplots()
+    written = save_figure(fig, *paths)
+    assert [str(p) for p in written] == paths
+    assert mpimg.imread(paths[0]).ndim == 3 and Path(paths[1]).read_bytes().startswith(b"%PDF")
