@@ -420,3 +420,58 @@ def mixed_slope(
         converged=bool(result.converged),
         note=f"warnings: {', '.join(notes)}" if notes else "",
     )
+
+
+# --------------------------------------------------------------------------- exact tests, families
+
+
+def sign_flip_p(values: Sequence[float], n_draws: int = 100_000, seed: int = 0) -> float:
+    """Two-sided sign-flip p for H0 "the paired differences are symmetric about 0" (Fisher 1935;
+    the exact one-sample permutation test): the share of sign assignments whose |mean| is at least
+    the observed |mean|, the observed one included. Exhaustive over all 2^k assignments when
+    2^k <= :data:`MAX_EXACT` and ``n_draws``, else ``n_draws`` seeded draws with
+    p = (1 + #{|T*| >= |T|}) / (1 + B). Its floor is 2 / 2^k (k = 4: 0.125; k = 10: 0.002), which
+    a t p can pass on normality alone. NaN values are dropped; NaN with fewer than 1 value."""
+    x = np.asarray(values, float)
+    x = x[np.isfinite(x)]
+    k = len(x)
+    if k == 0:
+        return NAN
+    observed = abs(float(x.mean()))
+    tolerance = 1e-12 * max(1.0, float(np.abs(x).max()))
+    if _exhaustive(2**k, n_draws):
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=k)))
+        stats = np.abs(signs @ x) / k
+        return float(np.mean(stats >= observed - tolerance))
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((1.0, -1.0), size=(n_draws, k))
+    hits = int(np.sum(np.abs(signs @ x) / k >= observed - tolerance))
+    return (1 + hits) / (1 + n_draws)
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p of a family: sort the m p ascending, p_(i) times
+    (m - i + 1) for i = 1..m, running maximum, capped at 1, returned in the input order. NaN
+    members are left NaN and do not count toward m. Rejecting where adjusted p <= alpha controls
+    the family-wise error rate at alpha."""
+    p = np.asarray(p_values, float)
+    adjusted = np.full(p.shape, NAN)
+    finite = np.flatnonzero(np.isfinite(p))
+    m = len(finite)
+    order = finite[np.argsort(p[finite], kind="stable")]
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def format_p(p: float, n_draws: int | None = None) -> str:
+    """A p for a table: two significant digits, or ``< 1/B`` when a Monte Carlo p of ``n_draws``
+    = B draws sits at its floor 1 / (1 + B) (no draw reached the observed statistic: the true p
+    is below what B draws can show, not equal to the floor); ``n/a`` when undefined."""
+    if not np.isfinite(float(p)):
+        return "n/a"
+    if n_draws and p <= (1 + 1e-9) / (1 + n_draws):
+        return f"< {1 / n_draws:.2g}"
+    return f"{p:.2g}"

@@ -20,8 +20,11 @@ from repdiag.common.replication import (
     blocked_permutation,
     cluster_bootstrap,
     describe,
+    format_p,
+    holm,
     mixed_slope,
     require_independent,
+    sign_flip_p,
     t_interval,
 )
 
@@ -204,3 +207,85 @@ def test_t_interval_is_the_shared_mean_interval_with_its_p():
     )
     assert se == pytest.approx(np.std(values, ddof=1) / math.sqrt(5))
     assert p == pytest.approx(sps.ttest_1samp(values, 0.0).pvalue)
+
+
+# --------------------------------------------------------------------------- exact tests, families
+
+
+def enumerated_sign_flip_p(values) -> float:
+    """The two-sided sign-flip p written out: every one of the 2^k sign vectors, in exact
+    rational arithmetic (the values are integers or exact binary fractions), counting those
+    whose |sum| reaches the observed |sum|."""
+    from fractions import Fraction
+
+    exact = [Fraction(v) for v in values]
+    observed = abs(sum(exact))
+    hits = sum(
+        abs(sum(s * v for s, v in zip(signs, exact, strict=True))) >= observed
+        for signs in itertools.product((1, -1), repeat=len(exact))
+    )
+    return hits / 2 ** len(exact)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_sign_flip_p_is_the_exhaustive_enumeration(k):
+    rng = np.random.default_rng(k)
+    # small integers: ties between |values| and between sums are certain, and exact in floats
+    integers = rng.integers(-3, 4, size=k).astype(float)
+    assert sign_flip_p(integers) == pytest.approx(enumerated_sign_flip_p(integers), abs=1e-15)
+    # continuous values on a grid of 2^-20 (exact binary fractions): no rounding in either sum
+    grid = np.round(rng.normal(0.4, 1.0, size=k) * 2**20) / 2**20
+    assert sign_flip_p(grid) == pytest.approx(enumerated_sign_flip_p(grid), abs=1e-15)
+
+
+def test_sign_flip_p_ties_and_nan_and_its_floor():
+    # [1, 1, -1, 3]: sum 4; sign vectors with |sum| >= 4: (+,+,-,+) -> 4, (+,+,+,+) -> 6,
+    # (-,+,+,+) and (+,-,+,+) -> 4, and their four mirror images: 8 of 16
+    assert sign_flip_p([1.0, 1.0, -1.0, 3.0]) == pytest.approx(8 / 16)
+    assert sign_flip_p([1.0, np.nan, 1.0, -1.0, 3.0]) == pytest.approx(8 / 16)  # NaN dropped
+    assert sign_flip_p([0.0, 0.0, 0.0]) == 1.0  # every assignment ties with a zero mean
+    assert math.isnan(sign_flip_p([np.nan]))
+    for k in range(1, 9):  # all of one sign: only the observed and its mirror reach it
+        values = np.random.default_rng(k).uniform(0.5, 2.0, size=k)
+        assert sign_flip_p(values) == pytest.approx(2 / 2**k)
+        assert sign_flip_p(-values) == pytest.approx(2 / 2**k)
+
+
+def test_sign_flip_p_monte_carlo_counts_the_observed_as_the_plus_one():
+    # k = 20 > the 1000 draws allowed: sampled; all positive values, so a draw reaches the
+    # observed |mean| only with its own signs or their mirror (probability 2 / 2^20 each)
+    values = np.linspace(1.0, 2.0, 20)
+    assert sign_flip_p(values, n_draws=1000, seed=3) == pytest.approx(1 / 1001)
+    # a symmetric sample: about half the draws reach a mean that is nearly zero
+    mixed = np.array([1.0, -1.0] * 10) + np.linspace(0.0, 0.01, 20)
+    assert sign_flip_p(mixed, n_draws=4000, seed=1) > 0.5
+
+
+def test_holm_against_a_hand_computation_and_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    # sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04 -> 0.06
+    # (running maximum); back in the input order
+    p = [0.01, 0.04, 0.03, 0.005]
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm(p) == pytest.approx(multipletests(p, method="holm")[1])
+    # capped at 1, monotone after the cap
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    # NaN members stay NaN and do not count toward m (m = 2: 0.01 x 2, 0.04 x 1)
+    out = holm([0.01, np.nan, 0.04])
+    assert out[0] == pytest.approx(0.02) and math.isnan(out[1]) and out[2] == pytest.approx(0.04)
+    rng = np.random.default_rng(11)
+    for size in (1, 3, 7, 12):
+        draws = rng.uniform(0, 0.2, size=size)
+        assert holm(draws) == pytest.approx(multipletests(draws, method="holm")[1])
+    assert holm([]).size == 0
+
+
+def test_format_p_prints_the_monte_carlo_floor_as_below_one_over_b():
+    assert format_p(1 / 20001, 20000) == "< 5e-05"
+    assert format_p(1 / 1001, 1000) == "< 0.001"
+    assert format_p(2 / 20001, 20000) == "0.0001"  # one draw reached it: a number, not a bound
+    assert format_p(0.01234, 20000) == "0.012"
+    assert format_p(1 / 36) == "0.028"  # exact: no floor to state
+    assert format_p(1 / 36, None) == "0.028"
+    assert format_p(math.nan, 100) == "n/a"
