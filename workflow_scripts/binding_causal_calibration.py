@@ -16,7 +16,9 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     summary = calibration_summary(steps, settings) if frames else pd.DataFrame()
     for _, row in summary.iterrows():
-        log.info("%s: ratio %.3f [%.3f, %.3f] at |w| = %g", row["run"], row["ratio_median"],
-                 row["ratio_min"], row["ratio_max"], row["weight"])  # fmt: skip
+        log.info("%s %s: share of the step per unit weight %.4g (p10-p90 %.4g-%.4g); weight %.3g "
+                 "for %.2f", row["run"], row["term"], row["share_per_unit_weight_median"],
+                 row["share_per_unit_weight_p10"], row["share_per_unit_weight_p90"],
+                 row["weight_for_target"], row["target"])  # fmt: skip
     write_csv(steps, snakemake.output.steps)
     write_csv(summary, snakemake.output.summary)

@@ -1,12 +1,18 @@
 """The ``binding_causal`` config section: the arms of the JER intervention, per base and seed.
 
 Each base is a series (config key ``series``, :mod:`repdiag.core.series`) with an ``arm`` axis of
-patches and a ``seed`` axis: ``plain`` (no regulariser; usually an existing run of the dose
-series stands in for it), ``raise`` (``jer_regulariser.weight`` > 0), ``lower`` (< 0) and
-``sham`` (the same |weight| with ``sham: true``: a random sign each step, so the same gradient
-norm and no net push on JER). ``binding_causal.series`` names the bases to compare. Within a seed
-every arm's run equals the plain run apart from ``jer_regulariser``, and the three regularised
-arms share |weight|: nothing else is manipulated.
+patches and a ``seed`` axis. The arms (``jer_regulariser`` of each, repdiag.encoders.zoo.regulariser):
+
+- ``plain``: no term (weight 0);
+- ``raise``: ``term: jer``, weight w > 0; ``lower``: ``term: jer``, weight < 0 (gentler, |w_l| <= w);
+- ``sham``: ``term: direction_sham`` at the raise arm's w: a push as steady as the raise arm's
+  that aims at neither JER nor the objective;
+- ``geometry``: ``term: global_pr``, weight > 0: raises the final tap's G.PR instead;
+- ``null``: any term at a negligible |weight| (<= :data:`NULL_MAX_WEIGHT`): the chaos floor.
+
+``binding_causal.series`` names the bases. Within a seed every arm's run equals the plain run
+apart from ``jer_regulariser``: nothing else is manipulated. A base needs plain, raise, sham and
+null; lower and geometry are optional.
 
 Read while Snakemake parses the workflow (rules/common.smk, the config checks), so it imports
 neither torch nor the analysis modules.
@@ -23,9 +29,14 @@ from repdiag.core.errors import ConfigError
 from repdiag.core.series import named_series, series_cells
 from repdiag.encoders.zoo.spec import run_spec
 
-ARMS = ("plain", "raise", "lower", "sham")
-"""The arms of a base, in table order. A base needs plain and sham and at least one of raise and
-lower (the default config has all four)."""
+ARMS = ("plain", "raise", "lower", "sham", "geometry", "null")
+"""The arms of a base, in table order."""
+
+REQUIRED_ARMS = ("plain", "raise", "sham", "null")
+"""The arms every seed of a base has: the contrasts are against plain, read against null."""
+
+NULL_MAX_WEIGHT = 1e-6
+"""The largest |weight| of a null arm: a push that changes nothing but the rounding."""
 
 SPEC_KEYS_MANIPULATED = ("run", "family", "jer_regulariser")
 """What an arm's spec may differ in from its plain run's: nothing else is manipulated."""
@@ -60,15 +71,17 @@ def causal_cells(config: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "seed": int(cell["values"]["seed"]),
                     "run": run,
                     "model": run,
+                    "own": run == cell["name"],
                 }
             )
     return records
 
 
 def causal_models(config: Mapping[str, Any]) -> list[str]:
-    """The regularised models (raise, lower, sham): built by ``binding_causal``, not ``binding``.
-    The plain arms are the main study's runs (the dose series)."""
-    return sorted({cell["model"] for cell in causal_cells(config) if cell["arm"] != "plain"})
+    """The arms' own models (every arm, plain included, unless the series names an existing run
+    for a cell): built by ``binding_causal``, not ``binding``, so that all arms of a seed are
+    trained by the same target run, on the same machine and commit."""
+    return sorted({cell["model"] for cell in causal_cells(config) if cell["own"]})
 
 
 def causal_members(config: Mapping[str, Any]) -> list[str]:
@@ -93,36 +106,42 @@ def _check_model(config: Mapping[str, Any], cell: Mapping[str, Any]) -> None:
 
 
 def _check_regulariser(where: str, arm: str, regulariser: Mapping[str, Any]) -> float:
-    """The arm's |weight|, after checking its sign and sham flag fit the arm."""
+    """The arm's signed weight, after checking its sign and term fit the arm."""
     weight = float(regulariser.get("weight") or 0.0)
-    sham = bool(regulariser.get("sham"))
+    term = regulariser.get("term", "jer")
     expected = {
         "plain": weight == 0.0,
-        "raise": weight > 0 and not sham,
-        "lower": weight < 0 and not sham,
-        "sham": weight != 0 and sham,
+        "raise": weight > 0 and term == "jer",
+        "lower": weight < 0 and term == "jer",
+        "sham": weight > 0 and term == "direction_sham",
+        "geometry": weight > 0 and term == "global_pr",
+        "null": 0 < abs(weight) <= NULL_MAX_WEIGHT,
     }[arm]
     if not expected:
         raise ConfigError(
-            f"{where}: the {arm} arm has jer_regulariser {dict(regulariser)}; plain has weight 0, "
-            "raise weight > 0, lower weight < 0, sham weight != 0 with sham: true"
+            f"{where}: the {arm} arm has jer_regulariser {dict(regulariser)}; plain has weight "
+            "0, raise term jer and weight > 0, lower term jer and weight < 0, sham term "
+            "direction_sham and weight > 0, geometry term global_pr and weight > 0, null "
+            f"0 < |weight| <= {NULL_MAX_WEIGHT}"
         )
-    return abs(weight)
+    return weight
 
 
 def _check_seed(config: Mapping[str, Any], base: str, seed: int, arms: Mapping[str, str]) -> None:
     where = f"series.{base} seed {seed}"
-    missing = {"plain", "sham"} - set(arms)
-    if missing or not {"raise", "lower"} & set(arms):
+    missing = sorted(set(REQUIRED_ARMS) - set(arms))
+    if missing:
         raise ConfigError(
-            f"series.{base}.axes.arm: has {sorted(arms)}; a causal base needs plain, sham and "
-            "at least one of raise and lower"
+            f"series.{base}.axes.arm: seed {seed} has {sorted(arms)}, lacks {missing}; a causal "
+            f"base needs {', '.join(REQUIRED_ARMS)} (lower and geometry optional)"
         )
     plain = run_spec(config, arms["plain"])
-    weights = set()
+    weights = {}
     for arm, run in arms.items():
         spec = run_spec(config, run)
-        weights.add(_check_regulariser(f"{where}: run {run!r}", arm, spec["jer_regulariser"]))
+        weights[arm] = _check_regulariser(
+            f"{where}: run {run!r}", arm, spec.get("jer_regulariser") or {}
+        )
         differing = sorted(
             key
             for key in set(spec) | set(plain)
@@ -131,20 +150,24 @@ def _check_seed(config: Mapping[str, Any], base: str, seed: int, arms: Mapping[s
         if differing:
             raise ConfigError(
                 f"{where}: runs {run!r} ({arm}) and {arms['plain']!r} (plain) differ in "
-                f"{differing}, not only in jer_regulariser; make them equal so that the JER "
-                "term is all that was manipulated"
+                f"{differing}, not only in jer_regulariser; make them equal so that the term "
+                "is all that was manipulated"
             )
-    weights.discard(0.0)
-    if len(weights) > 1:
+    if weights["sham"] != weights["raise"]:
         raise ConfigError(
-            f"{where}: the regularised arms have |weight| {sorted(weights)}; raise, lower and "
-            "sham share one strength (the sham's gradient norm matches theirs)"
+            f"{where}: the sham's weight {weights['sham']} is not the raise arm's "
+            f"{weights['raise']}; the direction sham is sized by the raise arm's push"
+        )
+    if "lower" in weights and abs(weights["lower"]) > weights["raise"]:
+        raise ConfigError(
+            f"{where}: the lower arm's |weight| {abs(weights['lower'])} exceeds the raise "
+            f"arm's {weights['raise']}; lowering is the gentler push (it costs the objective)"
         )
 
 
 def check_causal_config(config: Mapping[str, Any]) -> None:
-    """Every base has plain and sham and raise or lower per seed, equal apart from the
-    regulariser, at one |weight| (registered in CONFIG_CHECKS)."""
+    """Every seed of a base has the required arms, equal apart from the regulariser, each with
+    the term and sign of its arm (registered in CONFIG_CHECKS)."""
     cells = causal_cells(config)
     by_seed: dict[tuple[str, int], dict[str, str]] = {}
     for cell in cells:
@@ -160,14 +183,11 @@ def check_causal_config(config: Mapping[str, Any]) -> None:
 
 
 def calibration_runs(config: Mapping[str, Any]) -> list[str]:
-    """Per base, the run the recorded pilot measures: the lowest seed's raise run (else its
-    lower run), whose |weight| is the base's strength; its plain trajectory is the pilot's."""
+    """Per base, the run the recorded pilot measures: the lowest seed's raise run; its plain
+    trajectory is the pilot's."""
     runs = []
     for base in causal_series(config):
-        cells = [c for c in causal_cells(config) if c["base"] == base]
-        for arm in ("raise", "lower"):
-            chosen = sorted((c for c in cells if c["arm"] == arm), key=lambda c: c["seed"])
-            if chosen:
-                runs.append(chosen[0]["run"])
-                break
+        raised = [c for c in causal_cells(config) if c["base"] == base and c["arm"] == "raise"]
+        if raised:
+            runs.append(min(raised, key=lambda c: c["seed"])["run"])
     return runs

@@ -1,5 +1,5 @@
-# The JER intervention (repdiag.binding.causal): per base and seed, the plain, raise, lower and
-# sham arms (series named in binding_causal.series). `snakemake binding_causal`.
+# The JER intervention (repdiag.binding.causal): per base and seed, the plain, raise, lower,
+# sham, geometry and null arms (series named in binding_causal.series). `snakemake binding_causal`.
 import repdiag.binding.causal_options
 import repdiag.encoders.zoo.spec
 
@@ -7,6 +7,8 @@ CAUSAL_CELLS = repdiag.binding.causal_options.causal_cells(config)
 # every arm's model, plain included, once
 CAUSAL_MEMBERS = repdiag.binding.causal_options.causal_members(config)
 CALIBRATION_RUNS = repdiag.binding.causal_options.calibration_runs(config)
+# the arms with a push (every arm but plain): their cumulative push enters the displacement
+CAUSAL_PUSHED = [key for key in CAUSAL_MEMBERS if ZOO_MODEL_RUNS[key] in PUSHED_RUNS]
 
 
 rule causal_calibration:
@@ -37,6 +39,14 @@ rule causal_effects:
             f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in CAUSAL_MEMBERS
         ],
         calibration="results/binding_causal/calibration.csv",
+        weights=[
+            f"results/zoo/{ZOO_MODEL_RUNS[key]}/model.safetensors"
+            for key in CAUSAL_MEMBERS
+        ],
+        pushes=[
+            f"results/zoo/{ZOO_MODEL_RUNS[key]}/push.safetensors"
+            for key in CAUSAL_PUSHED
+        ],
     output:
         arms=reported(
             "results/binding_causal/arms.csv", "causal_effects", "JER intervention"
@@ -59,7 +69,7 @@ rule causal_effects:
             for key in CAUSAL_MEMBERS
         },
         stats=seeded(config["stats"], config),
-        loss_spread_sd=config["binding_causal"]["loss_spread_sd"],
+        pushed=CAUSAL_PUSHED,
     script:
         "../../workflow_scripts/binding_causal_effects.py"
 

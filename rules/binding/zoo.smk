@@ -4,6 +4,9 @@ import repdiag.binding.outputs
 import repdiag.encoders.zoo.spec
 
 ZOO_RUNS = repdiag.encoders.zoo.spec.zoo_runs(config)
+# regularised runs also write their cumulative push (rule train_zoo_pushed)
+PUSHED_RUNS = repdiag.encoders.zoo.spec.pushed_runs(config)
+PLAIN_RUNS = [run for run in ZOO_RUNS if run not in PUSHED_RUNS]
 # the runs of the main study's models (the JER intervention's are binding_causal's)
 BINDING_ZOO_RUNS = repdiag.binding.outputs.zoo_runs_of(BINDING_MODELS)
 
@@ -18,7 +21,7 @@ rule train_zoo:
     benchmark:
         bench_file("train_zoo", "{objective}")
     wildcard_constraints:
-        objective=one_of(ZOO_RUNS, "NO_ZOO_RUNS"),
+        objective=one_of(PLAIN_RUNS, "NO_ZOO_RUNS"),
     priority: priority_of("binding")
     conda:
         "../../envs/torch.yaml"
@@ -32,6 +35,20 @@ rule train_zoo:
         device=config["zoo"]["device"],
     script:
         "../../workflow_scripts/binding_train_zoo.py"
+
+
+use rule train_zoo as train_zoo_pushed with:
+    output:
+        model="results/zoo/{objective}/model.safetensors",
+        meta="results/zoo/{objective}/meta.json",
+        curve="results/zoo/{objective}/curve.csv",
+        push="results/zoo/{objective}/push.safetensors",
+    log:
+        log_file("train_zoo", "{objective}"),
+    benchmark:
+        bench_file("train_zoo", "{objective}")
+    wildcard_constraints:
+        objective=one_of(PUSHED_RUNS, "NO_PUSHED_RUNS"),
 
 
 rule plot_zoo_curves:

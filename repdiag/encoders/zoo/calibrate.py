@@ -1,22 +1,25 @@
-"""The JER regulariser's strength, calibrated: its gradient norm on the backbone against the
-objective's, measured along the plain run (a short recorded pilot).
+"""The intervention's strength, calibrated on the optimizer's update: the push's share of the
+AdamW step, measured along the plain run (a short recorded pilot).
 
-A weight ``w`` is a different strength for each objective and base (at ``|w| = 0.05`` the term's
-gradient was 10-18x the presence-and-slot objective's, at ``|w| = 0.01`` SimCLR's only
-0.15-0.2x), so a causal arm states its strength as the ratio
+A weight ``w`` is a different strength for each objective, base and term, and a raw gradient norm
+says little about it: AdamW divides each coordinate by the root of its own second moment, so a
+push whose gradient is 0.2x the objective's can be a larger or a smaller share of the step. A
+term's strength is therefore stated as
 
-    rho_t = |w| * ||d PR2_hat / d theta_backbone|| / ||d L_objective / d theta_backbone||
+    share_t = ||q_t|| / ||u_t||,   q_t = lr_t c_t w g_term / (sqrt(v_hat_t) + eps),
+                                   u_t = the AdamW step of the (clipped) objective gradient alone,
 
-at step t of the plain run (theta: the backbone's trainable weights; the heads are not the
-backbone; both gradients before clipping, each on that step's batch, the estimate on the probes
-of that step). The pilot trains the plain run (the regulariser off, so the trajectory is the
-plain run's bit for bit) and measures both norms every ``every`` steps from a snapshot it then
-restores (weights, buffers and the augmentation generator), so measuring changes nothing. The
-weight that puts the median ratio at ``target`` is ``target / median_t(rho_t / |w|)``.
+at step t of the plain run, over the backbone's trainable weights
+(:func:`repdiag.encoders.zoo.regulariser.update_share`; ``c_t`` the clip coefficient, ``v_hat_t``
+the bias-corrected second moment the plain step leaves). q_t is the push's contribution to the
+step at steady state (a push held constant reaches AdamW's first moment at its full size). The
+pilot trains the plain run (no term, so the trajectory is the plain run's bit for bit) and, every
+``every`` steps, takes the objective's and each term's gradient from a snapshot it restores
+(weights, buffers and the augmentation generator), so measuring changes nothing. Per term, the
+weight that puts the median share at ``target`` is ``target / median_t(share_t / |w|)``.
 
-``python -m repdiag.encoders.zoo.calibrate RUN [RUN ...]`` prints and writes the ratios for the
-zoo runs of a config (each run's own ``jer_regulariser`` gives |w|, the images and the probes);
-rule ``causal_calibration`` records it for the bases of ``binding_causal``.
+``python -m repdiag.encoders.zoo.calibrate RUN [RUN ...]`` prints and writes the shares for the
+zoo runs of a config; rule ``causal_calibration`` records it for each causal base.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,20 +35,27 @@ import pandas as pd
 import torch
 
 from repdiag.core.settings import FromConfig
+from repdiag.encoders.zoo.regulariser import (
+    RegulariserSettings,
+    clip_coefficient,
+    probe_generator,
+    term_value,
+    update_share,
+)
 from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.train import (
     build_objective,
     check_finite,
-    jer_penalty,
+    learning_rate,
     make_optimizer,
-    probe_generator,
     steps_trained,
     to_batch,
     train_step,
 )
 
-TARGET_RANGE = (0.1, 0.3)
-"""The ratio a calibrated regulariser's gradient norm keeps to the objective's."""
+TERMS_MEASURED = ("jer", "global_pr")
+"""The terms whose share the pilot measures (the direction sham is sized by the jer term's
+gradient per tensor, so its weight is the raise arm's)."""
 
 
 @dataclass(frozen=True)
@@ -66,37 +76,45 @@ class PilotSettings(FromConfig):
 
 
 def backbone_parameters(objective: Any) -> list[torch.nn.Parameter]:
-    """The backbone's trainable weights: where both gradients are compared."""
+    """The backbone's trainable weights: where the shares are measured."""
     return [p for p in objective.backbone.parameters() if p.requires_grad]
 
 
-def global_norm(grads: Sequence[torch.Tensor | None]) -> float:
-    """sqrt(sum of squares) over every entry of every gradient (None: no path, counts 0)."""
-    squares = [g.detach().double().square().sum() for g in grads if g is not None]
-    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
-
-
-def gradient_norms(
+def step_shares(
     objective: Any,
+    optimizer: torch.optim.Optimizer,
     batch: Any,
-    regulariser: Mapping[str, Any],
-    probes: torch.Generator,
+    spec: Mapping[str, Any],
+    step: int,
     gen: torch.Generator,
-) -> tuple[float, float]:
-    """(||grad L_objective||, ||grad PR2_hat||) on the backbone at the current weights, leaving
-    the weights, buffers and ``gen`` as they were."""
+) -> dict[str, float]:
+    """Per term of :data:`TERMS_MEASURED`, the share of the AdamW step a unit-weight push would
+    take at the current weights and optimizer state (:func:`update_share`, the learning rate of
+    ``step``), leaving weights, buffers, optimizer and ``gen`` as they were."""
     state = {name: value.clone() for name, value in objective.state_dict().items()}
     gen_state = gen.get_state()
+    trainable = [p for _, p in objective.trainable_parameters()]
     params = backbone_parameters(objective)
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, spec["steps"], spec["lr"], spec["warmup_fraction"])
     try:
         loss = objective.loss(batch, gen)
-        objective_grads = torch.autograd.grad(loss, params, allow_unused=True)
-        estimate = jer_penalty(objective, batch, regulariser, probes)
-        jer_grads = torch.autograd.grad(estimate, params, allow_unused=True)
+        all_grads = torch.autograd.grad(loss, trainable, allow_unused=True)
+        index = {id(p): k for k, p in enumerate(trainable)}
+        objective_grads = [all_grads[index[id(p)]] for p in params]
+        clip = clip_coefficient(all_grads, spec["grad_clip"])
+        shares = {}
+        for term in TERMS_MEASURED:
+            settings = replace(RegulariserSettings.of(spec), term=term, weight=1.0)
+            value = term_value(objective, batch, settings, probe_generator(spec["seed"], step))
+            term_grads = torch.autograd.grad(value, params, allow_unused=True)
+            push = [None if g is None else -g for g in term_grads]
+            # clipped with the coefficient of the whole (all-parameter) gradient, as the step is
+            shares[term] = update_share(optimizer, params, objective_grads, push, clip)
     finally:
         objective.load_state_dict(state)
         gen.set_state(gen_state)
-    return global_norm(objective_grads), global_norm(jer_grads)
+    return shares
 
 
 def measured_steps(total: int, every: int) -> list[int]:
@@ -105,11 +123,8 @@ def measured_steps(total: int, every: int) -> list[int]:
 
 
 def pilot(spec: Mapping[str, Any], settings: PilotSettings) -> pd.DataFrame:
-    """One row per measured step of the plain run of ``spec`` (module docstring): ``step``,
-    ``objective_grad_norm``, ``jer_grad_norm`` (per unit weight), ``ratio_per_unit_weight``,
-    ``weight`` (|w| of ``spec``'s regulariser) and ``ratio`` (at that weight)."""
-    regulariser = dict(spec.get("jer_regulariser") or {})
-    weight = abs(float(regulariser.get("weight") or 0.0))
+    """One row per measured step of the plain run of ``spec`` and term (module docstring):
+    ``run``, ``step``, ``term``, ``share_per_unit_weight``."""
     plain = {**spec, "jer_regulariser": {}}
     objective, _ = build_objective(plain)
     objective.train()
@@ -124,44 +139,32 @@ def pilot(spec: Mapping[str, Any], settings: PilotSettings) -> pd.DataFrame:
             scenes = scene_batch(
                 objective.scenes, plain["scenes"]["seed"], step, plain["batch_size"]
             )
-            obj_norm, jer_norm = gradient_norms(
-                objective, to_batch(scenes, device), regulariser, probe_generator(plain, step), gen
-            )
-            per_unit = jer_norm / obj_norm if obj_norm > 0 else math.nan
-            rows.append(
-                {
-                    "run": spec["run"],
-                    "step": step,
-                    "objective_grad_norm": obj_norm,
-                    "jer_grad_norm": jer_norm,
-                    "ratio_per_unit_weight": per_unit,
-                    "weight": weight,
-                    "ratio": weight * per_unit,
-                }
+            shares = step_shares(objective, optimizer, to_batch(scenes, device), plain, step, gen)
+            rows.extend(
+                {"run": spec["run"], "step": step, "term": term, "share_per_unit_weight": share}
+                for term, share in shares.items()
             )
         check_finite(plain, step, float(train_step(objective, optimizer, plain, step, gen)))
     return pd.DataFrame(rows)
 
 
 def calibration_summary(rows: pd.DataFrame, settings: PilotSettings) -> pd.DataFrame:
-    """Per run: the weight's ratio (median, min, max over the measured steps), the share of steps
-    inside :data:`TARGET_RANGE`, and the weight whose median ratio is ``settings.target``."""
-    low, high = TARGET_RANGE
+    """Per run and term: the share per unit weight (median, 10th and 90th percentile over the
+    measured steps) and the weight whose median share is ``settings.target``."""
     out = []
-    for run, part in rows.groupby("run", sort=False):
-        ratio = part["ratio"].to_numpy(float)
-        per_unit = float(np.nanmedian(part["ratio_per_unit_weight"]))
+    for (run, term), part in rows.groupby(["run", "term"], sort=False):
+        per_unit = part["share_per_unit_weight"].to_numpy(float)
+        median = float(np.nanmedian(per_unit))
         out.append(
             {
                 "run": run,
+                "term": term,
                 "n_steps": len(part),
-                "weight": float(part["weight"].iloc[0]),
-                "ratio_median": float(np.nanmedian(ratio)),
-                "ratio_min": float(np.nanmin(ratio)),
-                "ratio_max": float(np.nanmax(ratio)),
-                "share_in_range": float(np.mean((ratio >= low) & (ratio <= high))),
-                "weight_for_target": settings.target / per_unit if per_unit > 0 else math.nan,
+                "share_per_unit_weight_median": median,
+                "share_per_unit_weight_p10": float(np.nanpercentile(per_unit, 10)),
+                "share_per_unit_weight_p90": float(np.nanpercentile(per_unit, 90)),
                 "target": settings.target,
+                "weight_for_target": settings.target / median if median > 0 else math.nan,
             }
         )
     return pd.DataFrame(out)
@@ -174,8 +177,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(
         prog="python -m repdiag.encoders.zoo.calibrate",
-        description="Gradient-norm ratio of the JER regulariser to the objective, on the backbone, "
-        "along each run's plain trajectory (docs/binding.md, the causal test).",
+        description="Share of the AdamW step a unit-weight push of each term would take, on the "
+        "backbone, along each run's plain trajectory (docs/binding.md, the causal test).",
     )
     parser.add_argument("runs", nargs="+", help="zoo runs (zoo.objectives keys or series cells)")
     parser.add_argument("--config", default="config/config.yaml")

@@ -56,6 +56,17 @@ def checkpoint_tensors(backbone: nn.Module, head: nn.Module | None) -> dict[str,
     return tensors
 
 
+def save_push(push: dict[str, torch.Tensor], path: PathLike) -> None:
+    """A regularised run's cumulative push P (repdiag.encoders.zoo.regulariser), one tensor per
+    backbone parameter under its state_dict name, atomically."""
+    with atomic_path(path) as tmp:
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in push.items()},
+            str(tmp),
+            metadata={"format": "pt", "content": "cumulative push"},
+        )
+
+
 def write_curve(path: PathLike, losses: list[float]) -> None:
     """``step,loss`` per line (loss with full float precision), atomically."""
     lines = ["step,loss", *(f"{step},{loss!r}" for step, loss in enumerate(losses))]

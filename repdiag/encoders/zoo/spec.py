@@ -91,6 +91,16 @@ def zoo_runs(config: Mapping[str, Any]) -> list[str]:
     return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
 
 
+def pushed_runs(config: Mapping[str, Any]) -> list[str]:
+    """The zoo runs with a regulariser (``jer_regulariser.weight`` != 0): their training job
+    also writes the cumulative push, ``push.safetensors`` (repdiag.encoders.zoo.regulariser)."""
+    return [
+        run
+        for run in zoo_runs(config)
+        if float((run_spec(config, run).get("jer_regulariser") or {}).get("weight") or 0.0)
+    ]
+
+
 def objective_of(name: str, entry: Mapping[str, Any]) -> str:
     """The objective of run ``name``: its ``objective`` key, else the name itself."""
     return entry.get("objective") or name

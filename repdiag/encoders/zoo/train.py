@@ -29,7 +29,6 @@ from torch import nn
 
 import repdiag
 from repdiag.core.runtime import Progress
-from repdiag.encoders.jer_estimator import estimate_pr2
 from repdiag.encoders.zoo.allocator import keep_freed_memory
 from repdiag.encoders.zoo.backbones import (
     backbone_kwargs,
@@ -41,6 +40,13 @@ from repdiag.encoders.zoo.backbones import (
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.learning import learning_record, plateau_check, probe_check
 from repdiag.encoders.zoo.objectives import OBJECTIVES, Batch, Objective
+from repdiag.encoders.zoo.regulariser import (
+    Regulariser,
+    RegulariserSettings,
+    clip_coefficient,
+    probe_generator,
+    term_value,
+)
 from repdiag.encoders.zoo.scenes import SceneConfig, channel_statistics, scene_batch
 from repdiag.encoders.zoo.stream import Prefetcher, to_batch
 
@@ -53,12 +59,15 @@ PREFETCH_DEPTH = 2  # batches rendered ahead of the step
 
 @dataclass
 class TrainResult:
-    """The trained encoder (backbone, head), its meta.json content and the loss per step."""
+    """The trained encoder (backbone, head), its meta.json content, the loss per step and, for a
+    regularised run, its cumulative push (repdiag.encoders.zoo.regulariser)."""
 
     backbone: nn.Module
     head: MLPHead | None
     meta: dict[str, Any]
     losses: list[float]
+    push: dict[str, torch.Tensor] | None = None
+    """The regulariser's cumulative push P per backbone parameter (None: no regulariser)."""
 
 
 def build_objective(
@@ -115,61 +124,32 @@ def make_optimizer(objective: Objective, spec: Mapping[str, Any]) -> torch.optim
     )
 
 
-JER_PROBE_SEED_OFFSET = 7919  # the probes' own stream: the augmentations stay as without them
-JER_SHAM_SEED_OFFSET = 104_729  # the sham's signs: a third stream, apart from probes and ``gen``
-
-
-def probe_generator(spec: Mapping[str, Any], step: int) -> torch.Generator:
-    """The JER probes of step ``step``: a pure function of (seed, step), apart from ``gen``."""
-    return torch.Generator().manual_seed(spec["seed"] * 1_000_003 + JER_PROBE_SEED_OFFSET + step)
-
-
-def sham_sign(seed: int, step: int) -> float:
-    """+1 or -1 with probability 1/2 each: the sham's sign at ``step``, a pure function of
-    (seed, step) drawn from its own generator, so the augmentations, masks and probes of a sham
-    run are those of the raised and lowered runs of the same seed."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + JER_SHAM_SEED_OFFSET + step)
-    return 1.0 if int(torch.randint(0, 2, (1,), generator=generator)) else -1.0
-
-
-def regulariser_weight(spec: Mapping[str, Any], step: int) -> float:
-    """The signed weight w_t of the JER term at ``step`` (``L = L_objective - w_t * PR2_hat``).
-
-    ``weight`` itself for a raise (> 0) or lower (< 0) arm; for a sham (``sham: true``)
-    ``|weight| * sham_sign(seed, step)``: the same term at the same strength, hence the same
-    gradient norm, pushing JER up or down at random with no net direction. 0 before step
-    ``floor(start_fraction * steps)`` (``start_fraction: 2/3`` regularises the last third only).
-    """
-    regulariser = spec.get("jer_regulariser") or {}
-    weight = float(regulariser.get("weight") or 0.0)
-    if weight == 0.0 or step < int(regulariser.get("start_fraction", 0.0) * spec["steps"]):
-        return 0.0
-    if regulariser.get("sham"):
-        return abs(weight) * sham_sign(spec["seed"], step)
-    return weight
-
-
-def jer_penalty(
+def regularised_backward(
     objective: Objective,
+    loss: torch.Tensor,
     batch: Batch,
-    regulariser: Mapping[str, Any],
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """Mean estimated PR_2 = ||J||_F^4 / ||J^T J||_F^2 of the backbone's final tap (pooled
-    features) over the first ``images`` scenes of the batch, differentiable in the weights
-    (repdiag.encoders.jer_estimator). The backbone runs in eval mode for it, so each image's
-    Jacobian is its own (BatchNorm in train mode would mix the images of the batch)."""
-    backbone = objective.backbone
-    x = objective.normalize(batch.images[: regulariser.get("images", 4)])
-    training = backbone.training
-    backbone.eval()
-    try:
-        estimate = estimate_pr2(
-            backbone, x, regulariser.get("probes", 2), generator, create_graph=True
-        )
-    finally:
-        backbone.train(training)
-    return estimate.mean()
+    regulariser: Regulariser,
+    step: int,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Set every trainable weight's gradient to the objective's, plus the regulariser's push on
+    the backbone (repdiag.encoders.zoo.regulariser); returns the term's detached value and the
+    push. The two gradients are taken apart: the sham's push depends on both."""
+    value = term_value(
+        objective, batch, regulariser.settings, probe_generator(regulariser.seed, step)
+    )
+    params = [p for _, p in objective.trainable_parameters()]
+    objective_grads = torch.autograd.grad(loss, params, allow_unused=True)
+    term_grads = torch.autograd.grad(value, regulariser.params, allow_unused=True)
+    index = {id(p): k for k, p in enumerate(params)}
+    backbone_objective = [objective_grads[index[id(p)]] for p in regulariser.params]
+    push = regulariser.push(term_grads, backbone_objective)
+    grads = list(objective_grads)
+    for param, d in zip(regulariser.params, push, strict=True):
+        k = index[id(param)]
+        grads[k] = d.to(param.dtype) if grads[k] is None else grads[k] + d.to(param.dtype)
+    for param, grad in zip(params, grads, strict=True):
+        param.grad = None if grad is None else grad.detach()
+    return value.detach(), push
 
 
 def train_step(
@@ -180,11 +160,14 @@ def train_step(
     gen: torch.Generator,
     jer_record: list[torch.Tensor] | None = None,
     batch: Batch | None = None,
+    regulariser: Regulariser | None = None,
 ) -> torch.Tensor:
     """One optimiser step on batch ``step`` of the scene stream (rendered here unless handed
     in); returns the objective's loss, detached on the device and not read (no host sync),
-    without the JER regulariser, whose detached estimate is appended to ``jer_record``.
-    A non-finite loss is the caller's to catch (:class:`LossLog`, :func:`check_finite`)."""
+    without the regulariser, whose detached term value is appended to ``jer_record``.
+    ``regulariser``: the run's (built here from ``spec`` when it has a term and none is given;
+    its cumulative push then covers this step only). A non-finite loss is the caller's to catch
+    (:class:`LossLog`, :func:`check_finite`)."""
     steps = spec["steps"]
     if batch is None:
         scenes = scene_batch(objective.scenes, spec["scenes"]["seed"], step, spec["batch_size"])
@@ -192,22 +175,26 @@ def train_step(
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, steps, spec["lr"], spec["warmup_fraction"])
     loss = objective.loss(batch, gen)
-    total = loss
-    weight = regulariser_weight(spec, step)
-    if weight:
-        regulariser = spec["jer_regulariser"]
-        estimate = jer_penalty(objective, batch, regulariser, probe_generator(spec, step))
-        total = loss - weight * estimate
-        if jer_record is not None:
-            jer_record.append(estimate.detach())
+    if regulariser is None and RegulariserSettings.of(spec).weight != 0.0:
+        regulariser = Regulariser(spec, objective.backbone)
+    acting = regulariser is not None and regulariser.acts(step)
     optimizer.zero_grad(set_to_none=True)
-    total.backward()
+    if acting:
+        value, push = regularised_backward(objective, loss, batch, regulariser, step)
+        if jer_record is not None:
+            jer_record.append(value)
+        before = [p.detach().clone() for p in regulariser.params]
+    else:
+        loss.backward()
     objective.before_update(step, steps)
+    trainable = [p for _, p in objective.trainable_parameters()]
+    if acting:
+        coefficient = clip_coefficient([p.grad for p in trainable], spec["grad_clip"])
     if spec["grad_clip"] > 0:
-        nn.utils.clip_grad_norm_(
-            [p for _, p in objective.trainable_parameters()], spec["grad_clip"]
-        )
+        nn.utils.clip_grad_norm_(trainable, spec["grad_clip"])
     optimizer.step()
+    if acting:
+        regulariser.accumulate(optimizer, push, coefficient, before)
     objective.after_step(step, steps)
     return loss.detach()
 
@@ -293,18 +280,49 @@ def check_learning(
     return learning_record(plateau, probe)
 
 
-def regulariser_record(spec: Mapping[str, Any], estimates: list[float]) -> dict[str, Any]:
-    """``meta.json["jer_regulariser"]``: the settings, the training estimate at the first step the
-    term acted and its mean over the last tenth of those steps (null if it never acted), and how many steps pushed JER up
-    and down (a sham's signs; all one way for a raise or lower arm)."""
-    weights = [regulariser_weight(spec, step) for step in range(steps_trained(spec))]
+EVALUATION_BATCHES = 8  # held-out batches the final network's loss terms are measured on
+EVALUATION_SEED = 20_011  # their augmentations: one stream, the same for every run
+
+
+def evaluation_losses(objective: Objective, spec: Mapping[str, Any]) -> dict[str, float] | None:
+    """The final network's loss terms (an objective with ``loss_terms``: supervised) on
+    :data:`EVALUATION_BATCHES` batches of the scene stream past the last trained step, in eval
+    mode and without gradients: the same scenes and augmentations for every run of a schedule, so
+    the presence loss of two arms is compared on equal terms and no regulariser enters it. None
+    for an objective without terms."""
+    if not hasattr(objective, "loss_terms"):
+        return None
+    gen = torch.Generator().manual_seed(EVALUATION_SEED)
+    device = objective.pixel_mean.device
+    training = objective.training
+    objective.eval()
+    sums: dict[str, float] = {}
+    try:
+        with torch.no_grad():
+            for k in range(EVALUATION_BATCHES):
+                step = spec["steps"] + k
+                scenes = scene_batch(
+                    objective.scenes, spec["scenes"]["seed"], step, spec["batch_size"]
+                )
+                for name, value in objective.loss_terms(to_batch(scenes, device), gen).items():
+                    sums[name] = sums.get(name, 0.0) + float(value)
+    finally:
+        objective.train(training)
+    return {name: total / EVALUATION_BATCHES for name, total in sums.items()}
+
+
+def regulariser_record(
+    spec: Mapping[str, Any], estimates: list[float], regulariser: Regulariser
+) -> dict[str, Any]:
+    """``meta.json["jer_regulariser"]``: the settings, the term's training value at the first step
+    it acted and its mean over the last tenth of those steps (null if it never acted), and what it
+    did to the weights (:meth:`Regulariser.record`: steps acted, ||P||, realised update share)."""
     tail = estimates[-max(1, len(estimates) // 10) :]
     return {
         **dict(spec["jer_regulariser"]),
         "estimate_first": estimates[0] if estimates else None,
         "estimate_last_mean": float(np.mean(tail)) if estimates else None,
-        "steps_up": sum(w > 0 for w in weights),
-        "steps_down": sum(w < 0 for w in weights),
+        **regulariser.record(),
     }
 
 
@@ -321,6 +339,7 @@ def run_steps(
     gen: torch.Generator,
     record: LossLog,
     prefetch: int = PREFETCH_DEPTH,
+    regulariser: Regulariser | None = None,
 ) -> None:
     """The run's optimiser steps, logging progress, their losses into ``record``; batches
     rendered ``prefetch`` steps ahead in a worker thread (0: in the loop), the same bytes."""
@@ -339,7 +358,8 @@ def run_steps(
             batch = None if stream is None else stream.get(step)
             estimates: list[torch.Tensor] = []
             record.add(
-                train_step(objective, optimizer, spec, step, gen, estimates, batch), estimates
+                train_step(objective, optimizer, spec, step, gen, estimates, batch, regulariser),
+                estimates,
             )
             progress.update()
         record.read()
@@ -361,8 +381,11 @@ def train(
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(spec["seed"])
     record = LossLog(spec)
-    run_steps(objective, optimizer, spec, gen, record, prefetch)
+    settings = RegulariserSettings.of(spec)
+    regulariser = Regulariser(spec, objective.backbone) if settings.weight else None
+    run_steps(objective, optimizer, spec, gen, record, prefetch, regulariser)
     losses, jer_estimates = record.losses, record.estimates
+    held_out = evaluation_losses(objective, spec)
     if not losses:  # zero steps: the random-initialised network, a control
         losses.append(initial_loss(objective, spec, gen))
     backbone, head = objective.export()
@@ -381,10 +404,12 @@ def train(
         spec, kwargs, preprocess, backbone, head, losses, time.monotonic() - start, device
     )
     meta["learning"] = learning
+    if held_out is not None:
+        meta["evaluation_losses"] = held_out
     if objective.scenes.arrangement_groups > 1:
         meta["arrangement_groups"] = objective.scenes.arrangement_groups
-    if (spec.get("jer_regulariser") or {}).get("weight"):
-        meta["jer_regulariser"] = regulariser_record(spec, jer_estimates)
+    if regulariser is not None:
+        meta["jer_regulariser"] = regulariser_record(spec, jer_estimates, regulariser)
     log.info(
         "zoo run %s: %s (loss %.4g -> %.4g, trivial %.4g; slot probe %.3f vs %.3f at random init)",
         spec["run"],
@@ -402,7 +427,8 @@ def train(
         losses[-1],
         meta["wall_time_s"],
     )
-    return TrainResult(backbone.cpu(), None if head is None else head.cpu(), meta, losses)
+    push = None if regulariser is None else regulariser.cumulative_push()
+    return TrainResult(backbone.cpu(), None if head is None else head.cpu(), meta, losses, push)
 
 
 def run_meta(

@@ -106,22 +106,31 @@ class Supervised(Objective):
             return presence(slot_shape, len(self.scenes.shapes))
         return self.slot_targets(slot_shape, flipped)
 
-    def loss(self, batch: Batch, gen: torch.Generator) -> torch.Tensor:
+    def loss_terms(self, batch: Batch, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        """The loss's terms by label: ``{label: L_label}`` and, at a dose, ``slot_shape``:
+        L_slots (unweighted). :meth:`loss` is L_label + lambda * L_slots."""
         x, flipped = self.view.apply(batch.images, gen)
         features = self.backbone(self.normalize(x))
         logits = self.classifier(features).view(-1, self.groups, self.classes)
-        loss = supervised_loss(
-            logits, self.targets(batch.slot_shape, flipped), self.label_smoothing
-        )
+        terms = {
+            self.label: supervised_loss(
+                logits, self.targets(batch.slot_shape, flipped), self.label_smoothing
+            )
+        }
+        if self.slot_classifier is not None:
+            slot_logits = self.slot_classifier(features).view(
+                -1, self.scenes.n_slots, len(self.scenes.shapes) + 1
+            )
+            terms["slot_shape"] = supervised_loss(
+                slot_logits, self.slot_targets(batch.slot_shape, flipped), self.label_smoothing
+            )
+        return terms
+
+    def loss(self, batch: Batch, gen: torch.Generator) -> torch.Tensor:
+        terms = self.loss_terms(batch, gen)
         if self.slot_classifier is None:
-            return loss
-        slot_logits = self.slot_classifier(features).view(
-            -1, self.scenes.n_slots, len(self.scenes.shapes) + 1
-        )
-        slot_loss = supervised_loss(
-            slot_logits, self.slot_targets(batch.slot_shape, flipped), self.label_smoothing
-        )
-        return loss + self.slot_weight * slot_loss
+            return terms[self.label]
+        return terms[self.label] + self.slot_weight * terms["slot_shape"]
 
     def trivial_loss(self, batch: Batch) -> float:
         """Predicting the batch's label frequencies for every image: their mean entropy (plus
