@@ -28,8 +28,11 @@ Decision rules. A difference "holds" (A ahead of B) when, over the seeds both ha
    M_tr over the trained models of the scope, the training run the unit and the seed its
    block (the models of one seed share its data, split and bootstrap draws): rho within each
    seed, its mean over seeds with the 95% t-interval over seeds and the one-sample t p
-   (:func:`repdiag.common.replication.block_correlations`), beside the seed-blocked
-   permutation p of the pooled ranks (:func:`repdiag.common.replication.blocked_permutation`).
+   (:func:`repdiag.common.replication.block_correlations`) and the exact sign-flip p of the
+   per-seed rhos (up to 10 seeds, :func:`repdiag.common.replication.exact_p`), beside the
+   seed-blocked permutation p of the pooled ranks
+   (:func:`repdiag.common.replication.blocked_permutation`; a Monte Carlo p at its floor is
+   printed ``< 1/B``, :func:`repdiag.common.replication.format_p`).
    A run listed twice is refused. Supported when the interval's upper end is below
    ``RHO_FAITHFUL``, not supported when its lower end is at or above it, mixed otherwise; not
    tested with fewer than two seeds of three models. Models with high cycle R^2
@@ -318,31 +321,33 @@ def _single_objectives(table: pd.DataFrame, scope: str) -> list[dict[str, Any]]:
     return rows
 
 
-def seed_blocked_rho(table: pd.DataFrame, tr: str) -> tuple[rep.BlockEstimates, float, int]:
+def seed_blocked_rho(
+    table: pd.DataFrame, tr: str
+) -> tuple[rep.BlockEstimates, rep.PermutationResult | None]:
     """Claim 3's statistics over the scope's training runs (one row each, refused otherwise):
-    Spearman rho(cycle R^2, ``tr``) per seed with its t-interval over seeds, and the two-sided
-    seed-blocked permutation p of the pooled ranks with the number of permutations."""
+    Spearman rho(cycle R^2, ``tr``) per seed with its t-interval over seeds, and the
+    seed-blocked permutation test of the pooled ranks (None with fewer than two seeds)."""
     runs = [
         f"{v} p={f:g} seed {s}"
         for v, f, s in table[["variant", "paired_fraction", "seed"]].to_numpy()
     ]
-    units = rep.Units(tuple(runs), tuple(map(str, table["seed"])), "training run")
-    rep.require_independent(units, table["cell"].astype(str).tolist(), "claim 3 (cycle proxy)")
+    cells = tuple(table["cell"].astype(str))
+    units = rep.Units(tuple(runs), tuple(map(str, table["seed"])), "training run", cells)
+    rep.check_units(units, "claim 3 (cycle proxy)")
     complete = table[["cycle_r2", tr]].notna().all(axis=1).to_numpy()
     x, y = table["cycle_r2"].to_numpy(float)[complete], table[tr].to_numpy(float)[complete]
-    seeds = table["seed"].astype(str).to_numpy()[complete]
-    per_seed = rep.block_correlations(x, y, seeds, method="spearman")
+    units = units.take(complete)
+    per_seed = rep.block_correlations(x, y, units, method="spearman")
     if per_seed.n_blocks < 2:
-        return per_seed, float("nan"), 0
+        return per_seed, None
     ranks = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
-    permutation = rep.blocked_permutation(*ranks, seeds, n_perm=PERMUTATIONS, seed=0)
-    return per_seed, permutation.p_two_sided, permutation.n_permutations
+    return per_seed, rep.blocked_permutation(*ranks, units, n_perm=PERMUTATIONS, seed=0)
 
 
 def _cycle(table: pd.DataFrame, scope: str) -> dict[str, Any]:
     tr = metric_columns(table)["tr"]
-    per_seed, p_blocked, n_perm = seed_blocked_rho(table, tr)
-    if per_seed.n_blocks < 2:
+    per_seed, permutation = seed_blocked_rho(table, tr)
+    if per_seed.n_blocks < 2 or permutation is None:
         return _not_tested("cycle_not_proxy", scope, "two seeds of at least three trained models")
     means = table.groupby(["variant", "paired_fraction"])[["cycle_r2", tr]].mean()
     misleading = means[(means["cycle_r2"] >= CYCLE_HIGH) & (means[tr] < TRANSLATION_FAILED)]
@@ -358,10 +363,17 @@ def _cycle(table: pd.DataFrame, scope: str) -> dict[str, Any]:
     else:
         verdict = "mixed"
     rhos = ", ".join(f"{s}: {v:.3f}" for s, v in per_seed.values.items())
+    p_exact = rep.exact_p(list(per_seed.values.values()))
+    draws = None if permutation.exact else permutation.n_permutations
+    blocked = rep.format_p(permutation.p_two_sided, draws)
+    blocked = blocked if blocked.startswith("<") else f"= {blocked}"  # "p < 5e-05", "p = 0.07"
+    kind = "exact" if permutation.exact else "Monte Carlo"
     evidence = (
         f"Spearman rho(cycle R2, {tr}) within each seed ({rhos}), mean {per_seed.mean:.3f}, "
         f"95% t-interval over {per_seed.n_blocks} seeds [{low:.3f}, {high:.3f}], "
-        f"p = {per_seed.p:.2g} (one-sample t, H0: rho = 0); seed-blocked permutation p = {p_blocked:.2g} ({n_perm} permutations); unit: training "
+        f"p = {per_seed.p:.2g} (one-sample t, H0: rho = 0), exact sign-flip p = "
+        f"{rep.format_p(p_exact)}; seed-blocked permutation p {blocked} "
+        f"({permutation.n_permutations} permutations, {kind}); unit: training "
         f"run, {per_seed.n_rows} runs (faithful if rho >= {RHO_FAITHFUL}); "
         + (
             f"high cycle R2 with failed translation: {listed}"

@@ -12,15 +12,21 @@ the run"); the unit is the training run, its final network one row, the seed a b
 1. Per seed, the least-squares slope of each metric on binding over that seed's doses (top-k
    JER, full-spectrum pr and pr2 where the store kept ``singular_values_full``, G.PR, G.Iso,
    every L.Iso k, Same/Different); the mean over seeds with its Student-t interval and the
-   one-sample t p (n = seeds). The same slope standardised, x sd(binding) / sd(metric) within
-   seeds (deviations from each seed's mean, so a seed offset does not shrink it). Beside it: Pearson r over the runs with a bootstrap interval over runs and the
-   seed-blocked permutation p, and the mixed model ``metric ~ binding + (1 | seed)`` as a check.
+   one-sample t p (n = seeds), and beside it the exact sign-flip p of the per-seed slopes
+   (``p_exact``, :func:`repdiag.common.replication.exact_p`, up to 10 seeds). The same slope
+   standardised, x sd(binding) / sd(metric) within seeds (deviations from each seed's mean, so a
+   seed offset does not shrink it). Beside it: Pearson r over the runs with a bootstrap
+   interval over runs and the seed-blocked permutation p, and as a check the seed fixed-effects
+   OLS ``metric ~ binding + C(seed)`` with its t p on n - seeds - 1 degrees of freedom
+   (``fe_*``; it replaced a mixed model whose Wald z p ignored how few seeds there are).
 2. The paper's question, does JER track binding more than global geometry does: per seed,
    |standardised slope of JER| - |standardised slope of G| for each geometry metric G, with its
-   t-interval over seeds and p.
+   t-interval over seeds, its t p and its exact sign-flip p.
 3. Checkpoints (``stop_at``) are not units: they are shown as trajectories of their run, its
    step 0 being the untrained network of the same seed (the control ``random_resnet``), counted
-   once. An analysis handed two rows of one run is refused (``require_independent``).
+   once. An analysis handed two rows of one run is refused (``require_independent``), and so
+   is a series row without a seed (it would be keyed ``seed=n/a`` and its run merged with
+   another's).
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ def dose_series(table: pd.DataFrame) -> pd.DataFrame:
         f"lambda={d:g}/seed={format_number(s, '.0f')}"
         for d, s in zip(series["dose"], seeds, strict=True)
     ]
+    # checkpoints share their run's key (trajectories): only the keys are checked here
+    keys = rep.Units(tuple(runs), tuple(map(str, seeds)), UNIT, tuple(map(str, series["model"])))
+    rep.check_units(keys, "the dose series", one_row_per_unit=False)
     return series.assign(run=runs)
 
 
@@ -114,17 +123,26 @@ def _standardised(finals: pd.DataFrame, metric: str) -> float:
     return float(np.sqrt(ss_binding / ss_metric)) if ss_metric > 0 else np.nan
 
 
+def run_units(finals: pd.DataFrame) -> rep.Units:
+    """The units of the final runs: the run, its seed the block, named by the model."""
+    return rep.Units(
+        tuple(map(str, finals["run"])),
+        tuple(map(str, finals["seed"])),
+        UNIT,
+        tuple(map(str, finals["model"])),
+    )
+
+
 def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dict[str, Any]:
     """Step 1 of the analysis for one metric over the final runs (one row per run) that have
     a value of it and of binding."""
     finals = finals[np.isfinite(finals[[metric, "binding"]].astype(float)).all(axis=1)]
     x, y = finals["binding"].to_numpy(float), finals[metric].to_numpy(float)
-    seeds = finals["seed"].astype(str).tolist()
+    units = run_units(finals)
     confidence = options.get("confidence", 0.95)
-    slopes = rep.block_slopes(x, y, seeds, confidence=confidence)
+    slopes = rep.block_slopes(x, y, units, confidence=confidence)
     scale = _standardised(finals, metric)
     r, r_p, _ = stats.pearson(x, y)
-    units = rep.Units(tuple(finals["run"]), tuple(seeds), UNIT)
     boot = rep.cluster_bootstrap(
         lambda rows: float(stats.rowwise_pearson(x[rows], y[rows])),
         units,
@@ -132,8 +150,8 @@ def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dic
         seed=options.get("seed", 0),
         confidence=confidence,
     )
-    perm = rep.blocked_permutation(x, y, seeds, n_perm=N_PERMUTATIONS, seed=options.get("seed", 0))
-    mixed = rep.mixed_slope(x, y, seeds, confidence=confidence)
+    perm = rep.blocked_permutation(x, y, units, n_perm=N_PERMUTATIONS, seed=options.get("seed", 0))
+    fixed = rep.fixed_effects_slope(x, y, units, confidence=confidence)
     return {
         "analysis": "slope on binding",
         "metric": metric,
@@ -141,6 +159,7 @@ def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dic
         "ci_low": slopes.low,
         "ci_high": slopes.high,
         "p": slopes.p,
+        "p_exact": slopes.p_exact,
         "n_seeds": slopes.n_blocks,
         "std_estimate": slopes.mean * scale,
         "std_ci_low": slopes.low * scale,
@@ -153,11 +172,12 @@ def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dic
         "permutation_p_two_sided": perm.p_two_sided,
         "n_permutations": perm.n_permutations,
         "permutation_exact": perm.exact,
-        "mixed_slope": mixed.slope,
-        "mixed_ci_low": mixed.low,
-        "mixed_ci_high": mixed.high,
-        "mixed_p": mixed.p,
-        "note": "; ".join(n for n in (slopes.note, mixed.note) if n),
+        "fe_slope": fixed.slope,
+        "fe_ci_low": fixed.low,
+        "fe_ci_high": fixed.high,
+        "fe_p": fixed.p,
+        "fe_df": fixed.df,
+        "note": "; ".join(n for n in (slopes.note, fixed.note) if n),
     }
 
 
@@ -166,11 +186,12 @@ def comparison_row(
 ) -> dict[str, Any]:
     """Step 2 for one pair: per seed, |standardised slope of ``sensitivity``| minus that of
     ``geometry`` (each standardised by its SD within seeds, :func:`_standardised`), t-interval over
-    seeds. Positive: the sensitivity metric moves more per SD of binding."""
-    x, seeds = finals["binding"].to_numpy(float), finals["seed"].astype(str).tolist()
+    seeds, with the t p and the exact sign-flip p of the differences. Positive: the sensitivity
+    metric moves more per SD of binding."""
+    x, units = finals["binding"].to_numpy(float), run_units(finals)
     per_metric = {}
     for metric in (sensitivity, geometry):
-        slopes = rep.block_slopes(x, finals[metric].to_numpy(float), seeds).slopes
+        slopes = rep.block_slopes(x, finals[metric].to_numpy(float), units).slopes
         per_metric[metric] = {s: abs(v) * _standardised(finals, metric) for s, v in slopes.items()}
     common = [s for s in per_metric[sensitivity] if s in per_metric[geometry]]
     diffs = [per_metric[sensitivity][s] - per_metric[geometry][s] for s in common]
@@ -182,6 +203,7 @@ def comparison_row(
         "ci_low": low,
         "ci_high": high,
         "p": p,
+        "p_exact": rep.exact_p(diffs),
         "n_seeds": len(common),
         "note": "" if len(common) >= 2 else "fewer than 2 seeds with both slopes: no interval",
     }
@@ -199,6 +221,7 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "p",
+    "p_exact",
     "std_estimate",
     "std_ci_low",
     "std_ci_high",
@@ -210,10 +233,11 @@ COLUMNS = [
     "permutation_p_two_sided",
     "n_permutations",
     "permutation_exact",
-    "mixed_slope",
-    "mixed_ci_low",
-    "mixed_ci_high",
-    "mixed_p",
+    "fe_slope",
+    "fe_ci_low",
+    "fe_ci_high",
+    "fe_p",
+    "fe_df",
     "binding_min",
     "binding_max",
     "dose_min",
@@ -226,8 +250,7 @@ COLUMNS = [
 def dose_analysis(finals: pd.DataFrame, options: dict[str, Any]) -> pd.DataFrame:
     """Steps 1 and 2 over ``finals``, which must hold one row per training run: rows of one run
     (checkpoints pooled with their final network) are refused, naming them."""
-    units = rep.Units(tuple(finals["run"]), tuple(finals["seed"].astype(str)), UNIT)
-    rep.require_independent(units, finals["model"].tolist(), "the dose series analysis")
+    rep.check_units(run_units(finals), "the dose series analysis")
     metrics = series_metrics(finals)
     rows = [slope_row(finals, metric, options) for metric in metrics]
     confidence = options.get("confidence", 0.95)
@@ -276,6 +299,18 @@ def _with_p(row: pd.Series, estimate: str, low: str, high: str, p: str) -> str:
     return rep.describe(*(float(row.get(c, np.nan)) for c in (estimate, low, high, p)))
 
 
+def _permutation_p(row: pd.Series) -> str:
+    """The seed-blocked permutation p; a Monte Carlo one at its floor 1/(1 + B) as ``< 1/B``."""
+    exact = str(row.get("permutation_exact", "")).lower() == "true"  # a bool; NaN: no test
+    draws = None if exact else int(row.get("n_permutations", 0) or 0) or None
+    return rep.format_p(float(row["permutation_p_greater"]), draws)
+
+
+def _df(row: pd.Series) -> str:
+    df = row.get("fe_df", np.nan)
+    return f" (df {int(df)})" if np.isfinite(float(df)) and float(df) > 0 else ""
+
+
 def _runs_table(finals: pd.DataFrame, binding_column: str, confidence: float) -> str:
     l_iso = [c for c in series_metrics(finals) if c.startswith("l_iso")][:1]
     rows = [
@@ -305,16 +340,16 @@ def _analysis_tables(analysis: pd.DataFrame, confidence: float) -> list[str]:
         {
             "metric": row["metric"],
             f"slope per seed, mean ({ci}), t p": _with_p(row, "estimate", "ci_low", "ci_high", "p"),
+            "sign-flip p (exact)": rep.format_p(row.get("p_exact", np.nan)),
             "standardised": _with_p(row, "std_estimate", "std_ci_low", "std_ci_high", "p"),
             "Pearson r (bootstrap over runs), p": _with_p(
                 row, "pearson_r", "pearson_ci_low", "pearson_ci_high", "pearson_p"
             ),
-            "seed-blocked permutation p (r > 0)": format_number(
-                row["permutation_p_greater"], ".2g"
-            ),
-            "mixed model slope, Wald p": _with_p(
-                row, "mixed_slope", "mixed_ci_low", "mixed_ci_high", "mixed_p"
-            ),
+            "seed-blocked permutation p (r > 0)": _permutation_p(row),
+            "seed fixed effects slope, t p (df)": _with_p(
+                row, "fe_slope", "fe_ci_low", "fe_ci_high", "fe_p"
+            )
+            + _df(row),
         }
         for _, row in slopes.iterrows()
     ]
@@ -332,6 +367,7 @@ def _analysis_tables(analysis: pd.DataFrame, confidence: float) -> list[str]:
                 f"difference per seed, mean ({ci}), t p": _with_p(
                     row, "estimate", "ci_low", "ci_high", "p"
                 ),
+                "sign-flip p (exact)": rep.format_p(row.get("p_exact", np.nan)),
                 "n seeds": int(row["n_seeds"]),
             }
             for _, row in pairs.iterrows()

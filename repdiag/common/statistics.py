@@ -10,7 +10,9 @@ and take percentiles.
 These assume one independent unit per row. Where rows are training runs with seeds as blocks
 and checkpoints nested in runs, the unit is stated and checked in
 :mod:`repdiag.common.replication` (cluster bootstrap over runs, seed-blocked permutation test,
-per-seed slopes with a t-interval over seeds, the mixed-model check), which refuses pooled rows.
+per-seed slopes with a t-interval over seeds, the seed fixed-effects check), which refuses pooled
+rows. :func:`correlation` and :func:`correlation_table` take the rows' ``units`` too and make the
+same check (:func:`repdiag.common.replication.check_units`) before computing anything.
 
 With fewer rows than ``min_models`` (or than a statistic needs) a function returns NaN values and
 a ``note`` saying why, never an exception: a run with three models still writes its tables.
@@ -22,11 +24,15 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from repdiag.core.errors import ConfigError
+
+if TYPE_CHECKING:  # replication imports this module: a run-time import would be circular
+    from repdiag.common.replication import Units
 
 
 def _scipy_stats():
@@ -152,6 +158,7 @@ def correlation(
     x: Sequence[float],
     y: Sequence[float],
     *,
+    units: Units | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
@@ -160,9 +167,15 @@ def correlation(
     """Pearson r (scipy ``pearsonr``) and Spearman rho (``spearmanr``) with bootstrap intervals.
 
     Rows where either value is missing are dropped. With fewer than ``min_models`` rows, or a
-    constant column, every statistic is NaN and ``note`` says why.
+    constant column, every statistic is NaN and ``note`` says why. ``units``, the unit of each
+    row, refuses two rows of one unit and a row without a unit key, naming them
+    (:func:`repdiag.common.replication.check_units`); every caller in repdiag passes them.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if units is not None:
+        from repdiag.common.replication import check_units
+
+        check_units(units, "correlation", len(x))
     mask = complete_rows(x, y)
     x, y = x[mask], y[mask]
     n = len(x)
@@ -203,18 +216,21 @@ def correlation_table(
     target: str,
     metrics: Sequence[str],
     *,
+    units: Units | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
     min_models: int = DEFAULT_MIN_MODELS,
 ) -> pd.DataFrame:
-    """One row per metric: its correlation with ``target`` over the models of ``table``."""
+    """One row per metric: its correlation with ``target`` over the models of ``table``, whose
+    rows are ``units`` (checked by :func:`correlation`)."""
     require_columns(table, [target, *metrics], "the models table")
     rows = []
     for metric in metrics:
         result = correlation(
             table[metric].to_numpy(float),
             table[target].to_numpy(float),
+            units=units,
             n_boot=n_boot,
             seed=seed,
             confidence=confidence,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -151,6 +153,13 @@ def test_cycle_proxy_is_judged_per_seed_with_a_t_interval_over_seeds():
     faithful = faithful.set_index("claim_id").loc["cycle_not_proxy"]
     assert faithful["verdict"] == "not supported" and faithful["n_seeds"] == 3
     assert "[1.000, 1.000]" in faithful["evidence"]
+    # rho = 1 on each of 3 seeds: the t p is 0, the exact sign-flip p its floor 2 / 2^3; the
+    # 10!^3 blocked permutations are sampled (19999) and none reaches the observed: "< 1/B"
+    assert "exact sign-flip p = 0.25;" in faithful["evidence"]
+    assert (
+        "seed-blocked permutation p < 5e-05 (19999 permutations, Monte Carlo)"
+        in (faithful["evidence"])
+    )
     noise = np.random.default_rng(0).random((3, 10))
     table = results_table(_cycle_grid(lambda s: (cycle, noise[s])))
     row = claims_table(table).set_index("claim_id").loc["cycle_not_proxy"]
@@ -162,6 +171,9 @@ def test_cycle_proxy_is_judged_per_seed_with_a_t_interval_over_seeds():
         and f"p = {test.pvalue:.2g}" in row["evidence"]
     )
     assert row["verdict"] == ("supported" if high < 0.9 else "mixed")
+    signs = itertools.product((1, -1), repeat=3)
+    flips = [abs(np.dot(s, rhos)) >= abs(np.sum(rhos)) - 1e-12 for s in signs]
+    assert f"exact sign-flip p = {np.mean(flips):.2g};" in row["evidence"]
     assert "seed-blocked permutation p" in row["evidence"] and "30 runs" in row["evidence"]
 
 

@@ -4,6 +4,8 @@ checkpoints are trajectories; the pre-registered analysis against independent co
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -85,6 +87,31 @@ def per_seed_slopes(finals: pd.DataFrame, metric: str) -> list[float]:
     ]
 
 
+def enumerated_sign_flip(values) -> float:
+    """Share of the 2^k sign vectors whose |mean| reaches the observed |mean|."""
+    values = np.asarray(values, float)
+    observed = abs(values.mean())
+    means = [
+        abs(np.mean(np.multiply(s, values))) for s in itertools.product((1, -1), repeat=len(values))
+    ]
+    return float(np.mean(np.array(means) >= observed - 1e-12))
+
+
+def seed_dummies_fit(finals: pd.DataFrame, metric: str) -> tuple[float, float, int]:
+    """``metric ~ binding + C(seed)`` by numpy lstsq on [binding, one dummy per seed]: the
+    slope, its two-sided t p and the residual df n - seeds - 1."""
+    seeds = sorted(finals["seed"].unique())
+    design = np.column_stack(
+        [finals["binding"], *[(finals["seed"] == s).astype(float) for s in seeds]]
+    )
+    y = finals[metric].to_numpy(float)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residual = y - design @ coef
+    df = len(y) - len(seeds) - 1
+    se = np.sqrt(residual @ residual / df * np.linalg.inv(design.T @ design)[0, 0])
+    return coef[0], 2 * sps.t.sf(abs(coef[0] / se), df), df
+
+
 def test_slopes_per_seed_with_a_t_interval_over_seeds():
     table = series_table()
     frame = dose_correlations(table, OPTIONS)
@@ -115,7 +142,18 @@ def test_slopes_per_seed_with_a_t_interval_over_seeds():
     assert (jer["pearson_r"], jer["pearson_p"]) == pytest.approx((r, p))
     assert jer["pearson_ci_low"] <= r <= jer["pearson_ci_high"]
     assert jer["permutation_p_greater"] < 0.01 and jer["n_permutations"] > 1000
-    assert jer["mixed_ci_low"] < 4.0 < jer["mixed_ci_high"]
+    # the seed fixed-effects check against least squares with seed dummies (replaces the
+    # mixed model's Wald p): its t p on n - seeds - 1 = 8 degrees of freedom
+    slope, p_fixed, df = seed_dummies_fit(finals, "jer")
+    assert (jer["fe_slope"], jer["fe_p"], jer["fe_df"]) == pytest.approx((slope, p_fixed, 8))
+    assert df == 8 and jer["fe_ci_low"] < 4.0 < jer["fe_ci_high"]
+    assert not any(column.startswith("mixed") for column in frame.columns)
+    # the exact sign-flip p beside the t p: three positive slopes, 2 / 2^3 whatever t says
+    assert jer["p_exact"] == pytest.approx(enumerated_sign_flip(independent)) == 0.25
+    g_pr = per_seed_slopes(finals, "g_pr")
+    assert slopes.loc["g_pr", "p_exact"] == pytest.approx(enumerated_sign_flip(g_pr))
+    columns = frame.columns.tolist()
+    assert columns[columns.index("p") + 1] == "p_exact"
     assert (jer["n"], jer["n_seeds"], jer["n_doses"]) == (12, 3, 4)
     assert slopes.loc["g_pr", "permutation_p_two_sided"] > 0.05  # G.PR was drawn at random
 
@@ -138,6 +176,7 @@ def test_jer_against_geometry_compares_standardised_slopes_within_seed():
     assert row["estimate"] == pytest.approx(np.mean(jer - iso))
     assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(test.confidence_interval()))
     assert row["p"] == pytest.approx(test.pvalue) and row["n_seeds"] == 3
+    assert row["p_exact"] == pytest.approx(enumerated_sign_flip(jer - iso))
 
 
 def test_no_series_gives_a_table_with_a_note_not_numbers():
@@ -166,11 +205,49 @@ def test_summary_section_states_unit_n_and_p_beside_every_interval():
     assert "12 training runs at 4 doses and 3 seeds" in text
     assert f"unit: {UNIT}; n = 12 runs, 3 seeds as blocks" in text
     jer_line = next(line for line in text.splitlines() if line.startswith("| jer |"))
-    assert jer_line.count("], p = ") == 4  # slope, standardised, r, mixed model
+    assert jer_line.count("], p = ") == 4  # slope, standardised, r, fixed effects
+    assert "| sign-flip p (exact) |" in text and "seed fixed effects slope, t p (df)" in text
+    assert "| 0.25 |" in jer_line and jer_line.endswith("(df 8) |")
+    assert "Wald" not in text and "mixed" not in text
+    # 3 seeds x 4 doses: 24^3 = 13824 blocked permutations, enumerated: p = 1 / 13824
+    assert "| 7.2e-05 |" in jer_line
     assert "| jer - g_iso |" in text
     assert "| lambda=1/seed=0 | 0 | random_resnet |" in text
     empty = dose_markdown(table.assign(dose=np.nan), dose_correlations(table, OPTIONS), "b", 0.95)
     assert any("No dose series" in line for line in empty)
+
+
+def test_summary_prints_a_monte_carlo_permutation_p_at_its_floor_as_below_one_over_b():
+    table = series_table()
+    frame = dose_correlations(table, OPTIONS)
+    jer = frame.index[frame["metric"] == "jer"][0]
+    # as five seeds would give: 24^5 permutations, 19999 drawn, none as extreme as observed
+    frame.loc[jer, ["permutation_p_greater", "n_permutations"]] = [1 / 20000, 19999]
+    frame.loc[jer, "permutation_exact"] = False
+    text = "\n".join(dose_markdown(table, frame, "binding_cosine", 0.95))
+    jer_line = next(line for line in text.splitlines() if line.startswith("| jer |"))
+    assert "| < 5e-05 |" in jer_line
+
+
+def test_a_series_run_without_a_seed_is_refused_naming_it():
+    """A run whose seed is NaN was keyed ``seed=n/a`` and merged with another run of its dose
+    (one kept as the 'final' network): refused, naming the model."""
+    table = series_table()
+    table.loc[table["model"] == "dose_0.3_s1", "seed"] = np.nan
+    named = "dose_0.3_s1 (unit 'lambda=0.3/seed=n/a', block 'nan')"
+    for call in (
+        lambda: dose_correlations(table, OPTIONS),
+        lambda: dose_markdown(table, pd.DataFrame(), "binding_cosine", 0.95),
+        lambda: final_runs(dose_series(table)),
+    ):
+        with pytest.raises(ReplicationError, match="the dose series: rows without a") as err:
+            call()
+        assert named in str(err.value) and "dose_0.3_s0" not in str(err.value)
+    # handed final runs without seeds, the analysis refuses every one of them
+    finals = final_runs(dose_series(series_table())).assign(seed=np.nan)
+    with pytest.raises(ReplicationError, match="the dose series analysis: rows without") as err:
+        dose_analysis(finals, OPTIONS)
+    assert "dose_0_s0 (unit 'lambda=0/seed=0', block 'nan')" in str(err.value)
 
 
 def test_figure_has_three_labelled_panels_and_draws_the_trajectories(tmp_path):

@@ -103,6 +103,26 @@ def test_correlation_table_rows_per_metric():
         stats.correlation_table(table, "binding", ["nope"])
 
 
+def test_correlation_with_units_checks_them_and_computes_the_same():
+    from repdiag.common.replication import ReplicationError, Units
+
+    x, y = correlated(9, seed=6)
+    table = pd.DataFrame(
+        {"binding": y, "jer": x, "model": [f"m{i}" for i in range(9)], "unit": list("abcdefghi")}
+    )
+    units = Units.of(table, "unit", rows="model", name="objective")
+    checked = stats.correlation_table(table, "binding", ["jer"], units=units, n_boot=100)
+    plain = stats.correlation_table(table, "binding", ["jer"], n_boot=100)
+    pd.testing.assert_frame_equal(checked, plain)
+    assert checked.loc[0, "pearson_r"] == pytest.approx(np.corrcoef(x, y)[0, 1], abs=TOL)
+    seeds = Units.of(table.assign(unit=list("abcdefgha")), "unit", rows="model", name="objective")
+    with pytest.raises(ReplicationError, match=r"correlation: .* \(objective\): a: m0, m8\."):
+        stats.correlation_table(table, "binding", ["jer"], units=seeds, n_boot=100)
+    missing = Units.of(table.assign(unit=[*"abcdefgh", np.nan]), "unit", rows="model")
+    with pytest.raises(ReplicationError, match=r"m8 \(unit 'nan', block 'all'\)"):
+        stats.correlation(x, y, units=missing, n_boot=100)
+
+
 def test_ols_matches_numpy_least_squares():
     rng = np.random.default_rng(10)
     n = 15

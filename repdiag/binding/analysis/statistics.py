@@ -30,6 +30,7 @@ from repdiag.binding.analysis.units import (
     UNIT,
     UNIT_WITH_CONTROLS,
     WITH_CONTROLS,
+    comparison_units,
     require_units,
     runs_behind,
     unit_means,
@@ -146,6 +147,7 @@ FAMILY_COLUMNS = [
     "ci_high",
     "null",
     "p",
+    "p_exact",
     "confidence",
     "models",
     "note",
@@ -163,8 +165,10 @@ def null_value(group: pd.DataFrame, metric: str) -> float:
 def family_row(group: pd.DataFrame, metric: str, confidence: float) -> dict[str, object]:
     """One family and metric: the mean over the family's units (objectives, seeds averaged), its
     SD, Student-t interval mean +- t_{n-1} SD / sqrt(n) and two-sided one-sample t p against
-    :func:`null_value`. A family of one unit trained with several seeds takes its interval
-    over those training runs instead (the row's ``unit`` says so); one run: no interval."""
+    :func:`null_value`, and beside it the exact sign-flip p of the differences from the null
+    (``p_exact``, :func:`repdiag.common.replication.exact_p`: n <= 10). A family of one unit
+    trained with several seeds takes its interval over those training runs instead (the row's
+    ``unit`` says so); one run: no interval."""
     means = unit_means(group, f"the family mean of {metric}")
     values, runs = means[metric].to_numpy(float), runs_behind(means, [metric])
     unit = "model" if (means["n_runs"] == 1).all() else UNIT
@@ -175,6 +179,7 @@ def family_row(group: pd.DataFrame, metric: str, confidence: float) -> dict[str,
     mean, sd, low, high = mean_interval(values, confidence)
     null = null_value(group, metric)
     p = rep.t_interval(values - null, confidence)[4] if np.isfinite(null) else math.nan
+    p_exact = rep.exact_p(values - null) if np.isfinite(null) else math.nan
     return {
         "unit": unit,
         "n": n,
@@ -185,6 +190,7 @@ def family_row(group: pd.DataFrame, metric: str, confidence: float) -> dict[str,
         "ci_high": high,
         "null": null,
         "p": p,
+        "p_exact": p_exact,
         "confidence": confidence,
         "note": "" if n >= 2 else f"{n} unit(s) in this family: no interval",
     }
@@ -234,7 +240,9 @@ def robustness_table(
         present = [v for v in variants if v["metric"] in table.columns]
         if not present:
             continue
-        frame = stats.correlation_table(table, target, [v["metric"] for v in present], **options)
+        metrics = [v["metric"] for v in present]
+        units = comparison_units(table)
+        frame = stats.correlation_table(table, target, metrics, units=units, **options)
         frame.insert(0, "variant", [v["variant"] for v in present])
         frame.insert(0, "group", [v["group"] for v in present])
         frame.insert(4, "unit", UNIT)
@@ -251,7 +259,8 @@ def correlation_rows(
     refused otherwise), labelled ``models``, with its unit and the training runs behind each n."""
     require_units(means, f"the correlations over {models}")
     metrics = headline_metrics(means, settings)
-    frame = stats.correlation_table(means, "binding", metrics, **settings.options())
+    units = comparison_units(means)
+    frame = stats.correlation_table(means, "binding", metrics, units=units, **settings.options())
     frame.insert(0, "models", models)
     frame.insert(1, "unit", unit)
     frame.insert(5, "n_runs", [runs_behind(means, [m, "binding"]) for m in metrics])

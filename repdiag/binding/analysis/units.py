@@ -157,20 +157,27 @@ def with_units(table: pd.DataFrame) -> pd.DataFrame:
 
 def require_runs(table: pd.DataFrame, what: str) -> None:
     """Refuse ``what`` when two rows of ``table`` are one training run (a checkpoint and its
-    run's final network, an untrained network listed twice), naming them."""
+    run's final network, an untrained network listed twice), naming them. The runs are
+    averaged within their unit, not blocked by seed (a pretrained encoder has no seed): one
+    block."""
     runs = table["training_run"] if "training_run" in table else run_labels(table)
-    seeds = table.get("seed", pd.Series(np.nan, index=table.index))
-    units = rep.Units(tuple(map(str, runs)), tuple(map(str, seeds)), "training run")
-    rep.require_independent(units, table["model"].astype(str).tolist(), what)
+    models = tuple(table["model"].astype(str))
+    units = rep.Units(tuple(map(str, runs)), ("all",) * len(table), "training run", models)
+    rep.check_units(units, what)
+
+
+def comparison_units(table: pd.DataFrame) -> rep.Units:
+    """The units of the family comparison's rows (one block, no seeds: a row is an objective's
+    mean over its seeds), named by the model column, for every analysis across units."""
+    units = table["unit"] if "unit" in table else unit_labels(table)
+    models = tuple(table["model"].astype(str))
+    return rep.Units(tuple(map(str, units)), ("all",) * len(table), "objective", models)
 
 
 def require_units(table: pd.DataFrame, what: str) -> None:
     """Refuse ``what`` when two rows of ``table`` are one unit of the family comparison (two
     seeds of one objective counted as two observations), naming them."""
-    units = table["unit"] if "unit" in table else unit_labels(table)
-    blocks = ("all",) * len(table)
-    named = rep.Units(tuple(map(str, units)), blocks, "objective")
-    rep.require_independent(named, table["model"].astype(str).tolist(), what)
+    rep.check_units(comparison_units(table), what)
 
 
 def unit_means(table: pd.DataFrame, what: str) -> pd.DataFrame:

@@ -134,6 +134,23 @@ def test_family_means_and_t_intervals():
     row = family_table(accuracy, ["same_different"]).set_index("family").loc["x"]
     assert row["null"] == 0.5
     assert row["p"] == pytest.approx(sps.ttest_1samp([0.55, 0.6, 0.7], 0.5).pvalue)
+    # beside the t p, the exact sign-flip p of the differences from the null: 0.05, 0.1, 0.2
+    # all positive, so only they and their mirror reach |mean|: 2 / 2^3
+    assert row["p_exact"] == pytest.approx(2 / 8)
+    # JER 1, 2, 4 against 0: the same floor; and the column sits beside p
+    assert frame.loc["x", "p_exact"] == pytest.approx(0.25) and math.isnan(
+        frame.loc["y", "p_exact"]
+    )
+    columns = frame.reset_index().columns.tolist()
+    assert columns[columns.index("p") + 1] == "p_exact"
+    # differences of both signs, enumerated by hand: 0.6 - 0.5, 0.45 - 0.5, 0.7 - 0.5, 0.4 - 0.5
+    # = (0.1, -0.05, 0.2, -0.1), sum 0.15. The 8 sign vectors starting with + give the sums
+    # 0.15, 0.35, -0.25, -0.05, 0.25, 0.45, -0.15, 0.05 (signs of the last three in binary
+    # order +++, ++-, +-+, +--, -++, -+-, --+, ---); six reach |0.15|, and so do their mirror
+    # images: 12 of 16
+    mixed = table.assign(family="x", same_different=[0.6, 0.45, 0.7, 0.4])
+    row = family_table(mixed, ["same_different"]).iloc[0]
+    assert row["p_exact"] == pytest.approx(12 / 16)
 
 
 def seeded(models: pd.DataFrame) -> pd.DataFrame:

@@ -119,3 +119,33 @@ def test_unit_means_average_the_seeds_of_an_objective():
     require_units(means.reset_index(), "the means")  # one row per unit: accepted
     with pytest.raises(ReplicationError, match=r"the fit: .*a: a_s0, a_s1, a_s2; b: b_s0, b_s1"):
         require_units(table, "the fit")
+
+
+def test_pretrained_encoders_without_a_seed_are_units_and_every_correlation_checks_them():
+    """A pretrained encoder has no seed (NaN) and no configuration: its own run and unit, in
+    one block, accepted; the correlations over units take the units and refuse two seeds of
+    one objective handed to them as two rows, naming them."""
+    from repdiag.binding.analysis.units import comparison_units
+    from repdiag.common import statistics as stats
+
+    rng = np.random.default_rng(1)
+    runs = [row(f"{o}_s{s}", "f", meta(o, s)) for o in "ab" for s in range(2)]
+    pretrained = [{"model": m, "family": "clip", "seed": np.nan} for m in ("clip", "dinov2")]
+    table = pd.DataFrame([*runs, *pretrained]).assign(jer=rng.normal(size=6), binding=rng.random(6))
+    units = with_units(table)
+    require_runs(units, "the models")  # NaN seeds of pretrained encoders: not a block key here
+    means = unit_means(units, "the models")
+    assert list(means["unit"]) == ["a", "b", "clip", "dinov2"]
+    keyed = comparison_units(means)
+    assert (keyed.unit, keyed.rows, set(keyed.block)) == (
+        ("a", "b", "clip", "dinov2"),
+        ("a", "b", "clip", "dinov2"),
+        {"all"},
+    )
+    frame = stats.correlation_table(means, "binding", ["jer"], units=keyed, min_models=4)
+    assert frame.loc[0, "n"] == 4
+    assert frame.loc[0, "pearson_r"] == pytest.approx(
+        np.corrcoef(means["jer"], means["binding"])[0, 1]
+    )
+    with pytest.raises(ReplicationError, match=r"correlation: .*\(objective\): a: a_s0, a_s1; b:"):
+        stats.correlation_table(units, "binding", ["jer"], units=comparison_units(units))
