@@ -121,7 +121,7 @@ def test_dose_series_models_carry_dose_and_step(workflow_run: Path) -> None:
     series = pd.read_csv(workflow_run / "results/tables/dose_series.csv")
     assert set(series["n"]) == {2} and set(series["n_doses"]) == {2}
     assert set(series["unit"]) == {"training run (final network)"}
-    # one seed: a slope, but no interval over seeds, and no mixed model
+    # one seed: a slope, but no interval over seeds, and no fixed-effects fit (df 0)
     assert series["note"].str.contains("fewer than 2").all()
     assert series["ci_low"].isna().all()
     summary = (workflow_run / "results/summary.md").read_text()
