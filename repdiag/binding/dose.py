@@ -166,6 +166,7 @@ def slope_row(finals: pd.DataFrame, metric: str, options: dict[str, Any]) -> dic
         "std_ci_high": slopes.high * scale,
         "pearson_r": r,
         "pearson_p": r_p,
+        "pearson_p_exact": rep.exact_correlation_p(x, y, seed=options.get("seed", 0)),
         "pearson_ci_low": boot.low,
         "pearson_ci_high": boot.high,
         "permutation_p_greater": perm.p_greater,
@@ -227,6 +228,7 @@ COLUMNS = [
     "std_ci_high",
     "pearson_r",
     "pearson_p",
+    "pearson_p_exact",
     "pearson_ci_low",
     "pearson_ci_high",
     "permutation_p_greater",
@@ -306,6 +308,15 @@ def _permutation_p(row: pd.Series) -> str:
     return rep.format_p(float(row["permutation_p_greater"]), draws)
 
 
+def _pearson_exact(row: pd.Series) -> str:
+    """``; permutation p = P`` beside Pearson's t p (up to 10 runs: ``pearson_p_exact``, a
+    Monte Carlo one at its floor as ``< 1/B``); nothing where it was not computed."""
+    p = float(row.get("pearson_p_exact", np.nan))
+    if not np.isfinite(p):
+        return ""
+    return f"; permutation p = {rep.format_permutation_p(p, int(row['n']))}"
+
+
 def _df(row: pd.Series) -> str:
     df = row.get("fe_df", np.nan)
     return f" (df {int(df)})" if np.isfinite(float(df)) and float(df) > 0 else ""
@@ -344,7 +355,8 @@ def _analysis_tables(analysis: pd.DataFrame, confidence: float) -> list[str]:
             "standardised": _with_p(row, "std_estimate", "std_ci_low", "std_ci_high", "p"),
             "Pearson r (bootstrap over runs), p": _with_p(
                 row, "pearson_r", "pearson_ci_low", "pearson_ci_high", "pearson_p"
-            ),
+            )
+            + _pearson_exact(row),
             "seed-blocked permutation p (r > 0)": _permutation_p(row),
             "seed fixed effects slope, t p (df)": _with_p(
                 row, "fe_slope", "fe_ci_low", "fe_ci_high", "fe_p"

@@ -20,6 +20,8 @@ with :class:`ReplicationError`, naming the rows, so no analysis can pool them by
   slopes (the block is the replicate: mean +- t_{k-1, 1-a/2} sd / sqrt(k));
   :func:`block_correlations` does the same with Pearson or Spearman r within each block;
   beside their t p, :func:`exact_p` is the exact sign-flip p of the per-block values (k <= 10);
+- beside Pearson's t p, :func:`exact_correlation_p` is the permutation p of r over the orders of
+  y (:func:`permutation_correlation_p`: every one of the n! when few enough, n <= 10);
 - :func:`fixed_effects_slope` checks the slope with seed fixed effects, OLS ``y ~ x + C(block)``,
   its t p on the residual degrees of freedom n - k - 1 (a mixed model's Wald z with four seeds
   printed p = 2e-14: it ignores how few groups there are).
@@ -30,6 +32,7 @@ Each result carries its unit and n (units, blocks) and a parametric p beside its
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -39,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag.common.intervals import mean_interval
-from repdiag.common.statistics import bootstrap_indices, rowwise_pearson
+from repdiag.common.statistics import PERMUTATION_DRAWS, bootstrap_indices, rowwise_pearson
 from repdiag.core.errors import ConfigError
 
 NAN = math.nan
@@ -590,6 +593,65 @@ def exact_p(values: Sequence[float], max_n: int = EXACT_N) -> float:
     return sign_flip_p(x) if 2 <= k <= max_n else NAN
 
 
+@functools.lru_cache(maxsize=4)
+def _all_orders(n: int) -> np.ndarray:
+    """Every one of the n! orders of ``range(n)``, one per row (read-only, cached)."""
+    orders = np.array(list(itertools.permutations(range(n))), dtype=np.intp).reshape(-1, n)
+    orders.setflags(write=False)
+    return orders
+
+
+def permutation_draws(n: int, n_draws: int = PERMUTATION_DRAWS) -> int | None:
+    """The Monte Carlo draws B behind :func:`permutation_correlation_p` of ``n`` pairs, for
+    :func:`format_p`; None when it enumerates all n! permutations (exact: no floor to state)."""
+    return None if _exhaustive(math.factorial(max(int(n), 0)), n_draws) else n_draws
+
+
+def permutation_correlation_p(
+    x: Sequence[float], y: Sequence[float], n_draws: int = PERMUTATION_DRAWS, seed: int = 0
+) -> float:
+    """Two-sided permutation p of Pearson r (Fisher 1935; Pitman 1937) for H0 "x and y are
+    exchangeable against each other": the share of the orders of y whose |r*| is at least the
+    observed |r| (less 1e-12, so that ties count), the observed order included. Exhaustive over
+    all n! orders when n! <= :data:`MAX_EXACT` and ``n_draws`` (:func:`_exhaustive`; at the
+    default, n <= 8), else ``n_draws`` = B seeded orders with p = (1 + #{|r*| >= |r|}) / (1 + B)
+    (print it with :func:`format_p` and :func:`permutation_draws`). Its floor is 1 / n!, and
+    2 / n! (n = 5: 1/60) when x is symmetric about its mean (equally spaced, or ranks): then a
+    line's observed order (r = 1) and its reversal (r = -1) both reach |r| = 1; a t p passes
+    either on normality alone. Pairs with a NaN are dropped; NaN below 3 pairs or for a
+    constant side. Permuting y keeps both means and sums of squares, so |r*| >= |r| is
+    |sum(xc yc*)| >= |sum(xc yc)|."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = len(x)
+    if n < 3 or not np.isfinite(float(rowwise_pearson(x, y))):
+        return NAN
+    xc, yc = x - x.mean(), y - y.mean()
+    observed = abs(float(xc @ yc))
+    tolerance = 1e-12 * math.sqrt(float(xc @ xc) * float(yc @ yc))
+    if _exhaustive(math.factorial(n), n_draws):
+        return float(np.mean(np.abs(yc[_all_orders(n)] @ xc) >= observed - tolerance))
+    orders = np.random.default_rng(seed).permuted(np.tile(np.arange(n), (n_draws, 1)), axis=1)
+    hits = int(np.sum(np.abs(yc[orders] @ xc) >= observed - tolerance))
+    return (1 + hits) / (1 + n_draws)
+
+
+def exact_correlation_p(
+    x: Sequence[float],
+    y: Sequence[float],
+    max_n: int = EXACT_N,
+    n_draws: int = PERMUTATION_DRAWS,
+    seed: int = 0,
+) -> float:
+    """The ``pearson_p_exact`` column beside Pearson's t p: :func:`permutation_correlation_p`
+    of the complete pairs when 3 <= n <= ``max_n``; NaN otherwise (above ``max_n`` the t p
+    stands alone)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = int((np.isfinite(x) & np.isfinite(y)).sum())
+    return permutation_correlation_p(x, y, n_draws, seed) if 3 <= n <= max_n else NAN
+
+
 def holm(p_values: Sequence[float]) -> np.ndarray:
     """Holm's (1979) step-down adjusted p of a family: sort the m p ascending, p_(i) times
     (m - i + 1) for i = 1..m, running maximum, capped at 1, returned in the input order. NaN
@@ -616,3 +678,11 @@ def format_p(p: float, n_draws: int | None = None) -> str:
     if n_draws and p <= (1 + 1e-9) / (1 + n_draws):
         return f"< {1 / n_draws:.2g}"
     return f"{p:.2g}"
+
+
+def format_permutation_p(p: float, n: int, n_draws: float | None = None) -> str:
+    """:func:`format_p` of a :func:`permutation_correlation_p` over ``n`` pairs that was allowed
+    ``n_draws`` (a table's ``n_permutations``; None or NaN: :data:`PERMUTATION_DRAWS`): exact
+    when it enumerated every order, else a Monte Carlo p whose floor prints as ``< 1/B``."""
+    allowed = PERMUTATION_DRAWS if n_draws is None or not np.isfinite(n_draws) else int(n_draws)
+    return format_p(p, permutation_draws(n, allowed))

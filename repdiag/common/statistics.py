@@ -47,6 +47,10 @@ NAN = float("nan")
 DEFAULT_MIN_MODELS = 4
 """The fewest models a statistic is computed on unless told otherwise (``stats.min_models``'s
 default in the schema, tested)."""
+PERMUTATION_DRAWS = 100_000
+"""Seeded draws of a Monte Carlo permutation p (:func:`repdiag.common.replication.
+permutation_correlation_p`), and the most permutations enumerated instead: with it every one of
+the n! orders is counted up to n = 8 (8! = 40320), drawn for n = 9 and 10."""
 
 
 def too_few_note(n: int, needed: int, what: str) -> str:
@@ -123,11 +127,13 @@ def bootstrap_correlation_ci(
 
 @dataclass(frozen=True)
 class Correlation:
-    """Pearson and Spearman correlation of two columns with p-values and bootstrap intervals."""
+    """Pearson and Spearman correlation of two columns with p-values and bootstrap intervals;
+    beside Pearson's t p, up to 10 rows, the permutation p of r (``pearson_p_exact``)."""
 
     n: int
     pearson_r: float = NAN
     pearson_p: float = NAN
+    pearson_p_exact: float = NAN
     pearson_ci_low: float = NAN
     pearson_ci_high: float = NAN
     spearman_rho: float = NAN
@@ -163,6 +169,7 @@ def correlation(
     seed: int = 0,
     confidence: float = 0.95,
     min_models: int = DEFAULT_MIN_MODELS,
+    n_perm: int = PERMUTATION_DRAWS,
 ) -> Correlation:
     """Pearson r (scipy ``pearsonr``) and Spearman rho (``spearmanr``) with bootstrap intervals.
 
@@ -170,11 +177,15 @@ def correlation(
     constant column, every statistic is NaN and ``note`` says why. ``units``, the unit of each
     row, refuses two rows of one unit and a row without a unit key, naming them
     (:func:`repdiag.common.replication.check_units`); every caller in repdiag passes them.
+    Up to :data:`repdiag.common.replication.EXACT_N` (10) rows, ``pearson_p_exact`` is the
+    two-sided permutation p of r beside the t p
+    (:func:`repdiag.common.replication.exact_correlation_p`: every one of the n! orders of y
+    when n! <= ``n_perm``, else ``n_perm`` orders drawn with ``seed``); NaN above.
     """
+    from repdiag.common.replication import check_units, exact_correlation_p
+
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if units is not None:
-        from repdiag.common.replication import check_units
-
         check_units(units, "correlation", len(x))
     mask = complete_rows(x, y)
     x, y = x[mask], y[mask]
@@ -200,6 +211,7 @@ def correlation(
         n=n,
         pearson_r=float(p.statistic),
         pearson_p=float(p.pvalue),
+        pearson_p_exact=exact_correlation_p(x, y, n_draws=n_perm, seed=seed),
         pearson_ci_low=p_low,
         pearson_ci_high=p_high,
         spearman_rho=float(s.statistic),
@@ -221,9 +233,13 @@ def correlation_table(
     seed: int = 0,
     confidence: float = 0.95,
     min_models: int = DEFAULT_MIN_MODELS,
+    n_perm: int = PERMUTATION_DRAWS,
 ) -> pd.DataFrame:
     """One row per metric: its correlation with ``target`` over the models of ``table``, whose
-    rows are ``units`` (checked by :func:`correlation`)."""
+    rows are ``units`` (checked by :func:`correlation`). ``n_bootstrap`` and ``n_permutations``
+    state the resamples and the permutation draws allowed (``pearson_p_exact`` enumerates every
+    order of n rows when n! <= ``n_permutations``:
+    :func:`repdiag.common.replication.permutation_draws`)."""
     require_columns(table, [target, *metrics], "the models table")
     rows = []
     for metric in metrics:
@@ -235,11 +251,13 @@ def correlation_table(
             seed=seed,
             confidence=confidence,
             min_models=min_models,
+            n_perm=n_perm,
         )
         rows.append({"metric": metric, "target": target, **asdict(result)})
     frame = pd.DataFrame(rows, columns=["metric", "target", *Correlation.__dataclass_fields__])
     frame["confidence"] = confidence
     frame["n_bootstrap"] = n_boot
+    frame["n_permutations"] = n_perm
     return frame
 
 

@@ -22,7 +22,7 @@ from repdiag.binding.dose import (
     final_runs,
     trajectories,
 )
-from repdiag.common.replication import ReplicationError
+from repdiag.common.replication import ReplicationError, permutation_correlation_p
 
 OPTIONS = {"n_boot": 300, "seed": 0, "confidence": 0.95, "min_models": 4}
 DOSES, SEEDS = (0.0, 0.1, 0.3, 1.0), (0, 1, 2)
@@ -227,6 +227,28 @@ def test_summary_prints_a_monte_carlo_permutation_p_at_its_floor_as_below_one_ov
     text = "\n".join(dose_markdown(table, frame, "binding_cosine", 0.95))
     jer_line = next(line for line in text.splitlines() if line.startswith("| jer |"))
     assert "| < 5e-05 |" in jer_line
+
+
+def test_the_permutation_p_of_r_sits_beside_its_t_p_up_to_ten_runs():
+    table = series_table()
+    frame = dose_correlations(table, OPTIONS)
+    columns = frame.columns.tolist()
+    assert columns[columns.index("pearson_p") + 1] == "pearson_p_exact"
+    slopes = frame[frame["analysis"] == "slope on binding"]
+    assert slopes["pearson_p_exact"].isna().all()  # 12 runs: the t p stands alone
+    text = "\n".join(dose_markdown(table, frame, "binding_cosine", 0.95))
+    assert "; permutation p = " not in text
+    # two seeds: 8 runs, every one of the 8! orders of the metric enumerated
+    small = table[table["seed"] != 2.0].reset_index(drop=True)
+    frame = dose_correlations(small, OPTIONS)
+    jer = frame[(frame["analysis"] == "slope on binding") & (frame["metric"] == "jer")].iloc[0]
+    finals = final_runs(dose_series(small))
+    assert len(finals) == 8
+    expected = permutation_correlation_p(finals["binding"], finals["jer"])
+    assert jer["pearson_p_exact"] == expected and expected >= 2 / 40320
+    text = "\n".join(dose_markdown(small, frame, "binding_cosine", 0.95))
+    jer_line = next(line for line in text.splitlines() if line.startswith("| jer |"))
+    assert f"; permutation p = {expected:.2g} |" in jer_line
 
 
 def test_a_series_run_without_a_seed_is_refused_naming_it():

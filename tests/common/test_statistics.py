@@ -103,6 +103,30 @@ def test_correlation_table_rows_per_metric():
         stats.correlation_table(table, "binding", ["nope"])
 
 
+def test_correlation_table_prints_the_permutation_p_beside_the_t_p_up_to_ten_rows():
+    from repdiag.common.replication import exact_correlation_p, permutation_correlation_p
+
+    x, y = correlated(7, seed=8)
+    table = pd.DataFrame({"binding": y, "jer": x, "g_iso": np.arange(7.0) ** 2})
+    frame = stats.correlation_table(table, "binding", ["jer", "g_iso"], n_boot=100, seed=3)
+    columns = frame.columns.tolist()
+    assert columns[columns.index("pearson_p") + 1] == "pearson_p_exact"
+    assert columns[-2:] == ["n_bootstrap", "n_permutations"]
+    for i, metric in enumerate(["jer", "g_iso"]):
+        expected = permutation_correlation_p(table[metric], y)  # 7! orders, all enumerated
+        assert frame.loc[i, "pearson_p_exact"] == expected
+    assert (frame["n_permutations"] == stats.PERMUTATION_DRAWS).all()
+    # n = 10: Monte Carlo with the table's seed and draws
+    x, y = correlated(10, seed=9)
+    result = stats.correlation(x, y, n_boot=100, seed=5, n_perm=3000)
+    assert result.pearson_p_exact == permutation_correlation_p(x, y, n_draws=3000, seed=5)
+    assert result.pearson_p_exact == exact_correlation_p(x, y, n_draws=3000, seed=5)
+    # above 10 rows, and where r is undefined, no permutation p
+    x, y = correlated(11, seed=9)
+    assert math.isnan(stats.correlation(x, y, n_boot=100).pearson_p_exact)
+    assert math.isnan(stats.correlation([1.0, 2.0, 3.0, 4.0], [0.5] * 4).pearson_p_exact)
+
+
 def test_correlation_with_units_checks_them_and_computes_the_same():
     from repdiag.common.replication import ReplicationError, Units
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from repdiag.binding.analysis.units import TRAINED, UNIT
 from repdiag.binding.stats_options import StatsSettings
+from repdiag.common import replication as rep
 from repdiag.common.claims import study_claims
 from repdiag.core.errors import StoreError
 
@@ -194,6 +195,10 @@ def add_correlation_claims(
         runs = int(row["n_runs"]) if "n_runs" in row and np.isfinite(row["n_runs"]) else k
         unit = str(row.get("unit", UNIT))
         note = f"unit: {unit}, n = {k} units ({runs} training runs). {row['note'] or ''}".strip()
+        exact = float(row.get("pearson_p_exact", math.nan))
+        if math.isfinite(exact):  # up to 10 units: the permutation p beside the t p
+            shown = rep.format_permutation_p(exact, k, row.get("n_permutations"))
+            note = f"{note} Permutation p of r = {shown}.".strip()
     add(r_claim, r, f"r = {r:.3f}", k, note)
     add(p_claim, p, f"p = {p:.3g}", k, note)
 

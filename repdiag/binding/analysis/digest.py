@@ -17,6 +17,7 @@ from repdiag.binding.analysis.statistics import trained_models
 from repdiag.binding.analysis.units import LEARNED, TRAINED, WITH_CONTROLS, unit_labels
 from repdiag.binding.dose import dose_markdown
 from repdiag.binding.stats_options import READOUTS, StatsSettings
+from repdiag.common import replication as rep
 from repdiag.common import statistics as stats
 from repdiag.common.tables import format_number as _fmt
 from repdiag.common.tables import markdown_table
@@ -178,6 +179,17 @@ def header_lines(table: pd.DataFrame, n_controls: int, settings: StatsSettings) 
     return lines
 
 
+def _pearson_p(row: pd.Series) -> str:
+    """``p = P`` (Pearson's t p) and beside it, up to 10 units, ``(permutation p = P)``
+    (``pearson_p_exact``; a Monte Carlo one at its floor as ``< 1/B``)."""
+    text = f"p = {_fmt(row['pearson_p'], '.3g')}"
+    exact = float(row.get("pearson_p_exact", np.nan))
+    if not np.isfinite(exact):
+        return text
+    shown = rep.format_permutation_p(exact, int(row["n"]), row.get("n_permutations"))
+    return f"{text} (permutation p = {shown})"
+
+
 def headline_lines(
     table: pd.DataFrame, tables: Mapping[str, Any], settings: StatsSettings
 ) -> list[str]:
@@ -195,7 +207,7 @@ def headline_lines(
             f"- JER vs binding (unit: {row.get('unit', 'model')}, n = {int(row['n'])}): "
             f"Pearson r = {_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI "
             f"[{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}], "
-            f"p = {_fmt(row['pearson_p'], '.3g')}; Spearman rho = {_fmt(row['spearman_rho'])} "
+            f"{_pearson_p(row)}; Spearman rho = {_fmt(row['spearman_rho'])} "
             f"[{_fmt(row['spearman_ci_low'])}, {_fmt(row['spearman_ci_high'])}], "
             f"p = {_fmt(row['spearman_p'], '.3g')}. {row['note'] or ''}".rstrip()
         )
@@ -209,7 +221,7 @@ def headline_lines(
             lines.append(
                 f"- The same over {label} (n = {int(row['n'])}): r = {_fmt(row['pearson_r'])}, "
                 f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
-                f"{_fmt(row['pearson_ci_high'])}], p = {_fmt(row['pearson_p'], '.3g')}."
+                f"{_fmt(row['pearson_ci_high'])}], {_pearson_p(row)}."
             )
     ols = tables["ols"]
     fit = ols[ols["formula"] == "binding ~ jer + same_different"]
@@ -233,7 +245,7 @@ def headline_lines(
         parts = [
             f"{metric_label(row['metric'])} r = {_fmt(row['pearson_r'])} "
             f"[{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}], "
-            f"p = {_fmt(row['pearson_p'], '.3g')}"
+            f"{_pearson_p(row)}"
             for _, row in geometry.iterrows()
         ]
         lines.append("- Geometry vs binding (same units): " + "; ".join(parts) + ".")

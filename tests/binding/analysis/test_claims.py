@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.analysis.claims import collapse_layer, paper_comparison
+from repdiag.binding.analysis.claims import (
+    add_correlation_claims,
+    collapse_layer,
+    paper_comparison,
+)
 from repdiag.binding.analysis.statistics import statistics_tables
 from repdiag.core.errors import StoreError
 from tests.binding.stats_fakes import SETTINGS, depth_profile, model_paths
@@ -74,3 +79,29 @@ def test_collapse_rule_a_large_mean_drop_carried_by_few_images_is_no_collapse():
     )
     found = collapse_layer(depth_profile(mixed))
     assert found is not None and found.layer == "block02"
+
+
+def test_the_correlation_claims_note_the_permutation_p_up_to_ten_units():
+    corr = pd.DataFrame(
+        {
+            "models": ["trained", "trained"],
+            "metric": ["jer", "g_iso"],
+            "pearson_r": [0.9, 0.2],
+            "pearson_p": [0.002, 0.6],
+            "pearson_p_exact": [2 / 120, np.nan],  # 5 units; 12 units: none
+            "n": [5, 12],
+            "n_runs": [10, 24],
+            "note": ["", ""],
+            "n_permutations": [100_000, 100_000],
+        }
+    )
+    added = {}
+
+    def add(claim, value, text, n, note):
+        added[claim] = (value, text, n, note)
+
+    add_correlation_claims(add, corr, "jer", "r", "p")
+    assert added["p"][:2] == (0.002, "p = 0.002")  # the claim stays the t p
+    assert added["p"][3].endswith("Permutation p of r = 0.017.")
+    add_correlation_claims(add, corr, "g_iso", "r", "p")
+    assert "Permutation" not in added["p"][3]

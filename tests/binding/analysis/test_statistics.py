@@ -15,7 +15,8 @@ from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
 from repdiag.binding.analysis.statistics import family_table, ols_fits, statistics_tables
 from repdiag.binding.analysis.units import configuration
 from repdiag.common.claims import study_claims
-from repdiag.common.replication import ReplicationError
+from repdiag.common.replication import ReplicationError, format_p, permutation_correlation_p
+from repdiag.common.statistics import PERMUTATION_DRAWS
 from repdiag.common.tables import read_table, write_csv
 from tests.binding.analysis.test_units import meta
 from tests.binding.stats_fakes import FAMILIES, SETTINGS, model_paths
@@ -179,6 +180,14 @@ def test_objectives_are_the_unit_of_the_family_comparison(fake_run):
     assert (rows.loc["jer", "n"], rows.loc["jer", "n_runs"]) == (4, 8)
     assert (rows.loc["jer", "pearson_r"], rows.loc["jer", "pearson_p"]) == pytest.approx((r, p))
     assert set(rows["unit"]) == {"objective (mean over its seeds)"}
+    # four units: beside the t p, the permutation p of r over all 4! orders of binding
+    columns = tables["correlations"].columns.tolist()
+    assert columns[columns.index("pearson_p") + 1] == "pearson_p_exact"
+    exact = permutation_correlation_p(means["jer"], means["binding"])
+    assert rows.loc["jer", "pearson_p_exact"] == pytest.approx(exact, abs=1e-15)
+    assert exact >= 1 / 24 and (rows["n_permutations"] == PERMUTATION_DRAWS).all()
+    headline = summary_markdown(table, tables, SETTINGS)
+    assert f"(permutation p = {format_p(exact)})" in headline
     # OLS over the four seed means against least squares by numpy
     design = np.column_stack([np.ones(4), means["jer"], means["same_different"]])
     coef, *_ = np.linalg.lstsq(design, means["binding"].to_numpy(), rcond=None)
