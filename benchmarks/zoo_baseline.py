@@ -23,12 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from repdiag.encoders.zoo.objectives.dino import dino_loss, teacher_momentum, update_center
+from repdiag.encoders.zoo.regulariser import RegulariserSettings
 from repdiag.encoders.zoo.scenes import scene_batch
 from repdiag.encoders.zoo.train import (
     build_objective,
     learning_rate,
     parameter_groups,
-    regulariser_weight,
     to_batch,
 )
 
@@ -241,7 +241,7 @@ def old_train_step(objective, optimizer, spec: dict, step: int, gen: torch.Gener
         group["lr"] = learning_rate(step, steps, spec["lr"], spec["warmup_fraction"])
     loss = objective.loss(batch, gen)
     total = loss
-    assert regulariser_weight(spec, step) == 0.0, "the baseline has no JER regulariser"
+    assert not RegulariserSettings.of(spec).acts(step, spec["steps"]), "the baseline has no push"
     if not torch.isfinite(total):
         raise FloatingPointError(f"the {spec['objective']} loss is {total.item()} at step {step}")
     optimizer.zero_grad(set_to_none=True)

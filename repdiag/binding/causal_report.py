@@ -1,5 +1,5 @@
 """The JER intervention's report: ``results/binding_causal/summary.md`` and its figure, from the
-arm table and the per-seed contrasts of :mod:`repdiag.binding.causal`."""
+tables of :mod:`repdiag.binding.causal`."""
 
 from __future__ import annotations
 
@@ -9,71 +9,103 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding.causal import UNIT
+from repdiag.binding.analysis.columns import metric_label
+from repdiag.binding.causal import ACTIVE_ARMS, MATCH_TOLERANCE, UNIT
 from repdiag.common.tables import format_number, markdown_table
 
+ARM_ORDER = ("plain", "null", "raise", "lower", "sham", "geometry")
 METRIC_NAMES = {
     "binding": "binding",
     "same_different": "Same/Different",
     "jer": "JER (top-k)",
     "pr_full": "pr (full spectrum)",
     "pr2_full": "pr2 (full spectrum)",
+    "g_pr": "G.PR",
+    "g_iso": "G.Iso",
+    "presence_loss": "presence loss (held out)",
 }
+ALPHA = 0.05
+
+
+def metric_name(metric: str) -> str:
+    return METRIC_NAMES.get(metric) or metric_label(metric)
 
 
 def interval_text(row: pd.Series, spec: str = ".3f") -> str:
-    """``mean [low, high], p = P``: the interval over seeds with its parametric p beside it."""
+    """``mean [low, high]``: the mean over seeds with its t-interval."""
     if not np.isfinite(row["mean"]):
         return "n/a"
     text = format_number(row["mean"], spec)
     if np.isfinite(row["ci_low"]) and np.isfinite(row["ci_high"]):
         text += f" [{format_number(row['ci_low'], spec)}, {format_number(row['ci_high'], spec)}]"
-    p = row["p"]
-    return text + (f", p = {p:.2g}" if np.isfinite(p) else ", p = n/a")
+    return text
 
 
-def contrast_table(contrasts: pd.DataFrame, role: str, reference: str | None) -> pd.DataFrame:
-    """The rows of one role (and reference), one line per base, metric and arm."""
-    part = contrasts[contrasts["role"] == role]
-    if reference is not None:
-        part = part[part["reference"] == reference]
-    spec = {"effect": ".3f", "manipulation": ".2f"}[role]
-    return pd.DataFrame(
-        [
+def _p(value: float) -> str:
+    return f"{value:.2g}" if np.isfinite(value) else "n/a"
+
+
+def family_table(contrasts: pd.DataFrame, family: str) -> pd.DataFrame:
+    """The rows of one family: contrast, metric, n, the interval, t p, exact p, Holm p and the
+    verdict at the family's level."""
+    part = contrasts[contrasts["family"] == family]
+    holm = family in ("primary", "secondary")
+    rows = []
+    for _, row in part.iterrows():
+        record = {
+            "contrast": f"{row['arm']} − {row['reference']}",
+            "metric": metric_name(row["metric"]),
+            "n (seeds)": int(row["n"]),
+            f"mean [{row['confidence']:.0%} t-interval]": interval_text(row),
+            "p (t)": _p(row["p_t"]),
+            "p (exact sign-flip)": _p(row["p_exact"]),
+        }
+        if holm:
+            record[f"p (Holm, {int(row['family_size'])} tests)"] = _p(row["p_holm"])
+            record[f"at {ALPHA:g} (Holm)"] = "differs" if row["p_holm"] <= ALPHA else "cannot tell"
+        rows.append(record)
+    return pd.DataFrame(rows)
+
+
+def manipulation_matrix(contrasts: pd.DataFrame) -> pd.DataFrame:
+    """Arms as rows, metrics as columns: each arm minus plain, mean [t-interval] over seeds."""
+    part = contrasts[contrasts["family"] == "manipulation"]
+    metrics = list(dict.fromkeys(part["metric"]))
+    rows = []
+    for arm in [a for a in ARM_ORDER if a in set(part["arm"])]:
+        cells = part[part["arm"] == arm].set_index("metric")
+        rows.append(
             {
-                "base": row["base"],
-                "metric": METRIC_NAMES.get(row["metric"], row["metric"]),
-                "contrast": f"{row['arm']} − {row['reference']}",
-                "unit": row["unit"],
-                "n": int(row["n"]),
-                f"mean over seeds [{row['confidence']:.0%} t-interval], p": interval_text(
-                    row, spec
-                ),
-                "left out (seeds)": row["seeds_left_out"] or "–",
+                "arm − plain": arm,
+                **{
+                    metric_name(m): interval_text(cells.loc[m], ".3g") if m in cells.index else ""
+                    for m in metrics
+                },
             }
-            for _, row in part.iterrows()
-        ]
-    )
+        )
+    return pd.DataFrame(rows)
 
 
 def runs_table(arms: pd.DataFrame) -> pd.DataFrame:
-    """One line per training run: its loss screen and its measurements (query-level intervals:
-    measurement precision of that network only)."""
+    """One line per training run (query-level Wilson intervals: measurement precision of that
+    network only)."""
+    order = {arm: k for k, arm in enumerate(ARM_ORDER)}
+    arms = arms.assign(_order=arms["arm"].map(order)).sort_values(["base", "_order", "seed"])
     return pd.DataFrame(
         [
             {
-                "base": row["base"],
                 "arm": row["arm"],
                 "seed": int(row["seed"]),
-                "model": row["model"],
-                "final loss (z vs plain)": f"{row['final_loss']:.3f} ({format_number(row['loss_z'], '+.1f')})",
-                "in effect": "no" if row["left_out"] else "yes",
+                "weight": format_number(row.get("weight", math.nan), ".3g"),
                 "binding [Wilson, query-level]": _wilson(row),
                 "Same/Different": format_number(row["same_different"]),
                 "JER top-k": format_number(row["jer"], ".2f"),
-                "pr full": format_number(row.get("pr_full", math.nan), ".2f"),
                 "pr2 full": format_number(row.get("pr2_full", math.nan), ".2f"),
-                "steps up/down": f"{int(row.get('steps_up', 0))}/{int(row.get('steps_down', 0))}",
+                "G.PR": format_number(row.get("g_pr", math.nan), ".3f"),
+                "presence loss": format_number(row.get("presence_loss", math.nan), ".4f"),
+                "‖Δθ‖/‖θ‖": format_number(row.get("distance", math.nan), ".3f"),
+                "Δθ along push": format_number(row.get("along_push", math.nan), ".3g"),
+                "share of step": format_number(row.get("update_share", math.nan), ".3f"),
             }
             for _, row in arms.iterrows()
         ]
@@ -93,114 +125,206 @@ def calibration_lines(calibration: pd.DataFrame | None) -> list[str]:
     rows = [
         {
             "run (plain trajectory)": row["run"],
-            "|w|": format_number(row["weight"], "g"),
+            "term": row["term"],
             "steps measured": int(row["n_steps"]),
-            "ratio median [min, max]": f"{row['ratio_median']:.3f} [{row['ratio_min']:.3f}, "
-            f"{row['ratio_max']:.3f}]",
-            "share in 0.1-0.3": format_number(row["share_in_range"], ".2f"),
-            f"|w| for ratio {row['target']:g}": format_number(row["weight_for_target"], ".3g"),
+            "share of the step per unit weight, median [p10, p90]": (
+                f"{row['share_per_unit_weight_median']:.4g} "
+                f"[{row['share_per_unit_weight_p10']:.4g}, {row['share_per_unit_weight_p90']:.4g}]"
+            ),
+            f"weight for share {row['target']:g}": format_number(row["weight_for_target"], ".3g"),
         }
         for _, row in calibration.iterrows()
     ]
     return [
         "## Calibration pilot",
         "",
-        "Backbone gradient norm of the JER term at |w| against the objective's, along each "
-        "base's plain trajectory (repdiag.encoders.zoo.calibrate); the design asks for 0.1-0.3.",
+        "The push's part of the AdamW step against the objective's own step, per unit weight, "
+        "along each base's plain trajectory (repdiag.encoders.zoo.calibrate).",
         "",
         markdown_table(pd.DataFrame(rows)),
         "",
     ]
 
 
+def displacement_lines(summary: pd.DataFrame) -> list[str]:
+    if summary.empty:
+        return []
+    rows = []
+    for _, row in summary.iterrows():
+        matched = row["matched"]
+        rows.append(
+            {
+                "arm": row["arm"],
+                "n": int(row["n"]),
+                "‖θ − θ_plain‖/‖θ_plain‖ [t-interval]": _mean_ci(row, "distance", ".3f"),
+                "× null": format_number(row["distance_vs_null"], ".2f"),
+                "along own push [t-interval]": _mean_ci(row, "along_push", ".3g"),
+                "× raise": format_number(row["along_push_vs_raise"], ".2f"),
+                f"matched (±{MATCH_TOLERANCE:.0%})": "–"
+                if matched is None or (isinstance(matched, float) and math.isnan(matched))
+                else ("yes" if bool(matched) else "no"),
+                "realised share of step": _mean_ci(row, "update_share", ".3f"),
+            }
+        )
+    return [
+        "## Displacement from plain (backbone weights)",
+        "",
+        "How far each arm ended from the plain run of its seed, and how far along its own "
+        "cumulative push P (the push's preconditioned part of every AdamW step, summed). The "
+        "null arm's distance is the floor: chaos alone.",
+        "",
+        markdown_table(pd.DataFrame(rows)),
+        "",
+    ]
+
+
+def _mean_ci(row: pd.Series, column: str, spec: str) -> str:
+    mean, low, high = row[column], row[f"{column}_ci_low"], row[f"{column}_ci_high"]
+    if not np.isfinite(mean):
+        return "n/a"
+    text = format_number(mean, spec)
+    if np.isfinite(low) and np.isfinite(high):
+        text += f" [{format_number(low, spec)}, {format_number(high, spec)}]"
+    return text
+
+
+def observational_lines(per_jer: pd.DataFrame, associations: pd.DataFrame) -> list[str]:
+    lines = ["## Interventional against observational", ""]
+    for _, row in per_jer.iterrows():
+        lines.append(
+            f"- {row['base']}: the {row['arm']} arm moved binding by "
+            f"{format_number(row['binding_change'], '+.3f')} and top-k JER by "
+            f"{format_number(row['jer_change'], '+.2f')}: "
+            f"{format_number(row['binding_per_jer'], '.3f')} binding per unit of JER "
+            f"[{format_number(row['ci_low'], '.3f')}, {format_number(row['ci_high'], '.3f')}] "
+            f"({row['confidence']:.0%} percentile interval over {int(row['n_boot'])} seed "
+            f"resamples, n = {int(row['n'])})."
+        )
+    for _, row in associations.iterrows():
+        lines.append(
+            f"- {row['base']}, plain runs (n = {int(row['n'])}): r(binding, "
+            f"{metric_name(row['metric'])}) = {format_number(row['pearson_r'], '.2f')} "
+            f"[{format_number(row['ci_low'], '.2f')}, {format_number(row['ci_high'], '.2f')}], "
+            f"p = {_p(row['p'])} (t), {_p(row.get('p_exact', math.nan))} (permutation)"
+            + (f" ({row['note']})" if isinstance(row.get("note"), str) and row["note"] else "")
+        )
+    return [*lines, ""]
+
+
 def causal_markdown(
     arms: pd.DataFrame,
     contrasts: pd.DataFrame,
     calibration: pd.DataFrame | None,
+    displacement: pd.DataFrame,
+    per_jer: pd.DataFrame,
+    associations: pd.DataFrame,
     *,
-    spread_sd: float,
     readout: str,
 ) -> str:
-    """``results/binding_causal/summary.md``: design, calibration, the runs and their loss
-    screen, the primary estimate (against the sham), against plain, the manipulation check."""
+    """``results/binding_causal/summary.md``: design, calibration, the families with their
+    Holm levels, the floor, displacement, the manipulation matrix, the observational contrast
+    and every run."""
     lines = [
         "# JER intervention (binding_causal)",
         "",
-        "Per base and seed, four runs that differ only in the JER term L = L_objective − w_t · "
-        "PR2_hat: plain (w_t = 0), raise (+w), lower (−w), sham (±w at random each step). "
-        f"Unit: {UNIT}; n = seeds. Binding: the {readout} readout at the final tap. Intervals "
-        "are Student-t over seeds with the parametric two-sided p beside them; the query-level "
-        "Wilson intervals in the runs table are measurement precision only. A run whose final "
-        f"objective loss lies more than {spread_sd:g} SD from the plain runs' mean is left out.",
+        "Per base and seed, runs that differ only in a push added to the objective's gradient "
+        "on the backbone: plain (none), raise / lower (the final tap's PR2 estimate up / down), "
+        "sham (a fixed seeded direction orthogonal to both gradients, as large as raise's push), "
+        "geometry (the batch's G.PR up) and null (a negligible push: the chaos floor). "
+        f"Unit: {UNIT}; n = seeds. Binding: the {readout} readout at the final tap. By "
+        "intention to treat every run is kept. Intervals are Student-t over seeds, with the t p "
+        "and the exact sign-flip p beside them; each family's verdict is at Holm's level over "
+        "its exact p; the query-level Wilson intervals in the runs table are measurement "
+        "precision only.",
         "",
     ]
     if arms.empty:
         return "\n".join([*lines, "No causal bases in this config (binding_causal.series).", ""])
-    left = arms[arms["left_out"]]
     lines += calibration_lines(calibration)
-    lines += [
-        "## Runs",
-        "",
-        markdown_table(runs_table(arms)),
-        "",
-        f"Left out by the loss screen: {', '.join(left['model']) if len(left) else 'none'}.",
-        "",
-    ]
     sections = (
-        ("## Primary estimate: each arm against the sham", "effect", "sham"),
-        ("## Effects against plain", "effect", "plain"),
-        ("## Manipulation check (top-k JER, full-spectrum pr and pr2)", "manipulation", None),
+        (
+            f"## Primary family: {', '.join(ACTIVE_ARMS)} against plain (pre-registered)",
+            "primary",
+        ),
+        ("## Secondary family: does the push's aim matter at matched size?", "secondary"),
+        ("## The floor: null against plain (in no family)", "floor"),
     )
-    for title, role, reference in sections:
-        table = contrast_table(contrasts, role, reference) if not contrasts.empty else None
-        if table is not None and not table.empty:
-            lines += [title, "", markdown_table(table), ""]
+    for title, family in sections:
+        if not contrasts.empty and (contrasts["family"] == family).any():
+            lines += [title, "", markdown_table(family_table(contrasts, family)), ""]
+    lines += displacement_lines(displacement)
+    if not contrasts.empty and (contrasts["family"] == "manipulation").any():
+        lines += [
+            "## Manipulation matrix (each arm − plain, mean over seeds [t-interval])",
+            "",
+            markdown_table(manipulation_matrix(contrasts)),
+            "",
+        ]
+    lines += observational_lines(per_jer, associations)
+    lines += ["## Runs", "", markdown_table(runs_table(arms)), ""]
     return "\n".join(lines)
 
 
 def causal_figure(arms: pd.DataFrame, contrasts: pd.DataFrame, *, chance: float | None) -> Any:
-    """Three panels: binding per arm (one line per seed, per base), the primary estimate
-    (binding and Same/Different minus the sham's, t-interval over seeds) and the manipulation
-    check (JER top-k, full-spectrum pr and pr2 minus plain's)."""
+    """Three panels: binding per arm (one line per seed), each arm's effect on binding and
+    Same/Different against plain (t-interval over seeds; the null arm's beside them), and the
+    manipulation on top-k JER and G.PR (standardised by the plain runs' SD)."""
     import matplotlib.pyplot as plt
 
     from repdiag.common.figures import cycle_colour
 
-    fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.2), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.4), layout="constrained")
     if arms.empty:
         for ax in axes:
             ax.text(0.5, 0.5, "no causal bases in this config", ha="center", transform=ax.transAxes)
         return fig
-    order = [a for a in ("plain", "raise", "lower", "sham") if a in set(arms["arm"])]
-    for i, (base, part) in enumerate(arms.groupby("base", sort=False)):
-        for seed, runs in part.groupby("seed"):
-            runs = runs.set_index("arm").reindex(order)
-            axes[0].plot(
-                order,
-                runs["binding"],
-                "o-",
-                color=cycle_colour(i),
-                alpha=0.6,
-                label=base if seed == part["seed"].min() else None,
-            )
+    order = [a for a in ARM_ORDER if a in set(arms["arm"])]
+    for _, runs in arms.groupby("seed"):
+        runs = runs.drop_duplicates("arm").set_index("arm").reindex(order)
+        axes[0].plot(order, runs["binding"], "o-", color="0.4", alpha=0.35, markersize=3)
+    means = arms.groupby("arm")["binding"].mean().reindex(order)
+    axes[0].plot(order, means, "s-", color=cycle_colour(0), label="mean over seeds")
     if chance is not None and np.isfinite(chance):
         axes[0].axhline(chance, color="black", linestyle=":", linewidth=1, label="chance")
-    axes[0].set(ylabel="binding accuracy", title="binding per arm (lines: seeds)")
+    axes[0].set(ylabel="binding accuracy", title="binding per arm (grey lines: seeds)")
     axes[0].legend(fontsize=7)
-    panels = (
-        (axes[1], "effect", "sham", "effect against the sham"),
-        (axes[2], "manipulation", "plain", "manipulation check against plain"),
-    )
-    for ax, role, reference, title in panels:
-        part = contrasts[(contrasts["role"] == role) & (contrasts["reference"] == reference)]
-        labels = [f"{r.base}\n{METRIC_NAMES[r.metric]}\n{r.arm}" for r in part.itertuples()]
+    effects = contrasts[contrasts["family"].isin(["primary", "floor"])]
+    for k, metric in enumerate(("binding", "same_different")):
+        part = effects[effects["metric"] == metric]
+        x = np.arange(len(part)) + (k - 0.5) * 0.25
         y = part["mean"].to_numpy(float)
+        err = np.abs(np.vstack([y - part["ci_low"].to_numpy(float), part["ci_high"] - y]))
+        axes[1].errorbar(
+            x, y, yerr=np.nan_to_num(err), fmt="o", capsize=2, color=cycle_colour(k),
+            label=metric_name(metric),
+        )  # fmt: skip
+        axes[1].set_xticks(np.arange(len(part)), list(part["arm"]))
+    axes[1].axhline(0, color="black", linewidth=0.8)
+    axes[1].set(title="effect against plain (t-interval over seeds)", ylabel="arm − plain")
+    axes[1].legend(fontsize=7)
+    moved = contrasts[
+        (contrasts["family"] == "manipulation") & contrasts["metric"].isin(["jer", "g_pr"])
+    ]
+    plain = arms[arms["arm"] == "plain"]
+    for k, metric in enumerate(("jer", "g_pr")):
+        part = moved[moved["metric"] == metric]
+        scale = float(plain[metric].std(ddof=1)) if len(plain) > 1 else 1.0
+        scale = scale if np.isfinite(scale) and scale > 0 else 1.0
+        x = np.arange(len(part)) + (k - 0.5) * 0.25
+        y = part["mean"].to_numpy(float) / scale
         err = np.abs(
-            np.vstack([y - part["ci_low"].to_numpy(float), part["ci_high"].to_numpy(float) - y])
+            np.vstack([y - part["ci_low"].to_numpy(float) / scale, part["ci_high"] / scale - y])
         )
-        ax.errorbar(np.arange(len(y)), y, yerr=np.nan_to_num(err), fmt="o", capsize=2)
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_xticks(np.arange(len(y)), labels, fontsize=5, rotation=90)
-        ax.set(title=title, ylabel="arm − reference (mean over seeds, t-interval)")
-    fig.suptitle("JER intervention: L = L_objective − w_t × PR2 estimate (unit: training run)")
+        axes[2].errorbar(
+            x, y, yerr=np.nan_to_num(err), fmt="o", capsize=2, color=cycle_colour(k + 2),
+            label=metric_name(metric),
+        )  # fmt: skip
+        axes[2].set_xticks(np.arange(len(part)), list(part["arm"]))
+    axes[2].axhline(0, color="black", linewidth=0.8)
+    axes[2].set(
+        title="manipulation against plain",
+        ylabel="arm − plain, in SDs of the plain runs",
+    )
+    axes[2].legend(fontsize=7)
+    fig.suptitle(f"JER intervention: pushes during training (unit: {UNIT})")
     return fig

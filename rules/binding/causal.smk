@@ -52,6 +52,9 @@ rule causal_effects:
             "results/binding_causal/arms.csv", "causal_effects", "JER intervention"
         ),
         contrasts="results/binding_causal/contrasts.csv",
+        displacement="results/binding_causal/displacement.csv",
+        per_jer="results/binding_causal/binding_per_jer.csv",
+        associations="results/binding_causal/plain_associations.csv",
         models="results/binding_causal/models.csv",
         summary=reported(
             "results/binding_causal/summary.md", "causal_effects", "JER intervention"

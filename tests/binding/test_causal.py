@@ -1,8 +1,11 @@
-"""The JER intervention's analysis: per-seed contrasts against the sham and plain with
-t-intervals over seeds and their parametric p, the loss screen, the full-spectrum JER."""
+"""The JER intervention's analysis: per-seed contrasts against plain by intention to treat, with
+t-intervals over seeds, t and exact sign-flip p and Holm's adjustment per family; the
+displacement along each arm's push against a hand computation; binding per unit of JER; the
+full-spectrum JER."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 
@@ -14,41 +17,42 @@ from scipy import stats as sps
 
 from repdiag.binding.causal import (
     arm_table,
+    binding_per_jer,
     causal_contrasts,
+    displacement,
+    displacement_summary,
     full_spectrum_jer,
     full_spectrum_participation,
+    plain_associations,
     run_record,
-    screen_losses,
     seed_contrast,
+    weight_displacements,
 )
 from repdiag.core.errors import StoreError
 from repdiag.core.store import write_json, write_store
 
-ARMS = ("plain", "raise", "lower", "sham")
-# binding per arm and seed (4 seeds): raise and lower sit near the sham, plain above it
-BINDING = {
-    "plain": [0.74, 0.82, 0.78, 0.80],
-    "raise": [0.70, 0.75, 0.71, 0.77],
-    "lower": [0.66, 0.70, 0.69, 0.72],
-    "sham": [0.68, 0.74, 0.70, 0.73],
-}
-LOSS = {
-    "plain": [2.00, 2.02, 1.98, 2.01],
-    "raise": [2.01, 2.03, 1.99, 2.00],
-    "lower": [2.02, 2.01, 2.00, 2.40],  # seed 3's lower run: far outside the plain spread
-    "sham": [2.00, 2.02, 2.01, 2.00],
-}
+ARMS = ("plain", "null", "raise", "lower", "sham", "geometry")
+SEEDS = tuple(range(6))
+RNG = np.random.default_rng(7)
+# binding per arm and seed: raise above plain at every seed, the others around it
+SHIFT = {"plain": 0.0, "null": 0.002, "raise": 0.05, "lower": -0.01, "sham": 0.0, "geometry": 0.01}
+PLAIN = 0.4 + 0.05 * RNG.standard_normal(len(SEEDS))
+NOISE = {arm: 0.01 * RNG.standard_normal(len(SEEDS)) for arm in ARMS}
 
 
-def arms_frame(base: str = "causal_1") -> pd.DataFrame:
+def binding_of(arm: str) -> np.ndarray:
+    return PLAIN + SHIFT[arm] + (0 if arm == "plain" else NOISE[arm])
+
+
+def arms_frame(base: str = "causal_0p3") -> pd.DataFrame:
     rows = []
     for arm in ARMS:
-        for seed in range(4):
-            b = BINDING[arm][seed]
+        for seed in SEEDS:
+            b = float(binding_of(arm)[seed])
             rows.append(
                 {
                     "base": base,
-                    "dose": 1.0,
+                    "dose": 0.3,
                     "arm": arm,
                     "seed": seed,
                     "model": f"{base}_{arm}_s{seed}",
@@ -56,82 +60,166 @@ def arms_frame(base: str = "causal_1") -> pd.DataFrame:
                     "binding_ci_low": b - 0.04,
                     "binding_ci_high": b + 0.04,
                     "same_different": 0.5 + b / 2,
-                    "jer": 27.0 + {"raise": 2.0, "lower": -5.0}.get(arm, 0.0) + 0.1 * seed,
-                    "pr_full": 30.0 + {"raise": 10.0, "lower": -8.0}.get(arm, 0.0) + seed,
+                    "jer": 27.0 + {"raise": 2.0, "lower": -1.0}.get(arm, 0.0) + 0.1 * seed,
+                    "pr_full": 30.0 + {"raise": 10.0}.get(arm, 0.0) + seed,
                     "pr2_full": 20.0 + {"raise": 40.0}.get(arm, 0.0),
-                    "final_loss": LOSS[arm][seed],
+                    "g_pr": 0.1 + {"geometry": 0.02}.get(arm, 0.0) + 0.001 * seed,
+                    "g_iso": 0.5,
+                    "l_iso_k10": 0.7 + 0.01 * seed,
+                    "presence_loss": 0.2 + 0.01 * seed,
+                    "distance": 0.0 if arm == "plain" else 0.1 + 0.01 * seed,
+                    "along_push": {"plain": 0.0, "null": 1e-9}.get(arm, 0.5 + 0.01 * seed),
+                    "update_share": math.nan if arm == "plain" else 0.5,
                 }
             )
     return pd.DataFrame(rows)
 
 
-def test_the_contrast_is_the_t_interval_of_the_per_seed_differences_with_its_p() -> None:
-    arms = screen_losses(arms_frame(), 2.0)
-    row = seed_contrast(arms, "binding", "raise", "sham", 0.95)
-    diffs = np.subtract(BINDING["raise"], BINDING["sham"])
-    n, mean, sd = 4, diffs.mean(), diffs.std(ddof=1)
+def test_the_contrast_is_the_t_interval_of_the_per_seed_differences_with_t_and_exact_p() -> None:
+    arms = arms_frame()
+    row = seed_contrast(arms, "binding", "raise", "plain", 0.95)
+    diffs = binding_of("raise") - binding_of("plain")
+    n, mean, sd = len(SEEDS), diffs.mean(), diffs.std(ddof=1)
     half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
     assert (row["n"], row["mean"], row["sd"]) == (n, pytest.approx(mean), pytest.approx(sd))
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((mean - half, mean + half))
-    assert row["p"] == pytest.approx(sps.ttest_1samp(diffs, 0.0).pvalue)
-    assert row["unit"] == "training run (seed)" and row["seeds"] == "0 1 2 3"
+    assert row["p_t"] == pytest.approx(sps.ttest_1samp(diffs, 0.0).pvalue)
+    # exact: every one of the 2^6 sign assignments, enumerated here
+    stats = [abs(np.mean(np.multiply(s, diffs))) for s in itertools.product((1, -1), repeat=n)]
+    assert row["p_exact"] == pytest.approx(np.mean(np.array(stats) >= abs(mean) - 1e-12))
+    assert row["p_exact"] == pytest.approx(2 / 2**n)  # every difference positive: the floor
+    assert row["unit"] == "training run (seed)" and row["seeds"] == "0 1 2 3 4 5"
 
 
-def test_a_run_outside_the_plain_seed_spread_is_left_out_and_so_is_its_seed_pair() -> None:
-    arms = screen_losses(arms_frame(), 2.0)
-    plain = np.array(LOSS["plain"])
-    z = (2.40 - plain.mean()) / plain.std(ddof=1)
-    out = arms.set_index("model")
-    assert out.loc["causal_1_lower_s3", "loss_z"] == pytest.approx(z)
-    assert out["left_out"].sum() == 1 and out.loc["causal_1_lower_s3", "left_out"]
-    row = seed_contrast(arms, "binding", "lower", "sham", 0.95)
-    assert row["n"] == 3 and row["seeds"] == "0 1 2" and row["seeds_left_out"] == "3"
-    diffs = np.subtract(BINDING["lower"], BINDING["sham"])[:3]
-    assert row["mean"] == pytest.approx(diffs.mean())
-    # raise keeps all four seeds: the screen acts on the runs it names only
-    assert seed_contrast(arms, "binding", "raise", "sham", 0.95)["n"] == 4
-
-
-def test_one_plain_seed_gives_no_spread_and_leaves_nothing_out() -> None:
+def test_intention_to_treat_keeps_every_run_and_names_a_seed_without_its_arm() -> None:
+    """No screen: a run whose loss is far off stays in; a seed that lacks an arm is named."""
     arms = arms_frame()
-    arms = arms[arms["seed"] == 3]
-    screened = screen_losses(arms, 2.0)
-    assert not screened["left_out"].any() and screened["plain_loss_sd"].isna().all()
-    row = seed_contrast(screened, "binding", "raise", "sham", 0.95)
-    assert row["n"] == 1 and math.isnan(row["ci_low"]) and math.isnan(row["p"])
+    arms.loc[(arms["arm"] == "lower") & (arms["seed"] == 3), "presence_loss"] = 9.0
+    row = seed_contrast(arms, "binding", "lower", "plain", 0.95)
+    assert row["n"] == len(SEEDS) and row["seeds_missing"] == ""
+    short = arms[~((arms["arm"] == "lower") & (arms["seed"] == 2))]
+    row = seed_contrast(short, "binding", "lower", "plain", 0.95)
+    assert row["n"] == len(SEEDS) - 1 and row["seeds_missing"] == "2"
 
 
-def test_contrasts_cover_effects_and_the_manipulation_check_against_sham_and_plain() -> None:
-    arms = screen_losses(pd.concat([arms_frame("causal_0p3"), arms_frame("causal_1")]), 2.0)
-    table = causal_contrasts(arms, 0.95)
-    assert set(table["base"]) == {"causal_0p3", "causal_1"}
-    one = table[table["base"] == "causal_1"]
-    effects = one[one["role"] == "effect"]
-    assert set(effects["metric"]) == {"binding", "same_different"}
-    assert set(zip(effects["arm"], effects["reference"], strict=True)) == {
-        ("raise", "sham"),
-        ("lower", "sham"),
-        ("plain", "sham"),
-        ("raise", "plain"),
-        ("lower", "plain"),
-        ("sham", "plain"),
+def test_families_are_holm_adjusted_apart_and_the_floor_and_matrix_are_in_none() -> None:
+    table = causal_contrasts(arms_frame(), 0.95)
+    primary = table[table["family"] == "primary"]
+    assert set(zip(primary["arm"], primary["reference"], strict=True)) == {
+        (arm, "plain") for arm in ("raise", "lower", "sham", "geometry")
     }
-    checks = one[one["role"] == "manipulation"].set_index(["metric", "arm", "reference"])
-    assert set(checks.index.get_level_values("metric")) == {"jer", "pr_full", "pr2_full"}
-    assert checks.loc[("jer", "raise", "sham"), "mean"] == pytest.approx(2.0)
-    assert checks.loc[("pr2_full", "raise", "plain"), "mean"] == pytest.approx(40.0)
-    # a constant difference: zero spread, the interval collapses on it
-    assert checks.loc[("pr2_full", "raise", "plain"), "sd"] == 0.0
-    # lower's seed 3 left out: 3 seeds in each of its contrasts
-    assert checks.loc[("pr_full", "lower", "plain"), "n"] == 3
-    assert checks.loc[("pr_full", "lower", "plain"), "mean"] == pytest.approx(-8.0)
+    assert set(primary["metric"]) == {"binding", "same_different"}
+    assert len(primary) == 8 and (primary["family_size"] == 8).all()
+    # Holm by hand over the 8 exact p
+    p = primary["p_exact"].to_numpy(float)
+    order = np.argsort(p, kind="stable")
+    expected = np.empty(8)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (8 - rank) * p[index]))
+        expected[index] = running
+    assert primary["p_holm"].to_numpy(float) == pytest.approx(expected)
+    secondary = table[table["family"] == "secondary"]
+    assert len(secondary) == 6 and (secondary["family_size"] == 6).all()
+    floor = table[table["family"] == "floor"]
+    assert set(floor["arm"]) == {"null"} and floor["p_holm"].isna().all()
+    matrix = table[table["family"] == "manipulation"].set_index(["metric", "arm"])
+    assert {"jer", "pr_full", "pr2_full", "g_pr", "g_iso", "l_iso_k10", "presence_loss"} <= set(
+        matrix.index.get_level_values("metric")
+    )
+    assert matrix.loc[("jer", "raise"), "mean"] == pytest.approx(2.0)
+    assert matrix.loc[("g_pr", "geometry"), "mean"] == pytest.approx(0.02)
+    assert matrix.loc[("pr2_full", "raise"), "sd"] == 0.0  # a constant difference
+    assert ("jer", "null") in matrix.index
 
 
-def test_arms_without_lower_still_compare_what_they_have() -> None:
-    arms = screen_losses(arms_frame().query("arm != 'lower'"), 2.0)
+def test_arms_without_lower_and_geometry_compare_what_they_have() -> None:
+    arms = arms_frame().query("arm not in ['lower', 'geometry']")
     table = causal_contrasts(arms, 0.95)
-    assert "lower" not in set(table["arm"]) and "lower" not in set(table["reference"])
-    assert len(table) == 5 * 4  # 5 metrics x (raise, plain vs sham; raise, sham vs plain)
+    assert not {"lower", "geometry"} & (set(table["arm"]) | set(table["reference"]))
+    primary = table[table["family"] == "primary"]
+    assert len(primary) == 4 and (primary["family_size"] == 4).all()  # raise, sham x 2 metrics
+    assert len(table[table["family"] == "secondary"]) == 2  # raise - sham only
+
+
+def test_displacement_against_a_hand_computation() -> None:
+    plain = {"a": np.array([[1.0, 2.0]]), "b": np.array([3.0]), "bn.running_mean": np.ones(2)}
+    arm = {"a": np.array([[1.5, 2.0]]), "b": np.array([1.0]), "bn.running_mean": np.zeros(2)}
+    push = {"a": np.array([[3.0, 0.0]]), "b": np.array([-4.0])}
+    got = displacement(arm, plain, push)
+    delta = np.array([0.5, 0.0, -2.0])
+    assert got["distance"] == pytest.approx(np.linalg.norm(delta) / math.sqrt(14.0))
+    assert got["along_push"] == pytest.approx((0.5 * 3 + 2 * 4) / 5.0)
+    assert got["push_norm"] == pytest.approx(5.0)
+    with pytest.raises(StoreError, match="missing"):
+        displacement({"a": arm["a"]}, plain, push)
+
+
+def test_weight_displacements_read_the_files_against_the_plain_run_of_the_seed(tmp_path) -> None:
+    from safetensors.numpy import save_file
+
+    def put(name, tensors):
+        save_file({k: np.asarray(v, np.float32) for k, v in tensors.items()}, str(tmp_path / name))
+        return str(tmp_path / name)
+
+    cells = [
+        {"base": "b", "arm": "plain", "seed": 0, "model": "p0"},
+        {"base": "b", "arm": "raise", "seed": 0, "model": "r0"},
+        {"base": "b", "arm": "plain", "seed": 1, "model": "p1"},
+        {"base": "b", "arm": "raise", "seed": 1, "model": "r1"},
+    ]
+    weights = {
+        "p0": put("p0", {"w": [1.0, 0.0]}),
+        "r0": put("r0", {"w": [2.0, 0.0]}),
+        "p1": put("p1", {"w": [0.0, 1.0]}),
+        "r1": put("r1", {"w": [0.0, 3.0]}),
+    }
+    pushes = {"r0": put("pr0", {"w": [1.0, 0.0]}), "r1": put("pr1", {"w": [0.0, -2.0]})}
+    moved = weight_displacements(cells, weights, pushes)
+    assert moved["p0"] == {"distance": 0.0, "along_push": 0.0, "push_norm": 0.0}
+    assert moved["r0"]["along_push"] == pytest.approx(1.0)
+    assert moved["r1"]["along_push"] == pytest.approx(-2.0)  # against its push, from plain s1
+    assert moved["r1"]["distance"] == pytest.approx(2.0)
+    with pytest.raises(StoreError, match=r"no push\.safetensors for 'r1'"):
+        weight_displacements(cells, weights, {"r0": pushes["r0"]})
+
+
+def test_displacement_summary_reads_sham_and_geometry_against_raise_and_all_against_null() -> None:
+    arms = arms_frame()
+    arms.loc[arms["arm"] == "sham", "along_push"] *= 0.5
+    summary = displacement_summary(arms, 0.95).set_index("arm")
+    assert "plain" not in summary.index
+    raise_mean = arms.loc[arms["arm"] == "raise", "along_push"].mean()
+    assert summary.loc["sham", "along_push_vs_raise"] == pytest.approx(0.5)
+    assert summary.loc["sham", "matched"] is False or not summary.loc["sham", "matched"]
+    assert bool(summary.loc["geometry", "matched"])
+    assert summary.loc["raise", "along_push"] == pytest.approx(raise_mean)
+    assert summary.loc["raise", "distance_vs_null"] == pytest.approx(1.0)
+
+
+def test_binding_per_jer_is_the_ratio_of_the_mean_changes_with_a_seed_bootstrap() -> None:
+    arms = arms_frame()
+    row = binding_per_jer(arms, n_boot=500, seed=1).iloc[0]
+    d_binding = binding_of("raise") - binding_of("plain")
+    d_jer = np.full(len(SEEDS), 2.0)
+    assert row["binding_per_jer"] == pytest.approx(d_binding.mean() / 2.0)
+    assert row["jer_change"] == pytest.approx(2.0) and row["n"] == len(SEEDS)
+    # the constant JER change: the interval is that of the mean binding change, over 2
+    rng = np.random.default_rng(1)
+    draws = rng.integers(0, len(SEEDS), size=(500, len(SEEDS)))
+    ratios = d_binding[draws].mean(1) / d_jer[draws].mean(1)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        (np.quantile(ratios, 0.025), np.quantile(ratios, 0.975))
+    )
+
+
+def test_plain_associations_are_across_the_plain_runs_only() -> None:
+    arms = arms_frame()
+    table = plain_associations(arms, 0.95, 200, 0).set_index("metric")
+    plain = arms[arms["arm"] == "plain"]
+    r = sps.pearsonr(plain["jer"], plain["binding"]).statistic
+    assert table.loc["jer", "pearson_r"] == pytest.approx(r)
+    assert table.loc["jer", "n"] == len(SEEDS)
 
 
 def test_full_spectrum_participation_against_closed_forms() -> None:
@@ -188,13 +276,27 @@ def test_full_spectrum_jer_is_the_mean_over_the_probe_images_of_the_whole_spectr
 def test_run_record_and_arm_table(tmp_path) -> None:
     meta = {
         "final_loss_mean": 2.5,
-        "jer_regulariser": {"weight": 0.0016, "sham": True, "steps_up": 140, "steps_down": 160},
+        "evaluation_losses": {"shape_presence": 0.21, "slot_shape": 1.3},
+        "jer_regulariser": {
+            "weight": 0.00034,
+            "term": "direction_sham",
+            "steps_acted": 300,
+            "update_share_median": 0.48,
+        },
     }
     write_json(tmp_path / "meta.json", meta)
     record = run_record(tmp_path / "meta.json")
-    assert record == {"final_loss": 2.5, "weight": 0.0016, "steps_up": 140, "steps_down": 160}
+    assert record == {
+        "final_loss": 2.5,
+        "presence_loss": 0.21,
+        "weight": 0.00034,
+        "term": "direction_sham",
+        "steps_acted": 300,
+        "update_share": 0.48,
+    }
     write_json(tmp_path / "plain.json", {"final_loss_mean": 2.0})
-    assert run_record(tmp_path / "plain.json")["weight"] == 0.0
+    plain = run_record(tmp_path / "plain.json")
+    assert plain["weight"] == 0.0 and math.isnan(plain["presence_loss"])
     write_json(tmp_path / "bad.json", {})
     with pytest.raises(StoreError, match="final_loss_mean"):
         run_record(tmp_path / "bad.json")
@@ -206,6 +308,9 @@ def test_run_record_and_arm_table(tmp_path) -> None:
             "binding_cosine_ci_high": [0.45, 0.55],
             "same_different": [0.7, 0.8],
             "jer": [26.0, 27.0],
+            "g_pr": [0.1, 0.2],
+            "g_iso": [0.5, 0.6],
+            "l_iso_k5": [0.7, 0.8],
         }
     )
     cells = [
@@ -213,10 +318,8 @@ def test_run_record_and_arm_table(tmp_path) -> None:
         {"base": "x", "dose": 0.3, "arm": "sham", "seed": 0, "model": "b"},
     ]
     arms = arm_table(cells, table, {"b": record}, "binding_cosine")
-    assert arms["binding"].tolist() == [0.4, 0.5] and arms["binding_ci_low"].tolist() == [
-        0.35,
-        0.45,
-    ]
+    assert arms["binding"].tolist() == [0.4, 0.5] and arms["g_pr"].tolist() == [0.1, 0.2]
+    assert arms["l_iso_k5"].tolist() == [0.7, 0.8]
     assert math.isnan(arms.loc[0, "final_loss"]) and arms.loc[1, "final_loss"] == 2.5
     with pytest.raises(StoreError, match="'c'"):
         arm_table([{**cells[0], "model": "c"}], table, {}, "binding_cosine")
@@ -225,7 +328,7 @@ def test_run_record_and_arm_table(tmp_path) -> None:
 def test_a_run_listed_for_two_cells_is_refused_naming_them() -> None:
     from repdiag.common.replication import ReplicationError
 
-    arms = screen_losses(arms_frame(), 2.0)
-    arms.loc[arms["model"] == "causal_1_sham_s1", "model"] = "causal_1_sham_s0"
-    with pytest.raises(ReplicationError, match="causal_1 sham seed 0, causal_1 sham seed 1"):
+    arms = arms_frame()
+    arms.loc[arms["model"] == "causal_0p3_sham_s1", "model"] = "causal_0p3_sham_s0"
+    with pytest.raises(ReplicationError, match="causal_0p3 sham seed 0, causal_0p3 sham seed 1"):
         causal_contrasts(arms, 0.95)

@@ -1,4 +1,5 @@
-"""binding_causal: the arms of each base per seed, equal apart from the JER term at one strength."""
+"""binding_causal: the arms of each base per seed, equal apart from the push, each with the term
+and sign of its arm."""
 
 from __future__ import annotations
 
@@ -42,36 +43,38 @@ def test_the_test_base_passes_and_names_its_arms() -> None:
         ("plain", 0, "simclr"),
         ("raise", 0, "jer_raise_s0"),
         ("sham", 0, "jer_sham_s0"),
+        ("null", 0, "jer_null_s0"),
     ]
-    assert causal_models(config) == ["jer_raise_s0", "jer_sham_s0"]
-    assert causal_members(config) == ["jer_raise_s0", "jer_sham_s0", "simclr"]
+    # the plain arm names an existing run (simclr): only the arms' own runs are on request
+    assert causal_models(config) == ["jer_null_s0", "jer_raise_s0", "jer_sham_s0"]
+    assert causal_members(config) == ["jer_null_s0", "jer_raise_s0", "jer_sham_s0", "simclr"]
     assert calibration_runs(config) == ["jer_raise_s0"]
     assert causal_models(load_config(REPO / "config" / "test.yaml")) == []
 
 
-def test_the_default_declares_four_arms_x_four_seeds_on_two_dose_bases() -> None:
+def test_the_default_declares_six_arms_x_ten_seeds_on_one_base_all_trained_on_request() -> None:
     config = load_config(REPO / "config/config.yaml")
     check_causal_config(config)
     cells = causal_cells(config)
-    assert {c["base"] for c in cells} == {"causal_0p3", "causal_1"}
-    assert {(c["base"], c["dose"]) for c in cells} == {("causal_0p3", 0.3), ("causal_1", 1.0)}
-    for base in ("causal_0p3", "causal_1"):
-        arms = [(c["arm"], c["seed"]) for c in cells if c["base"] == base]
-        assert sorted(arms) == sorted(
-            (a, s) for a in ("plain", "raise", "lower", "sham") for s in range(4)
-        )
-    plain = {c["model"] for c in cells if c["arm"] == "plain"}
-    assert plain == {f"dose_{d}_s{s}" for d in ("0p3", "1") for s in range(4)}  # trained once
-    assert len(causal_models(config)) == 24 and not plain & set(causal_models(config))
-    assert calibration_runs(config) == ["causal_0p3_raise_s0", "causal_1_raise_s0"]
+    assert {(c["base"], c["dose"]) for c in cells} == {("causal_0p3", 0.3)}
+    arms = sorted((c["arm"], c["seed"]) for c in cells)
+    assert arms == sorted(
+        (a, s) for a in ("plain", "raise", "lower", "sham", "geometry", "null") for s in range(10)
+    )
+    # every arm, plain included, is the target's own run: trained together, on one machine
+    assert len(causal_models(config)) == 60 == len(causal_members(config))
+    assert calibration_runs(config) == ["causal_0p3_raise_s0"]
     runs = config["zoo"]["objectives"]
-    for base in ("causal_0p3", "causal_1"):
-        weights = {
-            arm: runs[f"{base}_{arm}_s2"]["jer_regulariser"] for arm in ("raise", "lower", "sham")
-        }
-        w = weights["raise"]["weight"]
-        assert w > 0 and weights["lower"]["weight"] == -w
-        assert weights["sham"]["weight"] == w and weights["sham"]["sham"] is True
+    regulariser = {
+        arm: runs[f"causal_0p3_{arm}_s2"].get("jer_regulariser") or {}
+        for arm in ("plain", "raise", "lower", "sham", "geometry", "null")
+    }
+    w = regulariser["raise"]["weight"]
+    assert w > 0 and regulariser["raise"].get("term", "jer") == "jer"
+    assert -w < regulariser["lower"]["weight"] < 0  # gentler
+    assert (regulariser["sham"]["weight"], regulariser["sham"]["term"]) == (w, "direction_sham")
+    assert regulariser["geometry"]["term"] == "global_pr" and regulariser["geometry"]["weight"] > 0
+    assert 0 < regulariser["null"]["weight"] <= 1e-6 and regulariser["plain"]["weight"] == 0.0
 
 
 def test_no_section_is_no_arm() -> None:
@@ -89,14 +92,27 @@ def arm_patch(raw: dict, arm: str) -> dict:
         (lambda c: arm_patch(c, "raise").update(lr=0.01), r"differ in \['lr'\]"),
         (
             lambda c: arm_patch(c, "raise")["jer_regulariser"].update(weight=-0.5),
-            "raise weight > 0",
+            "raise term jer and weight > 0",
         ),
-        (lambda c: arm_patch(c, "sham")["jer_regulariser"].pop("sham"), "sham: true"),
+        (
+            lambda c: arm_patch(c, "sham")["jer_regulariser"].pop("term"),
+            "sham term direction_sham",
+        ),
         (
             lambda c: arm_patch(c, "sham")["jer_regulariser"].update(weight=0.2),
-            r"\|weight\| \[0.2, 0.5\]",
+            "the sham's weight 0.2 is not the raise arm's 0.5",
         ),
-        (lambda c: c["series"]["jer"]["axes"]["arm"]["patches"].pop("sham"), "needs plain, sham"),
+        (
+            lambda c: arm_patch(c, "null")["jer_regulariser"].update(weight=0.01),
+            r"null 0 < \|weight\| <= 1e-06",
+        ),
+        (lambda c: c["series"]["jer"]["axes"]["arm"]["patches"].pop("null"), r"lacks \['null'\]"),
+        (
+            lambda c: c["series"]["jer"]["axes"]["arm"]["patches"].update(
+                lower={"jer_regulariser": {"weight": -0.9, "images": 2, "probes": 1}}
+            ),
+            "exceeds the raise arm's",
+        ),
         (
             lambda c: c["series"]["jer"]["axes"]["arm"]["patches"].update(extra={}),
             "unknown arm 'extra'",

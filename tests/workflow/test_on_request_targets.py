@@ -1,5 +1,5 @@
-"""The targets built on request only, on config/test.yaml: binding_causal (a raise and a sham
-arm against each other and the plain run), binding_families (two objectives x two seeds through
+"""The targets built on request only, on config/test.yaml: binding_causal (a raise, a sham and a
+null arm against the plain run), binding_families (two objectives x two seeds through
 the main study's statistics) and identifiability_check (the like-for-like cells), run once in a
 copy of the shared workflow run (they are not part of `rule all`)."""
 
@@ -30,16 +30,19 @@ JER_SETTINGS = {"weight": 0.5, "images": 2, "probes": 1}
 
 def add_jer_up(config: dict) -> None:
     """config/test.yaml (as read from YAML) plus binding_causal's path: the causal base `jer`,
-    simclr's run at seed 0 with a plain arm (simclr itself), a raise arm and a sham arm (kept out
-    of config/test.yaml, so `rule all` there is unchanged)."""
+    simclr's run at seed 0 with a plain arm (simclr itself), a raise, a direction-sham and a null
+    arm (kept out of config/test.yaml, so `rule all` there is unchanged)."""
     raise_arm = {"jer_regulariser": dict(JER_SETTINGS)}
-    sham_arm = {"jer_regulariser": {**JER_SETTINGS, "sham": True}}
+    sham_arm = {"jer_regulariser": {**JER_SETTINGS, "term": "direction_sham"}}
+    null_arm = {"jer_regulariser": {"weight": 1e-9, "term": "global_pr"}}
     config.setdefault("series", {})["jer"] = {
         "name": "jer_{arm}_s{seed}",
         "family": "jer_intervention",
         "run": {**config["zoo"]["objectives"]["simclr"], "objective": "simclr"},
         "axes": {
-            "arm": {"patches": {"plain": {}, "raise": raise_arm, "sham": sham_arm}},
+            "arm": {
+                "patches": {"plain": {}, "raise": raise_arm, "sham": sham_arm, "null": null_arm}
+            },
             "seed": {"set": "seed", "values": [0]},
         },
         "existing": {"jer_plain_s0": "simclr"},
@@ -97,38 +100,48 @@ def extras(on_request: Path) -> Path:
     return on_request
 
 
-def test_the_arms_are_compared_per_seed_against_the_sham_and_plain(extras: Path) -> None:
+def test_the_arms_are_compared_per_seed_against_plain_with_their_push(extras: Path) -> None:
     results = extras / "results" / "binding_causal"
     arms = pd.read_csv(results / "arms.csv")
     assert arms[["arm", "seed", "model"]].values.tolist() == [
         ["plain", 0, "simclr"],
         ["raise", 0, "jer_raise_s0"],
         ["sham", 0, "jer_sham_s0"],
+        ["null", 0, "jer_null_s0"],
     ]
-    finite = ["binding", "same_different", "jer", "pr_full", "pr2_full", "final_loss"]
+    finite = ["binding", "same_different", "jer", "pr_full", "pr2_full", "g_pr", "final_loss"]
     assert np.isfinite(arms[finite].astype(float)).all().all()
-    assert not arms["left_out"].any()  # one plain seed: no spread, nothing left out
     meta = read_json(extras / "results" / "zoo" / "jer_sham_s0" / "meta.json")
     record = meta["jer_regulariser"]
-    assert meta["family"] == "jer_intervention" and record["sham"] is True
-    assert record["steps_up"] + record["steps_down"] == 3
-    sham = arms.set_index("model").loc["jer_sham_s0"]
-    assert (sham["steps_up"], sham["steps_down"]) == (record["steps_up"], record["steps_down"])
-    assert sham["final_loss"] == pytest.approx(meta["final_loss_mean"])
+    assert meta["family"] == "jer_intervention" and record["term"] == "direction_sham"
+    assert record["steps_acted"] == 3 and record["push_norm"] > 0
+    by_model = arms.set_index("model")
+    assert by_model.loc["jer_sham_s0", "final_loss"] == pytest.approx(meta["final_loss_mean"])
+    # the displacement read from the saved weights and push: the null arm's is the smallest
+    assert by_model.loc["simclr", "distance"] == 0.0
+    assert 0 < by_model.loc["jer_null_s0", "distance"] < by_model.loc["jer_raise_s0", "distance"]
+    assert by_model.loc["jer_raise_s0", "along_push"] > 0  # the raise run moved along its push
+    assert (extras / "results" / "zoo" / "jer_raise_s0" / "push.safetensors").is_file()
+    assert not (extras / "results" / "zoo" / "simclr" / "push.safetensors").exists()
     contrasts = pd.read_csv(results / "contrasts.csv")
-    primary = contrasts[(contrasts["metric"] == "binding") & (contrasts["reference"] == "sham")]
-    assert sorted(primary["arm"]) == ["plain", "raise"]
+    primary = contrasts[(contrasts["family"] == "primary") & (contrasts["metric"] == "binding")]
+    assert sorted(primary["arm"]) == ["raise", "sham"] and set(primary["reference"]) == {"plain"}
     assert (primary["n"] == 1).all() and (primary["unit"] == "training run (seed)").all()
-    by_model = arms.set_index("model")["binding"]
     up = primary.set_index("arm").loc["raise", "mean"]
-    assert up == pytest.approx(by_model["jer_raise_s0"] - by_model["jer_sham_s0"])
-    checks = contrasts[contrasts["role"] == "manipulation"]
-    assert set(checks["metric"]) == {"jer", "pr_full", "pr2_full"}
+    assert up == pytest.approx(
+        by_model.loc["jer_raise_s0", "binding"] - by_model.loc["simclr", "binding"]
+    )
+    assert set(contrasts.loc[contrasts["family"] == "floor", "arm"]) == {"null"}
+    checks = contrasts[contrasts["family"] == "manipulation"]
+    assert {"jer", "pr_full", "pr2_full", "g_pr", "g_iso"} <= set(checks["metric"])
+    displacement = pd.read_csv(results / "displacement.csv").set_index("arm")
+    assert displacement.loc["raise", "along_push_vs_raise"] == pytest.approx(1.0)
     calibration = pd.read_csv(results / "calibration.csv")
-    assert calibration["run"].tolist() == ["jer_raise_s0"] and calibration["weight"][0] == 0.5
-    assert calibration["ratio_median"][0] > 0
+    assert calibration["run"].tolist() == ["jer_raise_s0"] * 2
+    assert set(calibration["term"]) == {"jer", "global_pr"}
+    assert (calibration["share_per_unit_weight_median"] > 0).all()
     summary = (results / "summary.md").read_text()
-    assert "Primary estimate" in summary and "training run (seed)" in summary
+    assert "Primary family" in summary and "training run (seed)" in summary
     image = mpimg.imread(extras / "results" / "figures" / "binding_causal.png")
     assert image.shape[0] > 200 and image.std() > 0
 
@@ -138,7 +151,7 @@ def test_the_main_study_leaves_the_regularised_models_out(workflow_run: Path, ex
     assert "jer_raise_s0" not in set(models["model"]) and "simclr" in set(models["model"])
     assert not (workflow_run / "results" / "zoo" / "jer_raise_s0").exists()  # not in rule all
     causal = pd.read_csv(extras / "results" / "binding_causal" / "models.csv")
-    assert sorted(causal["model"]) == ["jer_raise_s0", "jer_sham_s0", "simclr"]
+    assert sorted(causal["model"]) == ["jer_null_s0", "jer_raise_s0", "jer_sham_s0", "simclr"]
 
 
 def test_binding_alone_plans_no_job_of_the_on_request_models(tmp_path: Path) -> None:
@@ -148,7 +161,7 @@ def test_binding_alone_plans_no_job_of_the_on_request_models(tmp_path: Path) -> 
     assert "simclr" in named
     assert not {"jer_raise_s0", "jer_sham_s0", *NEW_FAMILY_RUNS} & named
     causal = plan(workdir, "binding_causal")
-    assert "jer_raise_s0" in wildcard_values(causal, "train_zoo", "objective")
+    assert "jer_raise_s0" in wildcard_values(causal, "train_zoo_pushed", "objective")
     families = plan(workdir, "binding_families")
     assert set(wildcard_values(families, "train_zoo", "objective")) == set(FAMILY_RUNS)
     assert set(wildcard_values(families, "compute_metrics", "model")) == set(FAMILY_RUNS)

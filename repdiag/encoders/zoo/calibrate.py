@@ -87,10 +87,12 @@ def step_shares(
     spec: Mapping[str, Any],
     step: int,
     gen: torch.Generator,
+    regulariser: RegulariserSettings,
 ) -> dict[str, float]:
     """Per term of :data:`TERMS_MEASURED`, the share of the AdamW step a unit-weight push would
     take at the current weights and optimizer state (:func:`update_share`, the learning rate of
-    ``step``), leaving weights, buffers, optimizer and ``gen`` as they were."""
+    ``step``; the PR2 estimate on ``regulariser``'s images and probes), leaving weights, buffers,
+    optimizer and ``gen`` as they were."""
     state = {name: value.clone() for name, value in objective.state_dict().items()}
     gen_state = gen.get_state()
     trainable = [p for _, p in objective.trainable_parameters()]
@@ -105,7 +107,7 @@ def step_shares(
         clip = clip_coefficient(all_grads, spec["grad_clip"])
         shares = {}
         for term in TERMS_MEASURED:
-            settings = replace(RegulariserSettings.of(spec), term=term, weight=1.0)
+            settings = replace(regulariser, term=term, weight=1.0)
             value = term_value(objective, batch, settings, probe_generator(spec["seed"], step))
             term_grads = torch.autograd.grad(value, params, allow_unused=True)
             push = [None if g is None else -g for g in term_grads]
@@ -125,6 +127,7 @@ def measured_steps(total: int, every: int) -> list[int]:
 def pilot(spec: Mapping[str, Any], settings: PilotSettings) -> pd.DataFrame:
     """One row per measured step of the plain run of ``spec`` and term (module docstring):
     ``run``, ``step``, ``term``, ``share_per_unit_weight``."""
+    measured_with = RegulariserSettings.of(spec)  # its images and probes
     plain = {**spec, "jer_regulariser": {}}
     objective, _ = build_objective(plain)
     objective.train()
@@ -139,7 +142,9 @@ def pilot(spec: Mapping[str, Any], settings: PilotSettings) -> pd.DataFrame:
             scenes = scene_batch(
                 objective.scenes, plain["scenes"]["seed"], step, plain["batch_size"]
             )
-            shares = step_shares(objective, optimizer, to_batch(scenes, device), plain, step, gen)
+            shares = step_shares(
+                objective, optimizer, to_batch(scenes, device), plain, step, gen, measured_with
+            )
             rows.extend(
                 {"run": spec["run"], "step": step, "term": term, "share_per_unit_weight": share}
                 for term, share in shares.items()

@@ -3,7 +3,6 @@ missing, truncated or mismatched checkpoint is a clear error."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 
@@ -263,68 +262,6 @@ def test_stop_at_zero_is_the_initialisation(tiny_spec):
     assert start.meta["steps_trained"] == 0 and start.losses == control.losses
 
 
-def test_jer_penalty_is_the_estimator_on_the_eval_mode_backbone_and_differentiable(tiny_spec):
-    from repdiag.encoders.jer_estimator import estimate_pr2
-    from repdiag.encoders.zoo.scenes import scene_batch
-    from repdiag.encoders.zoo.train import build_objective, jer_penalty, to_batch
-
-    objective, _ = build_objective(tiny_spec("supervised_resnet"))
-    objective.train()
-    batch = to_batch(scene_batch(objective.scenes, 1, 0, 8), "cpu")
-    settings = {"weight": 1.0, "images": 3, "probes": 2}
-    got = jer_penalty(objective, batch, settings, torch.Generator().manual_seed(5))
-    assert objective.backbone.training  # restored after the eval-mode pass
-    objective.backbone.eval()
-    x = objective.normalize(batch.images[:3])
-    expected = estimate_pr2(objective.backbone, x, 2, torch.Generator().manual_seed(5)).mean()
-    assert got.item() == pytest.approx(expected.item(), rel=1e-6)
-    objective.backbone.train()
-    got.backward()
-    grads = [p.grad for _, p in objective.trainable_parameters() if p.grad is not None]
-    assert grads and any(g.abs().sum() > 0 for g in grads)
-
-
-def test_jer_regulariser_off_is_the_plain_run_and_its_gradient_moves_the_estimate(tiny_spec):
-    """weight 0 is the plain run bit for bit; with the probes held fixed, a small step along the
-    penalty's gradient raises the estimate and a step against it lowers it (first order), which
-    is the direction the regulariser's sign asks for. Whether a trained run ends with another JER
-    is for the exact engine to measure, not for this test."""
-    from repdiag.encoders.zoo.scenes import scene_batch
-    from repdiag.encoders.zoo.train import build_objective, jer_penalty, to_batch
-
-    spec = tiny_spec("supervised_resnet", steps=3)
-    plain = train(spec)
-    off = train({**spec, "jer_regulariser": {"weight": 0.0}})
-    assert off.losses == plain.losses and "jer_regulariser" not in off.meta
-    on = train({**spec, "jer_regulariser": {"weight": 0.5, "images": 2, "probes": 2}})
-    assert on.losses[0] == plain.losses[0] and on.losses != plain.losses
-    assert on.meta["jer_regulariser"]["weight"] == 0.5
-    assert math.isfinite(on.meta["jer_regulariser"]["estimate_last_mean"])
-
-    objective, _ = build_objective(spec)
-    batch = to_batch(scene_batch(objective.scenes, 1, 0, 8), "cpu")
-    settings = {"images": 2, "probes": 4}
-    params = [p for _, p in objective.trainable_parameters()]
-
-    def penalty() -> torch.Tensor:
-        return jer_penalty(objective, batch, settings, torch.Generator().manual_seed(9))
-
-    start = penalty()
-    grads = torch.autograd.grad(start, params, allow_unused=True)
-    moved = {}
-    for sign in (1.0, -1.0):
-        with torch.no_grad():
-            for p, g in zip(params, grads, strict=True):
-                if g is not None:
-                    p.add_(sign * 1e-3 * g)
-        moved[sign] = penalty().detach().item()
-        with torch.no_grad():
-            for p, g in zip(params, grads, strict=True):
-                if g is not None:
-                    p.sub_(sign * 1e-3 * g)
-    assert moved[1.0] > start.detach().item() > moved[-1.0]
-
-
 def test_arrangement_groups_change_the_batches_and_nothing_else(tiny_spec):
     """A grouped run is normalised like the plain run and starts from the same weights; it trains
     on other batches (so another loss) and records its grouping in meta.json."""
@@ -342,110 +279,6 @@ def test_arrangement_groups_change_the_batches_and_nothing_else(tiny_spec):
     plain, run = train(spec), train(grouped)
     assert run.losses != plain.losses
     assert run.meta["arrangement_groups"] == 4 and "arrangement_groups" not in plain.meta
-
-
-def test_the_sham_sign_stream_is_seeded_balanced_and_its_own():
-    """A pure function of (seed, step): the same seed repeats it, another seed gives another
-    stream, half the steps push up; drawing it leaves torch's global generator alone."""
-    from repdiag.encoders.zoo.train import sham_sign
-
-    before = torch.random.get_rng_state()
-    signs = [sham_sign(3, step) for step in range(2000)]
-    assert torch.equal(before, torch.random.get_rng_state())
-    assert set(signs) == {1.0, -1.0}
-    assert signs == [sham_sign(3, step) for step in range(2000)]
-    assert signs != [sham_sign(4, step) for step in range(2000)]
-    # binomial(2000, 1/2): the share of +1 lies in [0.45, 0.55] with probability 1 - 1e-5
-    assert 0.45 < np.mean(np.asarray(signs) > 0) < 0.55
-    torch.manual_seed(123)  # the global generator does not enter
-    assert signs[:50] == [sham_sign(3, step) for step in range(50)]
-
-
-def test_the_sham_step_is_the_raise_or_lower_step_of_its_sign_and_draws_no_augmentation(
-    tiny_spec,
-):
-    """At each step the sham takes exactly the raise arm's step (sign +1) or the lower arm's
-    (sign -1) from the same weights: the same term at the same strength, so the same gradient
-    norm. The augmentation generator ends in the state of the plain run's: the signs come from
-    their own stream."""
-    from repdiag.encoders.zoo.train import (
-        build_objective,
-        make_optimizer,
-        regulariser_weight,
-        sham_sign,
-        train_step,
-    )
-
-    base = tiny_spec("supervised_resnet", steps=4)
-    settings = {"weight": 0.5, "images": 2, "probes": 1}
-    arms = {
-        "plain": base,
-        "raise": {**base, "jer_regulariser": settings},
-        "lower": {**base, "jer_regulariser": {**settings, "weight": -0.5}},
-        "sham": {**base, "jer_regulariser": {**settings, "sham": True}},
-    }
-    signs = [sham_sign(base["seed"], step) for step in range(4)]
-    assert [regulariser_weight(arms["sham"], step) for step in range(4)] == [0.5 * s for s in signs]
-    assert set(signs) == {1.0, -1.0}  # seed 0's first four steps push both ways
-    sham_objective, _ = build_objective(arms["sham"])
-    sham_optimizer = make_optimizer(sham_objective, base)
-    sham_gen = torch.Generator().manual_seed(base["seed"])
-    for step, sign in enumerate(signs):
-        arm = "raise" if sign > 0 else "lower"
-        objective, _ = build_objective(arms[arm])
-        objective.load_state_dict(sham_objective.state_dict())
-        optimizer = make_optimizer(objective, base)
-        # a deep copy: load_state_dict keeps the moment tensors it is given, which the sham's
-        # own step would then update in place
-        optimizer.load_state_dict(copy.deepcopy(sham_optimizer.state_dict()))
-        gen = torch.Generator().manual_seed(base["seed"])
-        gen.set_state(sham_gen.get_state())
-        train_step(objective, optimizer, arms[arm], step, gen)
-        train_step(sham_objective, sham_optimizer, arms["sham"], step, sham_gen)
-        for a, b in zip(
-            objective.state_dict().values(), sham_objective.state_dict().values(), strict=True
-        ):
-            assert torch.equal(a, b)
-    plain_objective, _ = build_objective(base)
-    plain_gen = torch.Generator().manual_seed(base["seed"])
-    plain_optimizer = make_optimizer(plain_objective, base)
-    for step in range(4):
-        train_step(plain_objective, plain_optimizer, base, step, plain_gen)
-    assert torch.equal(plain_gen.get_state(), sham_gen.get_state())
-
-
-def test_a_sham_at_weight_0_is_the_plain_run_bit_for_bit_and_records_its_signs(tiny_spec):
-    spec = tiny_spec("supervised_resnet", steps=3)
-    plain = train(spec)
-    off = train({**spec, "jer_regulariser": {"weight": 0.0, "sham": True, "images": 2}})
-    assert off.losses == plain.losses and "jer_regulariser" not in off.meta
-    for a, b in zip(
-        plain.backbone.state_dict().values(), off.backbone.state_dict().values(), strict=True
-    ):
-        assert torch.equal(a, b)
-    sham = train({**spec, "jer_regulariser": {"weight": 0.5, "sham": True, "images": 2}})
-    from repdiag.encoders.zoo.train import sham_sign
-
-    ups = sum(sham_sign(spec["seed"], step) > 0 for step in range(3))
-    record = sham.meta["jer_regulariser"]
-    assert (record["steps_up"], record["steps_down"]) == (ups, 3 - ups)
-    assert record["sham"] is True and sham.losses != plain.losses
-
-
-def test_start_fraction_regularises_the_last_steps_only(tiny_spec):
-    """start_fraction 0.5 of 4 steps: steps 0 and 1 are the plain run's (same losses up to the
-    loss of step 2, taken before its update), the updates from step 2 on carry the term."""
-    from repdiag.encoders.zoo.train import regulariser_weight
-
-    spec = tiny_spec("supervised_resnet", steps=4)
-    late = {**spec, "jer_regulariser": {"weight": 0.5, "images": 2, "start_fraction": 0.5}}
-    assert [regulariser_weight(late, step) for step in range(4)] == [0.0, 0.0, 0.5, 0.5]
-    plain, run = train(spec), train(late)
-    assert run.losses[:3] == plain.losses[:3] and run.losses[3] != plain.losses[3]
-    assert (run.meta["jer_regulariser"]["steps_up"], run.meta["jer_regulariser"]["steps_down"]) == (
-        2,
-        0,
-    )
 
 
 def same_weights(a, b) -> bool:
