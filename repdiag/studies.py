@@ -45,6 +45,7 @@ TARGETS: tuple[Target, ...] = (
     Target("binding", "binding", priority=10),
     Target("binding_causal", "binding", on_request=True),  # the JER intervention
     Target("binding_families", "binding", on_request=True),  # the objectives at 3000 steps
+    Target("binding_replicate", "binding", on_request=True),  # the dose series drawn again
     Target("identifiability", "identifiability"),
     Target("identifiability_check", "identifiability", on_request=True),  # the authors' runs
     Target("alignment", "alignment"),

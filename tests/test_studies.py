@@ -39,6 +39,7 @@ def test_targets_are_named_once_and_the_main_study_goes_first():
     assert [t.name for t in TARGETS if t.on_request] == [
         "binding_causal",
         "binding_families",
+        "binding_replicate",
         "identifiability_check",
     ]
     with pytest.raises(KeyError, match="no workflow target 'nope'"):

@@ -24,6 +24,7 @@ CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.stats_options:check_stats_config",
     "repdiag.binding.causal_options:check_causal_config",
     "repdiag.binding.family_options:check_family_config",
+    "repdiag.binding.replicate_options:check_replicate_config",
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 

@@ -27,7 +27,7 @@ from typing import Any
 from repdiag.common.families import JER_INTERVENTION_FAMILY
 from repdiag.core.errors import ConfigError
 from repdiag.core.series import named_series, series_cells
-from repdiag.encoders.zoo.spec import run_spec
+from repdiag.encoders.zoo.spec import NULL_MAX_WEIGHT, pushed_runs, run_spec
 
 ARMS = ("plain", "raise", "lower", "sham", "geometry", "null")
 """The arms of a base, in table order."""
@@ -35,8 +35,6 @@ ARMS = ("plain", "raise", "lower", "sham", "geometry", "null")
 REQUIRED_ARMS = ("plain", "raise", "sham", "null")
 """The arms every seed of a base has: the contrasts are against plain, read against null."""
 
-NULL_MAX_WEIGHT = 1e-6
-"""The largest |weight| of a null arm: a push that changes nothing but the rounding."""
 
 SPEC_KEYS_MANIPULATED = ("run", "family", "jer_regulariser")
 """What an arm's spec may differ in from its plain run's: nothing else is manipulated."""
@@ -87,6 +85,13 @@ def causal_models(config: Mapping[str, Any]) -> list[str]:
 def causal_members(config: Mapping[str, Any]) -> list[str]:
     """Every model the causal analysis reads: each arm's, plain included, once."""
     return sorted({cell["model"] for cell in causal_cells(config)})
+
+
+def causal_pushed(config: Mapping[str, Any]) -> list[str]:
+    """The members whose run carries a push (every arm but plain): their cumulative push enters
+    the displacement (rule causal_effects reads their push.safetensors)."""
+    pushed = set(pushed_runs(config))
+    return [cell["model"] for cell in causal_cells(config) if cell["run"] in pushed]
 
 
 def _check_model(config: Mapping[str, Any], cell: Mapping[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from repdiag.binding.causal_options import causal_cells, causal_models
 from repdiag.binding.family_options import family_members, family_models
+from repdiag.binding.replicate_options import REPLICATE_DIR, replicate_models
 from repdiag.common.figures import figure_paths
 
 TABLES = (
@@ -34,9 +35,11 @@ FAMILIES_DIR = "results/binding_families"
 
 
 def binding_models(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The main study's models: every model of the config except those built on request only,
-    the JER intervention's regularised arms and the family comparison's runs."""
-    requested_only = set(causal_models(config)) | set(family_models(config))
+    """The main study's models: every model of the config except those built on request only:
+    the JER intervention's arms, the family comparison's runs and the dose series' replicate."""
+    requested_only = (
+        set(causal_models(config)) | set(family_models(config)) | set(replicate_models(config))
+    )
     models = config.get("models") or {}
     return {key: entry for key, entry in models.items() if key not in requested_only}
 
@@ -80,7 +83,15 @@ def causal_outputs(config: Mapping[str, Any]) -> list[str]:
     (nothing when no series is named in binding_causal.series)."""
     if not causal_cells(config):
         return []
-    tables = ("arms.csv", "contrasts.csv", "models.csv", "summary.md")
+    tables = (
+        "arms.csv",
+        "contrasts.csv",
+        "displacement.csv",
+        "binding_per_jer.csv",
+        "plain_associations.csv",
+        "models.csv",
+        "summary.md",
+    )
     return [*(f"results/binding_causal/{name}" for name in tables), *figure_paths("binding_causal")]
 
 
@@ -96,10 +107,24 @@ def family_outputs(config: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def replicate_outputs(config: Mapping[str, Any]) -> list[str]:
+    """`snakemake binding_replicate`: the replicate's dose series and its comparison with the main
+    run's (nothing when no series is named in binding_replicate.series)."""
+    if not replicate_models(config):
+        return []
+    return [
+        f"{REPLICATE_DIR}/models.csv",
+        f"{REPLICATE_DIR}/dose_series.csv",
+        f"{REPLICATE_DIR}/comparison.csv",
+        f"{REPLICATE_DIR}/comparison.md",
+    ]
+
+
 def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """The final outputs of each of the binding study's targets."""
     return {
         "binding": main_outputs(config),
         "binding_causal": causal_outputs(config),
         "binding_families": family_outputs(config),
+        "binding_replicate": replicate_outputs(config),
     }

@@ -8,7 +8,7 @@ CAUSAL_CELLS = repdiag.binding.causal_options.causal_cells(config)
 CAUSAL_MEMBERS = repdiag.binding.causal_options.causal_members(config)
 CALIBRATION_RUNS = repdiag.binding.causal_options.calibration_runs(config)
 # the arms with a push (every arm but plain): their cumulative push enters the displacement
-CAUSAL_PUSHED = [key for key in CAUSAL_MEMBERS if ZOO_MODEL_RUNS[key] in PUSHED_RUNS]
+CAUSAL_PUSHED = repdiag.binding.causal_options.causal_pushed(config)
 
 
 rule causal_calibration:

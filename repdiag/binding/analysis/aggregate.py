@@ -29,7 +29,7 @@ from repdiag.binding.stats_options import GEOMETRY, READOUTS, StatsSettings, cov
 from repdiag.common.tables import json_number
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json
-from repdiag.encoders.zoo.spec import binding_dose
+from repdiag.encoders.zoo.spec import NULL_MAX_WEIGHT, binding_dose
 
 
 def read_metrics(path: str | Path) -> dict[str, Any]:
@@ -103,12 +103,17 @@ ZOO_COLUMNS = (
 def dose_of(meta: Mapping[str, Any]) -> float:
     """The binding dose lambda of a zoo run (its slot-label weight beside presence labels): 0 for
     a presence-supervised run told no slots, NaN for every run outside the dose series (other
-    labels or objectives, the random-initialised control, JER-regularised runs)."""
+    labels or objectives, the random-initialised control, runs with a push). A run whose push is
+    null (|weight| <= NULL_MAX_WEIGHT: the dose series' replicate, binding_causal's null arm)
+    keeps its dose: it is another draw of the same design."""
     hparams = meta.get("hparams") or {}
     if meta.get("objective") != "supervised" or hparams.get("label") != "shape_presence":
         return math.nan
-    if meta.get("family") in (CONTROL_FAMILY, JER_INTERVENTION_FAMILY):
-        return math.nan  # steps: 0 is a control; a regularised run is binding_causal's, not a dose
+    if meta.get("family") == CONTROL_FAMILY:
+        return math.nan  # steps: 0 is a control
+    push = abs(float((meta.get("jer_regulariser") or {}).get("weight") or 0.0))
+    if meta.get("family") == JER_INTERVENTION_FAMILY and push > NULL_MAX_WEIGHT:
+        return math.nan  # a regularised run is binding_causal's, not a dose
     return binding_dose(str(meta["objective"]), hparams)
 
 

@@ -91,6 +91,13 @@ def zoo_runs(config: Mapping[str, Any]) -> list[str]:
     return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
 
 
+NULL_MAX_WEIGHT = 1e-6
+"""The largest |weight| of a null push (``jer_regulariser``): one that changes a run only
+through rounding, so its effect is training's chaos, not the term's aim (binding_causal's null
+arm, the dose series' replicate). Such a run stays in the dose series
+(repdiag.binding.analysis.aggregate.dose_of)."""
+
+
 def pushed_runs(config: Mapping[str, Any]) -> list[str]:
     """The zoo runs with a regulariser (``jer_regulariser.weight`` != 0): their training job
     also writes the cumulative push, ``push.safetensors`` (repdiag.encoders.zoo.regulariser)."""

@@ -77,6 +77,12 @@ def test_dose_of_a_zoo_run():
     slots = {"objective": "supervised", "family": "binding_supervised"}
     assert math.isnan(dose_of({**slots, "hparams": {"label": "slot_shape"}}))
     assert math.isnan(dose_of({"objective": "simclr", "family": "contrastive", "hparams": {}}))
+    # a null push (the replicate, the causal null arm) keeps the dose; a real push does not
+    pushed = {"objective": "supervised", "family": "jer_intervention"}
+    pushed |= {"hparams": {"label": "shape_presence", "slot_weight": 0.3}}
+    assert dose_of({**pushed, "jer_regulariser": {"weight": 1e-9}}) == 0.3
+    assert dose_of({**pushed, "jer_regulariser": {"weight": 1e-6}}) == 0.3
+    assert math.isnan(dose_of({**pushed, "jer_regulariser": {"weight": 2e-6}}))
 
 
 def test_learning_columns_carry_the_run_configuration(tmp_path):

@@ -1,0 +1,77 @@
+# The dose series drawn again (repdiag.binding.replicate_options): the series named in
+# binding_replicate.series, every run with a null push, through the main study's aggregation and
+# statistics, then set beside the main run's dose series verdict by verdict.
+# `snakemake binding_replicate` (after `snakemake binding`); results in results/binding_replicate/.
+import repdiag.binding.replicate_options
+
+REPLICATE_MODELS = repdiag.binding.replicate_options.replicate_models(config)
+REPLICATE_DIR = repdiag.binding.replicate_options.REPLICATE_DIR
+
+
+use rule aggregate_models as replicate_aggregate with:
+    input:
+        metrics=expand("results/metrics/{model}.json", model=REPLICATE_MODELS),
+        jacobians=expand("results/jacobians/{model}.zarr", model=REPLICATE_MODELS),
+        zoo_meta=[
+            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in REPLICATE_MODELS
+        ],
+    output:
+        models=f"{REPLICATE_DIR}/models.csv",
+        depth=f"{REPLICATE_DIR}/depth_profiles.csv",
+        spectra=f"{REPLICATE_DIR}/spectra.csv",
+    log:
+        log_file("replicate_aggregate", "all"),
+    benchmark:
+        bench_file("replicate_aggregate", "all")
+    priority: 0
+    params:
+        models={
+            key: {
+                "family": MODELS[key]["family"],
+                "source": MODELS[key]["source"],
+                "covariates": MODELS[key].get("covariates", {}),
+            }
+            for key in REPLICATE_MODELS
+        },
+        zoo_models=REPLICATE_MODELS,
+        stats={
+            key: config["stats"][key]
+            for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
+        },
+
+
+use rule stats_tables as replicate_tables with:
+    input:
+        models=f"{REPLICATE_DIR}/models.csv",
+        depth=f"{REPLICATE_DIR}/depth_profiles.csv",
+    output:
+        correlations=f"{REPLICATE_DIR}/correlations.csv",
+        ols=f"{REPLICATE_DIR}/ols.csv",
+        ols_summary=f"{REPLICATE_DIR}/ols_summary.txt",
+        partial=f"{REPLICATE_DIR}/partial.csv",
+        families=f"{REPLICATE_DIR}/families.csv",
+        robustness=f"{REPLICATE_DIR}/robustness.csv",
+        dose_series=f"{REPLICATE_DIR}/dose_series.csv",
+        paper_comparison=f"{REPLICATE_DIR}/paper_comparison.csv",
+    log:
+        log_file("replicate_tables", "all"),
+    benchmark:
+        bench_file("replicate_tables", "all")
+    priority: 0
+
+
+rule replicate_comparison:
+    input:
+        main="results/tables/dose_series.csv",
+        replicate=f"{REPLICATE_DIR}/dose_series.csv",
+    output:
+        table=f"{REPLICATE_DIR}/comparison.csv",
+        markdown=f"{REPLICATE_DIR}/comparison.md",
+    log:
+        log_file("replicate_comparison", "all"),
+    benchmark:
+        bench_file("replicate_comparison", "all")
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../../workflow_scripts/binding_replicate_comparison.py"
