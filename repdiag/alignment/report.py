@@ -29,10 +29,10 @@ Decision rules. A difference "holds" (A ahead of B) when, over the seeds both ha
    block (the models of one seed share its data, split and bootstrap draws): rho within each
    seed, its mean over seeds with the 95% t-interval over seeds and the one-sample t p
    (:func:`repdiag.common.replication.block_correlations`) and the exact sign-flip p of the
-   per-seed rhos (up to 10 seeds, :func:`repdiag.common.replication.exact_p`), beside the
+   per-seed rhos (up to 10 seeds, :func:`repdiag.common.exact.exact_p`), beside the
    seed-blocked permutation p of the pooled ranks
    (:func:`repdiag.common.replication.blocked_permutation`; a Monte Carlo p at its floor is
-   printed ``< 1/B``, :func:`repdiag.common.replication.format_p`).
+   printed ``< 1/B``, :func:`repdiag.common.exact.format_p`).
    A run listed twice is refused. Supported when the interval's upper end is below
    ``RHO_FAITHFUL``, not supported when its lower end is at or above it, mixed otherwise; not
    tested with fewer than two seeds of three models. Models with high cycle R^2
@@ -61,6 +61,8 @@ from repdiag.alignment.grid import BASELINES, EXACT_VARIANT
 from repdiag.common import replication as rep
 from repdiag.common.claims import NOT_TESTED, study_claims
 from repdiag.common.claims import verdict as claim_verdict
+from repdiag.common.exact import exact_p, format_p
+from repdiag.common.units import Units, check_units
 
 SUMMARY_COLUMNS = (
     "tr_intervention",
@@ -332,8 +334,8 @@ def seed_blocked_rho(
         for v, f, s in table[["variant", "paired_fraction", "seed"]].to_numpy()
     ]
     cells = tuple(table["cell"].astype(str))
-    units = rep.Units(tuple(runs), tuple(map(str, table["seed"])), "training run", cells)
-    rep.check_units(units, "claim 3 (cycle proxy)")
+    units = Units(tuple(runs), tuple(map(str, table["seed"])), "training run", cells)
+    check_units(units, "claim 3 (cycle proxy)")
     complete = table[["cycle_r2", tr]].notna().all(axis=1).to_numpy()
     x, y = table["cycle_r2"].to_numpy(float)[complete], table[tr].to_numpy(float)[complete]
     units = units.take(complete)
@@ -363,16 +365,16 @@ def _cycle(table: pd.DataFrame, scope: str) -> dict[str, Any]:
     else:
         verdict = "mixed"
     rhos = ", ".join(f"{s}: {v:.3f}" for s, v in per_seed.values.items())
-    p_exact = rep.exact_p(list(per_seed.values.values()))
+    p_exact = exact_p(list(per_seed.values.values()))
     draws = None if permutation.exact else permutation.n_permutations
-    blocked = rep.format_p(permutation.p_two_sided, draws)
+    blocked = format_p(permutation.p_two_sided, draws)
     blocked = blocked if blocked.startswith("<") else f"= {blocked}"  # "p < 5e-05", "p = 0.07"
     kind = "exact" if permutation.exact else "Monte Carlo"
     evidence = (
         f"Spearman rho(cycle R2, {tr}) within each seed ({rhos}), mean {per_seed.mean:.3f}, "
         f"95% t-interval over {per_seed.n_blocks} seeds [{low:.3f}, {high:.3f}], "
         f"p = {per_seed.p:.2g} (one-sample t, H0: rho = 0), exact sign-flip p = "
-        f"{rep.format_p(p_exact)}; seed-blocked permutation p {blocked} "
+        f"{format_p(p_exact)}; seed-blocked permutation p {blocked} "
         f"({permutation.n_permutations} permutations, {kind}); unit: training "
         f"run, {per_seed.n_rows} runs (faithful if rho >= {RHO_FAITHFUL}); "
         + (

@@ -47,13 +47,9 @@ import pandas as pd
 
 from repdiag.binding.analysis.columns import l_iso_columns
 from repdiag.binding.analysis.depth import select_images
-from repdiag.common.replication import (
-    Units,
-    holm,
-    require_independent,
-    sign_flip_p,
-    t_interval,
-)
+from repdiag.common.exact import holm, sign_flip_p
+from repdiag.common.replication import t_interval
+from repdiag.common.units import Units, require_independent
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store, read_json
 from repdiag.encoders.jacobian.store import STORE_CONTRACT

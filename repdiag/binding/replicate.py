@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from repdiag.common.replication import holm
+from repdiag.common.exact import holm
 
 ALPHA = 0.05
 REALISATIONS = ("main", "replicate")

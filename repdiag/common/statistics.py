@@ -1,18 +1,19 @@
-"""Statistics across models: correlations with bootstrap intervals, OLS, partial correlation.
+"""Statistics across models: correlations with bootstrap intervals, partial correlation.
 
 Every function works on a table with one row per model (``results/tables/models.csv`` and the
 studies' own tables). The binding paper (Chung and Kim 2026, Sec. 5) reports Pearson r with
 p-values over its 26 encoders, a bivariate OLS ``binding ~ JER + same_different`` (R^2 = 0.78), and
-a partial correlation that controls for zero-shot accuracy; this module computes the same
-quantities with scipy and statsmodels. Intervals resample *models* (rows) with replacement, seeded,
-and take percentiles.
+a partial correlation that controls for zero-shot accuracy; this module computes the
+correlations with scipy (the OLS with statsmodels in :mod:`repdiag.common.ols`). Intervals
+resample *models* (rows) with replacement, seeded, and take percentiles.
 
 These assume one independent unit per row. Where rows are training runs with seeds as blocks
-and checkpoints nested in runs, the unit is stated and checked in
-:mod:`repdiag.common.replication` (cluster bootstrap over runs, seed-blocked permutation test,
-per-seed slopes with a t-interval over seeds, the seed fixed-effects check), which refuses pooled
-rows. :func:`correlation` and :func:`correlation_table` take the rows' ``units`` too and make the
-same check (:func:`repdiag.common.replication.check_units`) before computing anything.
+and checkpoints nested in runs, the unit is stated in :mod:`repdiag.common.units` and the
+statistics over it are in :mod:`repdiag.common.replication` (cluster bootstrap over runs,
+seed-blocked permutation test, per-seed slopes with a t-interval over seeds, the seed
+fixed-effects check), which refuses pooled rows. :func:`correlation` and
+:func:`correlation_table` take the rows' ``units`` too and make the same check
+(:func:`repdiag.common.units.check_units`) before computing anything.
 
 With fewer rows than ``min_models`` (or than a statistic needs) a function returns NaN values and
 a ``note`` saying why, never an exception: a run with three models still writes its tables.
@@ -20,19 +21,15 @@ a ``note`` saying why, never an exception: a run with three models still writes 
 
 from __future__ import annotations
 
-import re
-import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
+from repdiag.common.exact import PERMUTATION_DRAWS, exact_correlation_p
+from repdiag.common.units import Units, check_units
 from repdiag.core.errors import ConfigError
-
-if TYPE_CHECKING:  # replication imports this module: a run-time import would be circular
-    from repdiag.common.replication import Units
 
 
 def _scipy_stats():
@@ -47,10 +44,6 @@ NAN = float("nan")
 DEFAULT_MIN_MODELS = 4
 """The fewest models a statistic is computed on unless told otherwise (``stats.min_models``'s
 default in the schema, tested)."""
-PERMUTATION_DRAWS = 100_000
-"""Seeded draws of a Monte Carlo permutation p (:func:`repdiag.common.replication.
-permutation_correlation_p`), and the most permutations enumerated instead: with it every one of
-the n! orders is counted up to n = 8 (8! = 40320), drawn for n = 9 and 10."""
 
 
 def too_few_note(n: int, needed: int, what: str) -> str:
@@ -176,14 +169,12 @@ def correlation(
     Rows where either value is missing are dropped. With fewer than ``min_models`` rows, or a
     constant column, every statistic is NaN and ``note`` says why. ``units``, the unit of each
     row, refuses two rows of one unit and a row without a unit key, naming them
-    (:func:`repdiag.common.replication.check_units`); every caller in repdiag passes them.
-    Up to :data:`repdiag.common.replication.EXACT_N` (10) rows, ``pearson_p_exact`` is the
+    (:func:`repdiag.common.units.check_units`); every caller in repdiag passes them.
+    Up to :data:`repdiag.common.exact.EXACT_N` (10) rows, ``pearson_p_exact`` is the
     two-sided permutation p of r beside the t p
-    (:func:`repdiag.common.replication.exact_correlation_p`: every one of the n! orders of y
+    (:func:`repdiag.common.exact.exact_correlation_p`: every one of the n! orders of y
     when n! <= ``n_perm``, else ``n_perm`` orders drawn with ``seed``); NaN above.
     """
-    from repdiag.common.replication import check_units, exact_correlation_p
-
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if units is not None:
         check_units(units, "correlation", len(x))
@@ -239,7 +230,7 @@ def correlation_table(
     rows are ``units`` (checked by :func:`correlation`). ``n_bootstrap`` and ``n_permutations``
     state the resamples and the permutation draws allowed (``pearson_p_exact`` enumerates every
     order of n rows when n! <= ``n_permutations``:
-    :func:`repdiag.common.replication.permutation_draws`)."""
+    :func:`repdiag.common.exact.permutation_draws`)."""
     require_columns(table, [target, *metrics], "the models table")
     rows = []
     for metric in metrics:
@@ -267,128 +258,6 @@ def require_columns(table: pd.DataFrame, columns: Sequence[str], what: str) -> N
         raise ConfigError(
             f"{what} has no column(s) {missing}; available: {', '.join(map(str, table.columns))}"
         )
-
-
-# --------------------------------------------------------------------------- OLS
-
-
-@dataclass
-class OLSFit:
-    """One ordinary-least-squares fit: fit statistics, a coefficient table and statsmodels' summary."""
-
-    response: str
-    predictors: list[str]
-    n: int
-    r2: float = NAN
-    adj_r2: float = NAN
-    f_pvalue: float = NAN
-    aic: float = NAN
-    coefficients: pd.DataFrame = field(default_factory=pd.DataFrame)
-    summary: str = ""
-    note: str = ""
-
-    @property
-    def formula(self) -> str:
-        return f"{self.response} ~ {' + '.join(self.predictors)}"
-
-
-COEFFICIENT_COLUMNS = ["term", "coef", "se", "t", "p", "ci_low", "ci_high"]
-
-
-def fit_ols(
-    table: pd.DataFrame,
-    response: str,
-    predictors: Sequence[str],
-    *,
-    confidence: float = 0.95,
-    min_models: int = DEFAULT_MIN_MODELS,
-) -> OLSFit:
-    """``response ~ 1 + predictors`` by statsmodels OLS on the complete rows of ``table``.
-
-    R^2 = 1 - RSS/TSS, adjusted R^2 = 1 - (1 - R^2)(n - 1)/(n - p - 1); standard errors from
-    s^2 (X'X)^-1 with s^2 = RSS/(n - p - 1); t-tests two-sided on n - p - 1 degrees of freedom.
-    """
-    predictors = list(predictors)
-    require_columns(table, [response, *predictors], "the models table")
-    data = table[[response, *predictors]].astype(float)
-    data = data[complete_rows(data.to_numpy())]
-    n = len(data)
-    fit = OLSFit(response=response, predictors=predictors, n=n)
-    needed = max(min_models, len(predictors) + 2)
-    if n < needed:
-        fit.note = too_few_note(n, needed, f"the fit {fit.formula}")
-        return fit
-    import statsmodels.api as sm  # here, not at the top: ~1 s that the figure jobs never use
-
-    design = sm.add_constant(data[predictors], has_constant="add").rename(
-        columns={"const": "Intercept"}
-    )
-    if is_constant(data[response].to_numpy()):
-        fit.note = f"{response} is constant across models: R^2 undefined"
-        return fit
-    if np.linalg.matrix_rank(design.to_numpy()) < design.shape[1]:
-        fit.note = "predictors are constant or collinear across models: coefficients not identified"
-        return fit
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # small-n kurtosis/omnibus warnings in the summary
-        result = sm.OLS(data[response], design).fit()
-        summary = without_clock(result.summary(alpha=1 - confidence, title=fit.formula).as_text())
-    ci = result.conf_int(alpha=1 - confidence)
-    fit.coefficients = pd.DataFrame(
-        {
-            "term": design.columns,
-            "coef": result.params.to_numpy(),
-            "se": result.bse.to_numpy(),
-            "t": result.tvalues.to_numpy(),
-            "p": result.pvalues.to_numpy(),
-            "ci_low": ci.iloc[:, 0].to_numpy(),
-            "ci_high": ci.iloc[:, 1].to_numpy(),
-        }
-    )
-    fit.r2, fit.adj_r2 = float(result.rsquared), float(result.rsquared_adj)
-    fit.f_pvalue, fit.aic = float(result.f_pvalue), float(result.aic)
-    fit.summary = summary
-    return fit
-
-
-def ols_table(fits: Sequence[OLSFit]) -> pd.DataFrame:
-    """Long table: one row per fit and term, with the fit statistics repeated on each row."""
-    rows = []
-    for fit in fits:
-        head = {
-            "formula": fit.formula,
-            "response": fit.response,
-            "n": fit.n,
-            "r2": fit.r2,
-            "adj_r2": fit.adj_r2,
-            "f_pvalue": fit.f_pvalue,
-            "aic": fit.aic,
-        }
-        if fit.coefficients.empty:
-            rows.append({**head, **dict.fromkeys(COEFFICIENT_COLUMNS, NAN), "note": fit.note})
-        for record in fit.coefficients.to_dict("records"):
-            rows.append({**head, **record, "note": fit.note})
-    columns = ["formula", "response", "n", "r2", "adj_r2", "f_pvalue", "aic"]
-    return pd.DataFrame(rows, columns=[*columns, *COEFFICIENT_COLUMNS, "note"])
-
-
-# statsmodels stamps its summary with the date and time of the fit ("Date:", "Time:" cells)
-CLOCK_CELL = re.compile(r"^(Date|Time):\s+\S.*?(?=\s{2,}\S)", re.MULTILINE)
-
-
-def without_clock(summary: str) -> str:
-    """statsmodels' summary with its Date and Time cells blanked (widths kept), so that two fits
-    of the same data print the same text."""
-    return CLOCK_CELL.sub(lambda match: " " * len(match.group(0)), summary)
-
-
-def ols_summary_text(fits: Sequence[OLSFit]) -> str:
-    """statsmodels' summary of every fit, or its note when it could not be fitted."""
-    parts = []
-    for fit in fits:
-        body = fit.summary or f"not fitted (n = {fit.n}): {fit.note}"
-        parts.append(f"=== {fit.formula} ===\n{body}\n")
-    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------- partial correlation

@@ -19,7 +19,7 @@ import pandas as pd
 
 from repdiag.common.claims import Claim, study_claims
 from repdiag.common.figures import OKABE_ITO, save_figure
-from repdiag.common.replication import Units, require_independent
+from repdiag.common.units import Units, require_independent
 
 CONDITION = ["generator", "sampling", "encoder", "loss", "ratio"]
 METRICS = ("r2", "mcc", "ape")
@@ -54,7 +54,7 @@ RUN_KEY = ["cell", "steps", "batch_size"]
 def results_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per cell JSON: condition columns, seed, metrics, final loss, speed. Every row is
     one training run (the unit; its seed the block): a run listed twice is refused, naming it
-    (:func:`repdiag.common.replication.require_independent`)."""
+    (:func:`repdiag.common.units.require_independent`)."""
     rows = []
     for record in records:
         row = {key: record[key] for key in ("cell", *CONDITION, "seed")}

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from repdiag.alignment.report import claims_table, results_table, summary_table
-from repdiag.common.replication import ReplicationError
+from repdiag.common.units import ReplicationError
 from tests.alignment.fakes import fake_grid, fake_record
 
 # claims ----------------------------------------------------------------------------------------

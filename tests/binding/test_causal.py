@@ -326,7 +326,7 @@ def test_run_record_and_arm_table(tmp_path) -> None:
 
 
 def test_a_run_listed_for_two_cells_is_refused_naming_them() -> None:
-    from repdiag.common.replication import ReplicationError
+    from repdiag.common.units import ReplicationError
 
     arms = arms_frame()
     arms.loc[arms["model"] == "causal_0p3_sham_s1", "model"] = "causal_0p3_sham_s0"

@@ -1,10 +1,9 @@
-"""repdiag.common.statistics: correlations, intervals, OLS and partial correlations against
-closed forms and independent computations."""
+"""repdiag.common.statistics: correlations, intervals and partial correlations against closed
+forms and independent computations."""
 
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pandas as pd
@@ -104,7 +103,11 @@ def test_correlation_table_rows_per_metric():
 
 
 def test_correlation_table_prints_the_permutation_p_beside_the_t_p_up_to_ten_rows():
-    from repdiag.common.replication import exact_correlation_p, permutation_correlation_p
+    from repdiag.common.exact import (
+        PERMUTATION_DRAWS,
+        exact_correlation_p,
+        permutation_correlation_p,
+    )
 
     x, y = correlated(7, seed=8)
     table = pd.DataFrame({"binding": y, "jer": x, "g_iso": np.arange(7.0) ** 2})
@@ -115,7 +118,7 @@ def test_correlation_table_prints_the_permutation_p_beside_the_t_p_up_to_ten_row
     for i, metric in enumerate(["jer", "g_iso"]):
         expected = permutation_correlation_p(table[metric], y)  # 7! orders, all enumerated
         assert frame.loc[i, "pearson_p_exact"] == expected
-    assert (frame["n_permutations"] == stats.PERMUTATION_DRAWS).all()
+    assert (frame["n_permutations"] == PERMUTATION_DRAWS).all()
     # n = 10: Monte Carlo with the table's seed and draws
     x, y = correlated(10, seed=9)
     result = stats.correlation(x, y, n_boot=100, seed=5, n_perm=3000)
@@ -128,7 +131,7 @@ def test_correlation_table_prints_the_permutation_p_beside_the_t_p_up_to_ten_row
 
 
 def test_correlation_with_units_checks_them_and_computes_the_same():
-    from repdiag.common.replication import ReplicationError, Units
+    from repdiag.common.units import ReplicationError, Units
 
     x, y = correlated(9, seed=6)
     table = pd.DataFrame(
@@ -145,64 +148,6 @@ def test_correlation_with_units_checks_them_and_computes_the_same():
     missing = Units.of(table.assign(unit=[*"abcdefgh", np.nan]), "unit", rows="model")
     with pytest.raises(ReplicationError, match=r"m8 \(unit 'nan', block 'all'\)"):
         stats.correlation(x, y, units=missing, n_boot=100)
-
-
-def test_ols_matches_numpy_least_squares():
-    rng = np.random.default_rng(10)
-    n = 15
-    table = pd.DataFrame({"jer": rng.normal(20, 5, n), "same_different": rng.uniform(0.5, 0.9, n)})
-    table["binding"] = 0.01 * table["jer"] + 0.3 * table["same_different"] + rng.normal(0, 0.03, n)
-    fit = stats.fit_ols(table, "binding", ["jer", "same_different"])
-    X = np.column_stack([np.ones(n), table["jer"], table["same_different"]])
-    y = table["binding"].to_numpy()
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    resid = y - X @ coef
-    dof = n - 3
-    s2 = resid @ resid / dof
-    se = np.sqrt(np.diag(s2 * np.linalg.inv(X.T @ X)))
-    r2 = 1 - (resid @ resid) / ((y - y.mean()) @ (y - y.mean()))
-    coefs = fit.coefficients.set_index("term")
-    np.testing.assert_allclose(coefs["coef"], coef, rtol=0, atol=TOL)
-    np.testing.assert_allclose(coefs["se"], se, rtol=0, atol=TOL)
-    np.testing.assert_allclose(coefs["p"], 2 * sps.t.sf(np.abs(coef / se), dof), rtol=0, atol=TOL)
-    assert fit.r2 == pytest.approx(r2, abs=TOL)
-    assert fit.adj_r2 == pytest.approx(1 - (1 - r2) * (n - 1) / dof, abs=TOL)
-    assert list(coefs.index) == ["Intercept", "jer", "same_different"]
-    assert "R-squared:" in fit.summary and fit.formula == "binding ~ jer + same_different"
-    # A univariate fit's R^2 is the squared Pearson r.
-    uni = stats.fit_ols(table, "binding", ["jer"])
-    assert uni.r2 == pytest.approx(np.corrcoef(table["jer"], y)[0, 1] ** 2, abs=TOL)
-
-
-def test_the_ols_summary_carries_no_clock(monkeypatch):
-    """statsmodels prints the date and time of the fit; two runs must print the same text."""
-    rng = np.random.default_rng(3)
-    table = pd.DataFrame({"jer": rng.normal(20, 5, 12)})
-    table["binding"] = 0.01 * table["jer"] + rng.normal(0, 0.03, 12)
-    first = stats.fit_ols(table, "binding", ["jer"]).summary
-    monkeypatch.setattr(
-        time, "localtime", lambda *_: time.struct_time((1999, 12, 31, 23, 59, 58, 4, 365, 0))
-    )
-    second = stats.fit_ols(table, "binding", ["jer"]).summary
-    assert first == second
-    assert "Date:" not in first and "Time:" not in first and "1999" not in second
-    assert (
-        "Prob (F-statistic):" in first and "Log-Likelihood:" in first
-    )  # the right-hand cells stay
-
-
-def test_ols_notes_for_too_few_and_collinear():
-    table = pd.DataFrame(
-        {"binding": [0.1, 0.2, 0.3], "jer": [1.0, 2.0, 4.0], "same_different": [0.5, 0.6, 0.8]}
-    )
-    fit = stats.fit_ols(table, "binding", ["jer", "same_different"])
-    assert math.isnan(fit.r2) and "too few models" in fit.note
-    collinear = pd.DataFrame({"binding": [0.1, 0.3, 0.2, 0.4, 0.5], "jer": [1.0, 2, 3, 4, 5]})
-    collinear["same_different"] = 2 * collinear["jer"]
-    assert "collinear" in stats.fit_ols(collinear, "binding", ["jer", "same_different"]).note
-    long = stats.ols_table([fit])
-    assert len(long) == 1 and "too few models" in long.loc[0, "note"]
-    assert "not fitted" in stats.ols_summary_text([fit])
 
 
 def test_partial_correlation_is_residual_on_residual():

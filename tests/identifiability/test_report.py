@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repdiag.common.replication import ReplicationError
+from repdiag.common.units import ReplicationError
 from repdiag.identifiability.report import (
     aggregate,
     paper_comparison,

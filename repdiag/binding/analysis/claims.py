@@ -13,8 +13,8 @@ import pandas as pd
 
 from repdiag.binding.analysis.units import TRAINED, UNIT
 from repdiag.binding.stats_options import StatsSettings
-from repdiag.common import replication as rep
 from repdiag.common.claims import study_claims
+from repdiag.common.exact import format_permutation_p
 from repdiag.core.errors import StoreError
 
 DROP_COLUMNS = ("drop_mean", "drop_ci_low", "drop_ci_high")
@@ -197,7 +197,7 @@ def add_correlation_claims(
         note = f"unit: {unit}, n = {k} units ({runs} training runs). {row['note'] or ''}".strip()
         exact = float(row.get("pearson_p_exact", math.nan))
         if math.isfinite(exact):  # up to 10 units: the permutation p beside the t p
-            shown = rep.format_permutation_p(exact, k, row.get("n_permutations"))
+            shown = format_permutation_p(exact, k, row.get("n_permutations"))
             note = f"{note} Permutation p of r = {shown}.".strip()
     add(r_claim, r, f"r = {r:.3f}", k, note)
     add(p_claim, p, f"p = {p:.3g}", k, note)

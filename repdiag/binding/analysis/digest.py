@@ -15,10 +15,10 @@ from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.columns import l_iso_columns, metric_label
 from repdiag.binding.analysis.statistics import trained_models
 from repdiag.binding.analysis.units import LEARNED, TRAINED, WITH_CONTROLS, unit_labels
-from repdiag.binding.dose import dose_markdown
+from repdiag.binding.dose_report import dose_markdown
 from repdiag.binding.stats_options import READOUTS, StatsSettings
-from repdiag.common import replication as rep
 from repdiag.common import statistics as stats
+from repdiag.common.exact import format_permutation_p
 from repdiag.common.tables import format_number as _fmt
 from repdiag.common.tables import markdown_table
 
@@ -186,7 +186,7 @@ def _pearson_p(row: pd.Series) -> str:
     exact = float(row.get("pearson_p_exact", np.nan))
     if not np.isfinite(exact):
         return text
-    shown = rep.format_permutation_p(exact, int(row["n"]), row.get("n_permutations"))
+    shown = format_permutation_p(exact, int(row["n"]), row.get("n_permutations"))
     return f"{text} (permutation p = {shown})"
 
 

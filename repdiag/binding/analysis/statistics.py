@@ -38,9 +38,11 @@ from repdiag.binding.analysis.units import (
 )
 from repdiag.binding.dose import dose_correlations
 from repdiag.binding.stats_options import JER_FORMULAS, JER_SUMMARIES, READOUTS, StatsSettings
-from repdiag.common import replication as rep
 from repdiag.common import statistics as stats
+from repdiag.common.exact import exact_p
 from repdiag.common.intervals import mean_interval
+from repdiag.common.ols import OLSFit, fit_ols, ols_summary_text, ols_table
+from repdiag.common.replication import t_interval
 
 
 def headline_metrics(table: pd.DataFrame, settings: StatsSettings) -> list[str]:
@@ -99,7 +101,7 @@ FAMILY_METRICS = (
 )
 
 
-def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]:
+def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[OLSFit]:
     """The paper's bivariate fit, its univariate parts, a geometry fit, and one with covariates,
     over units (one row per objective, seeds averaged; refused otherwise)."""
     require_units(table, "the OLS fits")
@@ -107,13 +109,13 @@ def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[stats.OLSFit]
     if settings.covariates:
         predictor_sets.append(["jer", "same_different", *settings.covariates])
     kwargs = {"confidence": settings.confidence, "min_models": settings.min_models}
-    return [stats.fit_ols(table, "binding", p, **kwargs) for p in predictor_sets]
+    return [fit_ols(table, "binding", p, **kwargs) for p in predictor_sets]
 
 
-def ols_frame(fits: list[stats.OLSFit], means: pd.DataFrame) -> pd.DataFrame:
-    """``ols.csv``: :func:`repdiag.common.statistics.ols_table` with the unit and the training
+def ols_frame(fits: list[OLSFit], means: pd.DataFrame) -> pd.DataFrame:
+    """``ols.csv``: :func:`repdiag.common.ols.ols_table` with the unit and the training
     runs behind each fit's n."""
-    frame = stats.ols_table(fits)
+    frame = ols_table(fits)
     runs = {fit.formula: runs_behind(means, [fit.response, *fit.predictors]) for fit in fits}
     frame.insert(2, "unit", UNIT)
     frame.insert(4, "n_runs", frame["formula"].map(runs))
@@ -166,7 +168,7 @@ def family_row(group: pd.DataFrame, metric: str, confidence: float) -> dict[str,
     """One family and metric: the mean over the family's units (objectives, seeds averaged), its
     SD, Student-t interval mean +- t_{n-1} SD / sqrt(n) and two-sided one-sample t p against
     :func:`null_value`, and beside it the exact sign-flip p of the differences from the null
-    (``p_exact``, :func:`repdiag.common.replication.exact_p`: n <= 10). A family of one unit
+    (``p_exact``, :func:`repdiag.common.exact.exact_p`: n <= 10). A family of one unit
     trained with several seeds takes its interval over those training runs instead (the row's
     ``unit`` says so); one run: no interval."""
     means = unit_means(group, f"the family mean of {metric}")
@@ -178,8 +180,8 @@ def family_row(group: pd.DataFrame, metric: str, confidence: float) -> dict[str,
     n = int(np.isfinite(values).sum())
     mean, sd, low, high = mean_interval(values, confidence)
     null = null_value(group, metric)
-    p = rep.t_interval(values - null, confidence)[4] if np.isfinite(null) else math.nan
-    p_exact = rep.exact_p(values - null) if np.isfinite(null) else math.nan
+    p = t_interval(values - null, confidence)[4] if np.isfinite(null) else math.nan
+    p_exact = exact_p(values - null) if np.isfinite(null) else math.nan
     return {
         "unit": unit,
         "n": n,
@@ -316,7 +318,7 @@ def statistics_tables(
     tables: dict[str, pd.DataFrame | str] = {
         "correlations": pd.concat(frames, ignore_index=True),
         "ols": ols_frame(fits, means),
-        "ols_summary": unit_line(means) + stats.ols_summary_text(fits),
+        "ols_summary": unit_line(means) + ols_summary_text(fits),
         "partial": partial,
         "families": families,
         "robustness": robustness,

@@ -15,7 +15,7 @@ Every row of the models table is one network. Two keys say what it replicates:
 
 The family comparison's unit is the objective with its seeds nested: :func:`unit_means`
 averages each unit's training runs (one row per unit, ``n_runs`` beside it) after refusing two
-rows of one run (:func:`repdiag.common.replication.require_independent`), and every analysis
+rows of one run (:func:`repdiag.common.units.require_independent`), and every analysis
 across units refuses rows that are not independent units, naming them (:func:`require_units`).
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag.binding import APART_FAMILIES, BINDING_SUPERVISED_FAMILY, CONTROL_FAMILY
-from repdiag.common import replication as rep
+from repdiag.common.units import Units, check_units
 
 UNIT = "objective (mean over its seeds)"
 """What a unit of the family comparison is, as the tables state it (``unit`` column)."""
@@ -162,22 +162,22 @@ def require_runs(table: pd.DataFrame, what: str) -> None:
     block."""
     runs = table["training_run"] if "training_run" in table else run_labels(table)
     models = tuple(table["model"].astype(str))
-    units = rep.Units(tuple(map(str, runs)), ("all",) * len(table), "training run", models)
-    rep.check_units(units, what)
+    units = Units(tuple(map(str, runs)), ("all",) * len(table), "training run", models)
+    check_units(units, what)
 
 
-def comparison_units(table: pd.DataFrame) -> rep.Units:
+def comparison_units(table: pd.DataFrame) -> Units:
     """The units of the family comparison's rows (one block, no seeds: a row is an objective's
     mean over its seeds), named by the model column, for every analysis across units."""
     units = table["unit"] if "unit" in table else unit_labels(table)
     models = tuple(table["model"].astype(str))
-    return rep.Units(tuple(map(str, units)), ("all",) * len(table), "objective", models)
+    return Units(tuple(map(str, units)), ("all",) * len(table), "objective", models)
 
 
 def require_units(table: pd.DataFrame, what: str) -> None:
     """Refuse ``what`` when two rows of ``table`` are one unit of the family comparison (two
     seeds of one objective counted as two observations), naming them."""
-    rep.check_units(comparison_units(table), what)
+    check_units(comparison_units(table), what)
 
 
 def unit_means(table: pd.DataFrame, what: str) -> pd.DataFrame:

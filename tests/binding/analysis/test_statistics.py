@@ -15,9 +15,9 @@ from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
 from repdiag.binding.analysis.statistics import family_table, ols_fits, statistics_tables
 from repdiag.binding.analysis.units import configuration
 from repdiag.common.claims import study_claims
-from repdiag.common.replication import ReplicationError, format_p, permutation_correlation_p
-from repdiag.common.statistics import PERMUTATION_DRAWS
+from repdiag.common.exact import PERMUTATION_DRAWS, format_p, permutation_correlation_p
 from repdiag.common.tables import read_table, write_csv
+from repdiag.common.units import ReplicationError
 from tests.binding.analysis.test_units import meta
 from tests.binding.stats_fakes import FAMILIES, SETTINGS, model_paths
 

@@ -19,7 +19,7 @@ from repdiag.binding.analysis.units import (
     unit_means,
     with_units,
 )
-from repdiag.common.replication import ReplicationError
+from repdiag.common.units import ReplicationError
 
 
 def meta(objective: str, seed: int, **settings) -> dict:
