@@ -16,7 +16,7 @@ written before the run (docs/binding.md):
 2. Primary family, Holm-adjusted: per seed, binding (``stats.readout``, final tap) and
    Same/Different of each of raise, lower, sham and geometry minus plain (8 tests); the mean over
    seeds with its Student-t interval, the t p and the exact sign-flip p
-   (:func:`repdiag.common.replication.sign_flip_p`); Holm over the 8 sign-flip p.
+   (:func:`repdiag.common.exact.sign_flip_p`); Holm over the 8 sign-flip p.
 3. Secondary family, Holm-adjusted apart: raise - sham, geometry - sham, raise - geometry.
 4. The floor: null - plain, reported beside every contrast, in no family.
 5. Manipulation matrix: each arm minus plain in top-k JER, full-spectrum pr and pr2, G.PR,
