@@ -10,18 +10,34 @@ goes through :func:`_run`, which enforces what real CUDA enforces and raises
   with CPU indices pass, as on CUDA);
 - a random op on ``cuda:0`` given a CPU generator ("Expected a 'cuda' device type for
   generator");
-- ``.numpy()`` of a ``cuda:0`` tensor.
+- ``.numpy()`` of a ``cuda:0`` tensor;
+- a CPU tensor, even a 0-dim one, among the inputs of ``torch.stack`` or ``torch.cat`` with
+  ``cuda:0`` tensors (CUDA lets a CPU scalar into elementwise ops only, :data:`NO_CPU_SCALARS`).
+
+Inside the simulation CUDA is "available": ``torch.cuda.is_available()``, ``device_count()``,
+``get_device_name``, ``get_device_capability``, ``is_bf16_supported`` and
+``torch.accelerator.is_available()`` answer as on one GPU, so the code's CUDA branches run (pinned
+memory, the TF32 capability check, ``select_device("auto")``); ``Tensor.pin_memory`` returns a
+copy. ``torch.cuda.mem_get_info``, ``memory_allocated``, ``max_memory_allocated``,
+``reset_peak_memory_stats``, ``empty_cache`` and ``synchronize`` read and write a
+:class:`SimulatedMemory` (configurable free and total bytes; a test sets the peak a pass reaches).
+Autocast on ``cuda`` computes as CPU autocast does: under ``torch.autocast("cuda",
+dtype=torch.bfloat16)`` each op runs under CPU autocast with that dtype, so matmuls and
+convolutions compute in bfloat16 (the wrapper's own device has no autocast key of its own).
 
 The data live on the CPU, so autograd, ``torch.func``, optimisers and ``.item()`` work as on a GPU.
 Why not ``FakeTensorMode``: fake tensors hold no data (no ``.item()``, so no training loop), and
 autograd's engine refuses a backward pass on a CUDA device when no GPU is visible. The device
 here is ``cuda:0`` (a bare ``"cuda"`` asks the driver for the current index, which fails without a
-GPU). What it cannot see: kernels that exist on CPU only, numerics (TF32, cuDNN) and memory.
+GPU). What it cannot see: kernels that exist on CPU only, TF32 and cuDNN numerics, CUDA's own
+autocast op lists (CPU autocast's are used) and real memory use (only what a test sets).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +65,9 @@ MIXED_DEVICES_ALLOWED = {
     _aten.index_put_,
     _aten._index_put_impl_,
 }
+# Ops that refuse a CPU tensor beside CUDA ones even when it has 0 dimensions: CUDA lets CPU
+# scalars into TensorIterator (elementwise) kernels only.
+NO_CPU_SCALARS = {_aten.cat, _aten.stack}
 _TENSOR = torch.tensor
 _HERE = str(Path(__file__).resolve())
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -147,7 +166,8 @@ def _check(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
     if func.overloadpacket in MIXED_DEVICES_ALLOWED:
         return
     tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    if any(not isinstance(t, CudaTensor) and t.dim() > 0 for t in tensors):
+    strict = func.overloadpacket in NO_CPU_SCALARS
+    if any(not isinstance(t, CudaTensor) and (strict or t.dim() > 0) for t in tensors):
         raise DeviceMismatch(
             "Expected all tensors to be on the same device, but found at least two devices, "
             f"cuda:0 and cpu! ({func}; simulated CUDA, at {where()})"
@@ -173,12 +193,84 @@ def _run(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         _check(func, args, kwargs)
     if func is _aten._efficientzerotensor.default:
         func = _aten.zeros.default  # a data-less zero tensor would not survive the unwrapping
-    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    plain_args, plain_kwargs = tree_map(_unwrap, (args, kwargs))
+    if wrap:
+        plain_args, plain_kwargs = _same_dtype(func, plain_args, plain_kwargs)
+    with _cpu_autocast() if wrap else contextlib.nullcontext():
+        out = func(*plain_args, **plain_kwargs)
     if not wrap:
         return out
     # an in-place op returns its input's data: give back the input itself
     inputs = {id(t.elem): t for t in tree_leaves(args) if isinstance(t, CudaTensor)}
     return tree_map(lambda value: inputs[id(value)] if id(value) in inputs else _wrap(value), out)
+
+
+# Ops whose CPU kernels refuse inputs of two floating dtypes. Autocast casts below autograd here
+# (the wrapper's C++ device has no autocast key), so autograd never saw the cast: the backward of
+# an op run in bfloat16 meets its float32 inputs, which CUDA would have saved as bfloat16 copies.
+# They are cast to the narrowest floating dtype among them, as CUDA's saved copies were.
+SAME_DTYPE_OPS = {
+    _aten.mm,
+    _aten.addmm,
+    _aten.bmm,
+    _aten.baddbmm,
+    _aten.addbmm,
+    _aten.mv,
+    _aten.addmv,
+    _aten.dot,
+    _aten.convolution,
+    _aten.convolution_backward,
+    _aten._convolution,
+}
+_AUTOCAST = threading.local()  # the stack of (enabled, dtype) of CUDA autocast blocks entered
+_AUTOCAST_ENTER = torch.amp.autocast_mode.autocast.__enter__
+_AUTOCAST_EXIT = torch.amp.autocast_mode.autocast.__exit__
+
+
+def _autocast_enter(self: Any) -> Any:
+    """``torch.autocast.__enter__``, noting CUDA autocast's state where :func:`_run` can read it
+    (inside a dispatch every autocast key is excluded, so torch reports it off there)."""
+    result = _AUTOCAST_ENTER(self)
+    stack = _AUTOCAST.__dict__.setdefault("stack", [])
+    stack.append((_IS_AUTOCAST_ENABLED("cuda"), torch.get_autocast_dtype("cuda")))
+    return result
+
+
+def _autocast_exit(self: Any, *args: Any) -> Any:
+    stack = _AUTOCAST.__dict__.setdefault("stack", [])
+    if stack:
+        stack.pop()
+    return _AUTOCAST_EXIT(self, *args)
+
+
+def _cpu_autocast() -> contextlib.AbstractContextManager:
+    """CPU autocast with CUDA's dtype while a CUDA autocast block is on, so that the op computes
+    in that dtype as it would on CUDA."""
+    stack = getattr(_AUTOCAST, "stack", None)
+    if not stack or not stack[-1][0]:
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=stack[-1][1], cache_enabled=False)
+
+
+def _same_dtype(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The inputs of a :data:`SAME_DTYPE_OPS` op cast to their narrowest floating dtype."""
+    if func.overloadpacket not in SAME_DTYPE_OPS:
+        return args, kwargs
+    dtypes = {
+        t.dtype
+        for t in tree_leaves((args, kwargs))
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+    }
+    if len(dtypes) < 2:
+        return args, kwargs
+    narrow = min(dtypes, key=lambda dtype: torch.finfo(dtype).bits)
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.to(narrow)
+        return value
+
+    return tree_map(cast, (args, kwargs))
 
 
 def _unwrap(value: Any) -> Any:
@@ -225,20 +317,118 @@ class _Mode(TorchDispatchMode):
         return _run(func, args, kwargs or {})
 
 
+GiB = 1 << 30
+
+
+@dataclasses.dataclass
+class SimulatedMemory:
+    """The simulated device's memory and clock, as ``torch.cuda``'s functions report them.
+
+    ``free``/``total``: what ``mem_get_info`` returns; ``allocated``: ``memory_allocated``;
+    ``peak``: ``max_memory_allocated`` (``reset_peak_memory_stats`` sets it to ``allocated``; a
+    test raises it to what a pass would reach). ``capability``: ``get_device_capability``.
+    ``synchronized``, ``emptied``: calls of ``synchronize`` and ``empty_cache``."""
+
+    free: int = 70 * GiB
+    total: int = 80 * GiB
+    allocated: int = 0
+    peak: int = 0
+    capability: tuple[int, int] = (9, 0)
+    name: str = "simulated CUDA (CPU data)"
+    synchronized: int = 0
+    emptied: int = 0
+
+    def reset_peak(self, device: Any = None) -> None:
+        self.peak = self.allocated
+
+    def synchronize(self, device: Any = None) -> None:
+        self.synchronized += 1
+
+    def empty_cache(self) -> None:
+        self.emptied += 1
+
+    def patches(self) -> dict[str, Any]:
+        """{dotted name: replacement} for ``mock.patch``."""
+        return {
+            "torch.cuda.is_available": lambda: True,
+            "torch.cuda.device_count": lambda: 1,
+            "torch.cuda.current_device": lambda: 0,
+            "torch.cuda.is_bf16_supported": lambda *args, **kwargs: True,
+            "torch.cuda.get_device_name": lambda device=None: self.name,
+            "torch.cuda.get_device_capability": lambda device=None: self.capability,
+            "torch.cuda.mem_get_info": lambda device=None: (self.free, self.total),
+            "torch.cuda.memory_allocated": lambda device=None: self.allocated,
+            "torch.cuda.max_memory_allocated": lambda device=None: self.peak,
+            "torch.cuda.reset_peak_memory_stats": self.reset_peak,
+            "torch.cuda.synchronize": self.synchronize,
+            "torch.cuda.empty_cache": self.empty_cache,
+            "torch.accelerator.is_available": lambda *args, **kwargs: True,
+            "torch.accelerator.current_accelerator": lambda *args, **kwargs: CUDA,
+            "torch.accelerator.current_device_index": lambda: 0,
+            "torch.accelerator.current_stream": lambda *args, **kwargs: _STREAM,
+            "torch.cuda.current_stream": lambda *args, **kwargs: _STREAM,
+            "torch.cuda.is_current_stream_capturing": lambda: False,
+            "torch.Tensor.pin_memory": _pin_memory,
+        }
+
+
+class _Stream:
+    """The simulated device's one stream: never capturing a graph, always done."""
+
+    def is_capturing(self) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        simulated_memory().synchronize()
+
+    def query(self) -> bool:
+        return True
+
+
+_STREAM = _Stream()
+
+
+def _pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """A pinned copy is a copy here; pinning a CUDA tensor fails as on CUDA."""
+    if isinstance(self, CudaTensor):
+        raise DeviceMismatch(f"cannot pin 'CUDA' memory, only dense CPU tensors ({where()})")
+    return self.clone()
+
+
+_ACTIVE: list[SimulatedMemory] = []
+
+
+def simulated_memory() -> SimulatedMemory:
+    """The :class:`SimulatedMemory` of the innermost active simulation."""
+    if not _ACTIVE:
+        raise RuntimeError("no simulated CUDA is active")
+    return _ACTIVE[-1]
+
+
 @contextlib.contextmanager
-def simulated_cuda() -> Iterator[torch.device]:
+def simulated_cuda(memory: SimulatedMemory | None = None) -> Iterator[torch.device]:
     """Yield ``cuda:0``, simulated (module docstring). CUDA is never initialised; modules moved
-    with ``.to(cuda)`` get new parameters (as ``torch.__future__``'s overwrite option does)."""
+    with ``.to(cuda)`` get new parameters (as ``torch.__future__``'s overwrite option does).
+    ``memory``: the device's memory and capability (default: a fresh :class:`SimulatedMemory`,
+    70 of 80 GiB free, compute capability 9.0); :func:`simulated_memory` returns it."""
+    memory = SimulatedMemory() if memory is None else memory
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)
+    _ACTIVE.append(memory)
     try:
-        with (
-            mock.patch("torch.cuda._lazy_init", lambda: None),
-            mock.patch("torch.tensor", _from_data(torch.tensor)),
-            mock.patch("torch.as_tensor", _from_data(torch.as_tensor)),
-            mock.patch("torch.is_autocast_enabled", _autocast_enabled),
-            _Mode(),
-        ):
+        with contextlib.ExitStack() as stack:
+            for name, replacement in {
+                "torch.cuda._lazy_init": lambda: None,
+                "torch.tensor": _from_data(torch.tensor),
+                "torch.as_tensor": _from_data(torch.as_tensor),
+                "torch.is_autocast_enabled": _autocast_enabled,
+                "torch.amp.autocast_mode.autocast.__enter__": _autocast_enter,
+                "torch.amp.autocast_mode.autocast.__exit__": _autocast_exit,
+                **memory.patches(),
+            }.items():
+                stack.enter_context(mock.patch(name, replacement))
+            stack.enter_context(_Mode())
             yield CUDA
     finally:
+        _ACTIVE.pop()
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)

@@ -6,6 +6,7 @@ that the harness sees them."""
 
 from __future__ import annotations
 
+import contextlib
 import types
 from typing import Any
 
@@ -18,11 +19,19 @@ from repdiag.binding import controls
 from repdiag.encoders import build_encoder, jer_estimator
 from repdiag.encoders.embeddings import extract_embeddings
 from repdiag.encoders.jacobian.engine import jacobian_spectra
+from tests import simulated_cuda as simulation
 from tests.encoders.sources.helpers import TINY_CLIP, VIT, random_images
 from tests.encoders.sources.test_hub import HUBCONF, TINYNET
 from tests.encoders.sources.test_zoo import write_zoo_run
 from tests.encoders.zoo.conftest import tiny_config
-from tests.simulated_cuda import CudaTensor, DeviceMismatch, simulated_cuda
+from tests.simulated_cuda import (
+    CudaTensor,
+    DeviceMismatch,
+    GiB,
+    SimulatedMemory,
+    simulated_cuda,
+    simulated_memory,
+)
 
 torch.set_num_threads(1)
 
@@ -79,6 +88,105 @@ def test_the_harness_keeps_cudas_same_device_rule_and_runs_clean_code():
         assert float(loss.detach()) == pytest.approx(float(reference.detach()))
         back = layer.cpu()
         assert back.weight.device.type == "cpu" and not isinstance(back.weight, CudaTensor)
+
+
+def _scalar_summary(x: torch.Tensor) -> torch.Tensor:
+    """A known break: a 0-dim CPU tensor stacked with CUDA ones (CUDA refuses it; the CPU and
+    the old harness, which let every CPU scalar through, did not)."""
+    return torch.stack([x.norm(), x.abs().max(), torch.tensor(0.0)])
+
+
+def test_a_cpu_scalar_stacked_or_catted_with_cuda_tensors_fails_as_on_cuda(monkeypatch):
+    x = torch.randn(4)
+    assert _scalar_summary(x).shape == (3,)  # the CPU cannot tell
+    with simulated_cuda() as cuda:
+        y = x.to(cuda)
+        with pytest.raises(DeviceMismatch, match=r"aten.stack.*test_simulated_cuda.py:\d+ in _sc"):
+            _scalar_summary(y)
+        with pytest.raises(DeviceMismatch, match=r"aten\.cat"):
+            torch.cat([y, torch.zeros(1)])
+        assert float(y * torch.tensor(2.0) @ y) > 0  # elementwise ops take CPU scalars, as CUDA
+        assert torch.stack([y.norm(), torch.zeros((), device=cuda)]).device == cuda
+    # the break put back in the harness (0-dim CPU tensors allowed in stack): unseen
+    monkeypatch.setattr(simulation, "NO_CPU_SCALARS", set())
+    with simulated_cuda() as cuda:
+        assert _scalar_summary(x.to(cuda)).device == cuda
+
+
+def test_bf16_autocast_on_cuda_computes_in_bf16_as_cpu_autocast_does(monkeypatch):
+    """A layer under ``torch.autocast("cuda", bfloat16)`` gives CPU autocast's bfloat16 output,
+    bit for bit, and the same float32 gradients from a backward pass outside the block."""
+    torch.manual_seed(0)
+    layer, x = nn.Linear(8, 5), torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = layer(x)
+    expected.float().square().sum().backward()
+    expected_grad = layer.weight.grad.clone()
+    layer.weight.grad = None
+
+    def on_cuda() -> tuple[torch.Tensor, torch.Tensor]:
+        with simulated_cuda() as cuda:
+            layer.to(cuda)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = layer(x.to(cuda))
+            out.float().square().sum().backward()
+            grad = layer.weight.grad.cpu()
+            layer.cpu()
+            layer.weight.grad = None
+            return out.cpu(), grad
+
+    out, grad = on_cuda()
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+    assert grad.dtype == torch.float32 and torch.equal(grad, expected_grad)
+    # the break put back (autocast ignored, as before): float32, and the check fails
+    monkeypatch.setattr(simulation, "_cpu_autocast", contextlib.nullcontext)
+    assert on_cuda()[0].dtype == torch.float32
+
+
+def test_memory_and_synchronize_are_simulated_and_free_is_not_total():
+    """mem_get_info gives the configured (free, total); the pass size comes from the free
+    memory, never the total (the break: sizing against the whole card)."""
+    from repdiag.encoders.jacobian.pass_size import memory_batch_size
+    from tests.encoders.jacobian.models import engine, images, tiny_vit
+
+    model = tiny_vit().eval().requires_grad_(False)
+    settings = engine(method="randomized", k=8, power_iters=1)
+    memory = SimulatedMemory(free=GiB // 64, total=80 * GiB)
+    with simulated_cuda(memory) as cuda:
+        assert torch.cuda.mem_get_info(cuda) == (GiB // 64, 80 * GiB)
+        assert simulated_memory() is memory
+        torch.cuda.synchronize()
+        sized = memory_batch_size(model, images(2, (3, 32, 32)), settings, cuda)
+    assert memory.synchronized == 1
+    expected = memory_batch_size(
+        model, images(2, (3, 32, 32)), settings, torch.device("cpu"), free_bytes=GiB // 64
+    )
+    whole_card = memory_batch_size(
+        model, images(2, (3, 32, 32)), settings, torch.device("cpu"), free_bytes=80 * GiB
+    )
+    assert sized == expected < whole_card
+
+
+def test_cuda_is_available_inside_so_the_cuda_branches_run():
+    """is_available, the TF32 capability check, select_device("auto"), pinned memory and a
+    timed matmul that synchronizes: each takes its CUDA branch, as on a GPU."""
+    from repdiag.core.gpu import effective_precision
+    from repdiag.core.runtime import select_device
+    from repdiag.encoders.jacobian.plan_project import measure_rate
+
+    assert not torch.cuda.is_available()  # this machine
+    with simulated_cuda(SimulatedMemory(capability=(7, 0))) as cuda:
+        assert torch.cuda.is_available() and select_device("auto") == cuda
+        assert effective_precision("tf32", cuda) == "fp32"  # a V100: no TF32
+        simulated_memory().capability = (8, 0)
+        assert effective_precision("tf32", cuda) == "tf32"
+        pinned = torch.arange(3.0).pin_memory()
+        assert torch.equal(pinned.to(cuda, non_blocking=True).cpu(), torch.arange(3.0))
+        with pytest.raises(DeviceMismatch, match="cannot pin"):
+            pinned.to(cuda).pin_memory()
+        assert measure_rate(size=16, repeats=1, device="cuda") > 0
+        assert simulated_memory().synchronized == 4  # before and after each of 2 products
+    assert not torch.cuda.is_available()
 
 
 # --- the controls and the two breaks -------------------------------------------------------------
@@ -220,10 +328,18 @@ def test_the_engines_methods_and_precisions_on_cuda_match_the_cpu():
             got = _spectra(net, x, method, device=cuda)["output"]
             net.cpu()
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+    fp32 = _spectra(net, x, "exact", device="cpu")["output"]
+    cpu_bf16 = _spectra(net, x, "exact", device="cpu", precision="bf16")["output"]
     with simulated_cuda() as cuda:
         for precision in ("tf32", "bf16"):
             got = _spectra(net, x, "exact", device=cuda, precision=precision)["output"]
             assert got.shape == (3, 12) and torch.isfinite(got).all()
+        net.cpu()
+    # bf16 on CUDA computes in bfloat16 (CPU autocast's casts): off fp32 by bfloat16's rounding
+    # as the CPU's bf16 is, not by float32's (autocast ignored, the break, gives 1e-7)
+    rel = float(((got - fp32).abs() / fp32.abs()).max())
+    cpu_rel = float(((cpu_bf16 - fp32).abs() / fp32.abs()).max())
+    assert 1e-4 < rel < 0.05 and 1e-4 < cpu_rel < 0.05
 
 
 # --- training loops ------------------------------------------------------------------------------
