@@ -16,9 +16,20 @@ job runs:
 
 The devices are listed without initialising CUDA (:func:`visible_devices`): from the
 environment (``CUDA_VISIBLE_DEVICES``, ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS``), else
-``nvidia-smi -L``, else ``/proc/driver/nvidia/gpus``. torch's ``cuda.device_count()`` is never
-asked: without NVML it calls ``cudaGetDeviceCount``, which initialises CUDA with every GPU
-visible, after which ``CUDA_VISIBLE_DEVICES`` is ignored by the process.
+``nvidia-smi -L``, else ``/proc/driver/nvidia/gpus``. torch's ``cuda.device_count()`` is not
+asked while a device can still be chosen: without NVML it calls ``cudaGetDeviceCount``, which
+initialises CUDA with every GPU visible, after which ``CUDA_VISIBLE_DEVICES`` is ignored by the
+process. SLURM's variables hold physical ids; under device cgroups the job addresses its GPUs as
+``0..n-1``, so ids the job cannot see (none among the ordinals ``nvidia-smi -L`` lists) are mapped
+onto those ordinals when the counts match, else refused naming the variable
+(:func:`slurm_devices`).
+
+No silent sharing: when nothing lists a GPU (no variable, no ``nvidia-smi``, no
+``/proc/driver/nvidia/gpus``) but torch reports some, every GPU job takes the one slot
+``gpu-unlisted`` (:data:`UNLISTED`): one GPU job at a time, never two on ``cuda:0`` unawares.
+No silent CPU: a job that asked for a GPU and finds none says so (:func:`gpu_slot` logs it;
+:func:`repdiag.core.runtime.select_device` warns under ``device: auto`` and refuses under
+``device: cuda``).
 
 Numerics: :func:`numerics` sets, for a block, whether float32 matmuls and cuDNN convolutions may
 use TF32 (``precision``: ``fp32`` full IEEE float32, the default; ``tf32``; ``bf16``, bfloat16
@@ -52,6 +63,7 @@ DEVICES_ENV = "REPDIAG_GPU_DEVICES"  # comma-separated ids; overrides detection 
 # its GPU jobs; its own variables serve when a site's prolog does not.
 DEVICE_VARIABLES = (DEVICES_ENV, "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver knows
+UNLISTED = "unlisted"  # the one slot of GPUs that torch sees but nothing lists
 
 
 def _id_list(value: str) -> list[str]:
@@ -79,19 +91,77 @@ def _proc_devices() -> list[str]:
     return [str(i) for i in range(len(list(NVIDIA_PROC.iterdir())))] if NVIDIA_PROC.is_dir() else []
 
 
+def _listed_devices() -> list[str] | None:
+    """Ordinals of the GPUs ``nvidia-smi -L`` (else /proc/driver/nvidia/gpus) lists; None when
+    neither lists any."""
+    listed = _nvidia_smi_devices()
+    if listed is None:
+        listed = _proc_devices()
+    return listed or None
+
+
+def slurm_devices(var: str, value: str) -> list[str]:
+    """The ids of SLURM's ``var`` (``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``: physical ids) as this
+    job addresses them.
+
+    Kept when nothing lists the job's GPUs, when an id is not a number (a UUID), or when every id
+    is among the listed ordinals. Otherwise the job runs under device cgroups that renumber its
+    GPUs ``0..n-1``: with as many listed as named, the listed ordinals are used; else a
+    :class:`~repdiag.core.errors.ConfigError` names the variable and what to set.
+    """
+    ids = _id_list(value)
+    if not ids or not all(i.isdigit() for i in ids):
+        return ids
+    listed = _listed_devices()
+    if listed is None or set(ids) <= set(listed):
+        return ids
+    if len(listed) == len(ids):
+        log.info(
+            "%s=%s names GPUs this job cannot address; it sees ordinals %s (device cgroups): "
+            "using those",
+            var, value, ",".join(listed),
+        )  # fmt: skip
+        return listed
+    from repdiag.core.errors import ConfigError
+
+    raise ConfigError(
+        f"{var}={value} names {len(ids)} GPU(s) by physical id, but this job sees "
+        f"{len(listed)} (ordinals {','.join(listed)}): the ids cannot be mapped. Set "
+        f"CUDA_VISIBLE_DEVICES (or {DEVICES_ENV}) to the ordinals this job may use, e.g. "
+        f"{DEVICES_ENV}={','.join(listed[: len(ids)])}"
+    )
+
+
 def visible_devices() -> list[str]:
     """Device ids this job may use, found without initialising CUDA.
 
     The first of ``$REPDIAG_GPU_DEVICES``, ``$CUDA_VISIBLE_DEVICES``, ``$SLURM_STEP_GPUS`` and
-    ``$SLURM_JOB_GPUS`` that is set (comma-separated; ``-1`` and empty entries dropped), else the
-    ordinals of the GPUs ``nvidia-smi -L`` lists, else of those in /proc/driver/nvidia/gpus.
+    ``$SLURM_JOB_GPUS`` that is set (comma-separated; ``-1`` and empty entries dropped; SLURM's
+    ids through :func:`slurm_devices`), else the ordinals of the GPUs ``nvidia-smi -L`` lists,
+    else of those in /proc/driver/nvidia/gpus.
     """
     for var in DEVICE_VARIABLES:
         value = os.environ.get(var)
         if value is not None:
-            return _id_list(value)
+            return slurm_devices(var, value) if var.startswith("SLURM_") else _id_list(value)
     listed = _nvidia_smi_devices()
     return listed if listed is not None else _proc_devices()
+
+
+def _named_in_environment() -> bool:
+    """Whether a device variable is set (even empty: no GPU for this job, by choice)."""
+    return any(os.environ.get(var) is not None for var in DEVICE_VARIABLES)
+
+
+def unlisted_gpus() -> int:
+    """GPUs torch reports when nothing lists them (no device variable, ``nvidia-smi`` or /proc
+    entry): asked of torch only then, since nothing could be chosen anyway; 0 when torch is
+    absent or sees none."""
+    if _named_in_environment():
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
 
 
 def count_visible_gpus() -> int:
@@ -131,11 +201,17 @@ def _open_lock(path: Path) -> IO[str]:
     return os.fdopen(fd, "r+")
 
 
+def _lock_name(device: str) -> str:
+    if device == UNLISTED:
+        return "gpu-unlisted.lock"
+    return f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock"
+
+
 def try_slot(folder: Path, devices: list[str]) -> tuple[str, IO[str]] | None:
     """Lock the first free device's slot file in ``folder``: (device, open locked handle), or
     None when every device is held."""
     for device in devices:
-        handle = _open_lock(folder / f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock")
+        handle = _open_lock(folder / _lock_name(device))
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -163,6 +239,42 @@ def _no_gpu() -> Iterator[None]:
             os.environ["CUDA_VISIBLE_DEVICES"] = previous
 
 
+def _take_slot(
+    folder: Path, devices: list[str], poll_s: float, timeout_s: float
+) -> tuple[str, IO[str]]:
+    """Wait for a free slot among ``devices`` in ``folder`` (created private)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    deadline = time.monotonic() + timeout_s
+    while (taken := try_slot(folder, devices)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no free GPU slot among {devices} in {folder} after {timeout_s} s")
+        time.sleep(poll_s)
+    return taken
+
+
+def _devices_or_unlisted(devices: list[str] | None, device: str) -> list[str]:
+    """The devices to take a slot among: ``devices`` (default :func:`visible_devices`); none
+    listed but torch sees some: the one slot :data:`UNLISTED`; none at all: [] (logged)."""
+    if devices is None:
+        devices = visible_devices()
+        if not devices and (count := unlisted_gpus()):
+            log.warning(
+                "torch sees %d GPU(s) but nothing lists them (no CUDA_VISIBLE_DEVICES, "
+                "SLURM_STEP_GPUS, SLURM_JOB_GPUS, nvidia-smi or /proc/driver/nvidia/gpus): one "
+                "GPU job at a time (slot gpu-unlisted), on cuda:0; set %s or "
+                "CUDA_VISIBLE_DEVICES to the devices' ids to run one job per GPU",
+                count, DEVICES_ENV,
+            )  # fmt: skip
+            return [UNLISTED]
+    if not devices:
+        log.warning(
+            "this job asked for a GPU (device: %s) but none is visible (CUDA_VISIBLE_DEVICES=%s): "
+            "no GPU slot taken; the device setting decides whether it runs on the CPU",
+            device, os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )  # fmt: skip
+    return devices
+
+
 @contextlib.contextmanager
 def gpu_slot(
     devices: list[str] | None = None,
@@ -174,35 +286,33 @@ def gpu_slot(
     """Hold one free device for the block and expose only it through ``CUDA_VISIBLE_DEVICES``.
 
     ``devices``: default :func:`visible_devices`; slots in :func:`slot_dir`. Yields the device
-    id, or ``None`` (no GPU visible: the job runs on the CPU). Blocks, polling every ``poll_s``,
-    while every device is held by other jobs; ``timeout_s`` is a hang guard. ``device``: the
-    job's configured device; ``cpu`` takes no slot and hides every GPU for the block (a CPU job
-    neither holds a GPU another job waits for nor initialises CUDA on one).
+    id; :data:`UNLISTED` when torch sees GPUs that nothing lists (one such job at a time,
+    ``CUDA_VISIBLE_DEVICES`` left alone); ``None`` when no GPU is visible (logged as a warning:
+    :func:`~repdiag.core.runtime.select_device` then runs ``auto`` on the CPU and refuses
+    ``cuda``). Blocks, polling every ``poll_s``, while every device is held by other jobs;
+    ``timeout_s`` is a hang guard. ``device``: the job's configured device; ``cpu`` takes no
+    slot and hides every GPU for the block (a CPU job neither holds a GPU another job waits for
+    nor initialises CUDA on one).
     """
     if str(device) == "cpu":
         with _no_gpu():
             yield None
         return
-    devices = visible_devices() if devices is None else devices
+    devices = _devices_or_unlisted(devices, str(device))
     if not devices:
-        log.debug("no CUDA device visible: no GPU slot to take")  # select_device logs the CPU
         yield None
         return
     folder = slot_dir()
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    deadline = time.monotonic() + timeout_s
-    while (taken := try_slot(folder, devices)) is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no free GPU slot among {devices} in {folder} after {timeout_s} s")
-        time.sleep(poll_s)
-    device, handle = taken
+    taken, handle = _take_slot(folder, devices, poll_s, timeout_s)
     previous = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    if taken != UNLISTED:
+        os.environ["CUDA_VISIBLE_DEVICES"] = taken
     log.info(
-        "holding GPU slot of device %s in %s (CUDA_VISIBLE_DEVICES=%s)", device, folder, device
-    )
+        "holding GPU slot of device %s in %s (CUDA_VISIBLE_DEVICES=%s)",
+        taken, folder, os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )  # fmt: skip
     try:
-        yield device
+        yield taken
     finally:
         if previous is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)

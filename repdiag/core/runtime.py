@@ -112,23 +112,35 @@ class Progress:
 
 
 def select_device(requested: str = "auto") -> Any:
-    """``auto`` -> CUDA when visible, else CPU (logged); ``cpu``/``cuda[:i]`` are taken as given."""
+    """The torch device of a job whose config says ``device: requested``.
+
+    ``auto`` -> the job's CUDA device (``cuda:<current>``, with its index, as tensors report it)
+    when CUDA sees one, else the CPU with a warning naming the setting (a job that asked for a
+    GPU never runs on the CPU unannounced); ``cpu`` and ``cuda[:i]`` are taken as given, and
+    ``cuda`` without a GPU is a :class:`~repdiag.core.errors.ConfigError`.
+    """
     import torch
 
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if requested == "auto":
         if torch.cuda.is_available():
-            device = torch.device("cuda")
-            log.info("using %s (%s)", device, torch.cuda.get_device_name(0))
+            device = torch.device("cuda", torch.cuda.current_device())
+            log.info("using %s (%s)", device, torch.cuda.get_device_name(device))
             return device
-        log.info("CUDA is not visible: running on CPU")
+        log.warning(
+            "device: auto asked for a GPU but CUDA sees none (CUDA_VISIBLE_DEVICES=%s): running "
+            "on the CPU; set device: cpu to run there on purpose",
+            visible,
+        )
         return torch.device("cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
         from repdiag.core.errors import ConfigError
 
         raise ConfigError(
-            f"device {requested!r} was requested but CUDA is not available on this machine; "
-            "set device: auto (or cpu) in the config"
+            f"device: {requested} asks for a GPU but CUDA sees none here "
+            f"(CUDA_VISIBLE_DEVICES={visible}); run the job where a GPU is visible (a GPU "
+            "slot, docs/running.md), or set device: auto (the CPU, with a warning) or cpu"
         )
     return device
 

@@ -407,3 +407,121 @@ def test_autocast_runs_matmuls_in_bfloat16_for_bf16_only():
         autocast("fp16", "cpu")
     with pytest.raises(ConfigError, match="unknown precision"), numerics("half"):
         pass
+
+
+# ------------------------------------------------- no silent sharing, no silent CPU (issue 59)
+
+
+def no_listing(tmp_path: Path, monkeypatch) -> None:
+    """Nothing lists a GPU: no device variable, no nvidia-smi, no /proc/driver/nvidia/gpus."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    clean_env(monkeypatch, PATH=str(tmp_path / "bin"), REPDIAG_GPU_SLOT_DIR=str(tmp_path / "s"))
+    monkeypatch.setattr(gpu_module, "NVIDIA_PROC", tmp_path / "absent")
+
+
+def second_job_blocked(folder: Path) -> bool:
+    """Whether a second GPU job would wait now: every slot it could take is held."""
+    devices = gpu_module._devices_or_unlisted(None, "auto")
+    return bool(devices) and try_slot(folder, devices) is None
+
+
+def test_unlisted_gpus_run_one_job_at_a_time_never_two_on_cuda0(tmp_path, monkeypatch, caplog):
+    """torch sees 2 GPUs that nothing lists: every GPU job takes the one slot gpu-unlisted, so
+    a second job waits instead of sharing cuda:0 unawares; CUDA_VISIBLE_DEVICES is left alone."""
+    import torch
+
+    no_listing(tmp_path, monkeypatch)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert visible_devices() == [] and gpu_module.unlisted_gpus() == 2
+    with caplog.at_level("WARNING", logger="repdiag.core.gpu"), gpu_slot() as device:
+        assert device == gpu_module.UNLISTED and "CUDA_VISIBLE_DEVICES" not in os.environ
+        assert (tmp_path / "s" / "gpu-unlisted.lock").read_text() == f"{os.getpid()}\n"
+        assert second_job_blocked(tmp_path / "s")
+        with pytest.raises(TimeoutError, match="no free GPU slot"):
+            with gpu_slot(poll_s=0.01, timeout_s=0.05):
+                pass
+    assert "one GPU job at a time (slot gpu-unlisted)" in caplog.text
+    assert not second_job_blocked(tmp_path / "s")  # released
+
+
+def test_the_unlisted_check_sees_the_old_silent_sharing_put_back(tmp_path, monkeypatch):
+    """The break put back (torch's GPUs ignored when nothing lists them): no slot is taken, two
+    jobs would share cuda:0, and the check above fails."""
+    import torch
+
+    no_listing(tmp_path, monkeypatch)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(gpu_module, "unlisted_gpus", lambda: 0)
+    with gpu_slot() as device:
+        assert device is None and not second_job_blocked(tmp_path / "s")
+
+
+def test_torch_is_not_asked_when_a_variable_names_the_devices(tmp_path, monkeypatch):
+    """An empty CUDA_VISIBLE_DEVICES (or REPDIAG_GPU_DEVICES) means no GPU on purpose: torch's
+    device count, which would initialise CUDA, is never asked and no slot is taken."""
+    import torch
+
+    def never() -> int:
+        raise AssertionError("torch.cuda.device_count asked")
+
+    no_listing(tmp_path, monkeypatch)
+    monkeypatch.setattr(torch.cuda, "device_count", never)
+    for var in ("CUDA_VISIBLE_DEVICES", "REPDIAG_GPU_DEVICES"):
+        monkeypatch.setenv(var, "")
+        with gpu_slot() as device:
+            assert device is None
+        monkeypatch.delenv(var)
+
+
+def test_a_gpu_job_that_finds_no_gpu_says_so(tmp_path, monkeypatch, caplog):
+    import torch
+
+    no_listing(tmp_path, monkeypatch)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with caplog.at_level("WARNING", logger="repdiag.core.gpu"), gpu_slot(device="cuda") as dev:
+        assert dev is None
+    assert "asked for a GPU (device: cuda) but none is visible" in caplog.text
+
+
+def smi_listing(tmp_path: Path, count: int) -> None:
+    lines = "".join(f"GPU {i}: H100 (UUID: GPU-{i})\\n" for i in range(count))
+    fake_nvidia_smi(tmp_path / "bin", f"printf '{lines}'")
+
+
+def test_slurm_physical_ids_the_job_cannot_see_are_mapped_or_refused(tmp_path, monkeypatch):
+    """SLURM_JOB_GPUS=2,3 (physical ids) in a job whose device cgroup shows 2 GPUs as 0,1: the
+    job uses 0 and 1; shown 3 GPUs instead, the ids cannot be mapped and the message says what
+    to set; without cgroups (all 8 listed) or with nothing listed, the ids stand."""
+    no_listing(tmp_path, monkeypatch)
+    monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
+    smi_listing(tmp_path, 2)
+    assert visible_devices() == ["0", "1"]
+    with gpu_slot() as device:
+        assert device == "0" and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    monkeypatch.setenv("SLURM_STEP_GPUS", "1")  # the step's first; an id the job sees stands
+    assert visible_devices() == ["1"]
+    monkeypatch.setenv("SLURM_STEP_GPUS", "6")  # one named, two seen: refused
+    with pytest.raises(ConfigError, match=r"SLURM_STEP_GPUS=6 names 1 GPU"):
+        visible_devices()
+    monkeypatch.delenv("SLURM_STEP_GPUS")
+    smi_listing(tmp_path, 3)
+    with pytest.raises(ConfigError, match=r"SLURM_JOB_GPUS=2,3 .*REPDIAG_GPU_DEVICES=0,1"):
+        visible_devices()
+    smi_listing(tmp_path, 8)
+    assert visible_devices() == ["2", "3"]
+    (tmp_path / "bin" / "nvidia-smi").unlink()
+    assert visible_devices() == ["2", "3"]  # nothing lists the job's GPUs: nothing to check
+    monkeypatch.setenv("SLURM_JOB_GPUS", "GPU-8a1b")
+    smi_listing(tmp_path, 1)
+    assert visible_devices() == ["GPU-8a1b"]  # a UUID is not a physical ordinal
+
+
+def test_the_slurm_check_sees_the_unmapped_ids_put_back(tmp_path, monkeypatch):
+    """The break put back (SLURM's ids taken as they are): the job would be given
+    CUDA_VISIBLE_DEVICES=2, a device its cgroup hides, and the mapping check above fails."""
+    no_listing(tmp_path, monkeypatch)
+    monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
+    smi_listing(tmp_path, 2)
+    monkeypatch.setattr(gpu_module, "slurm_devices", lambda var, value: gpu_module._id_list(value))
+    with gpu_slot() as device:
+        assert device == "2" and os.environ["CUDA_VISIBLE_DEVICES"] not in ("0", "1")

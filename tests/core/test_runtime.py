@@ -121,3 +121,37 @@ def test_a_job_log_is_never_written_through_a_link(tmp_path, monkeypatch) -> Non
         with script_logging("logs/sub/job.log"):
             pass
     assert victim.read_text() == "precious\n" and not (tmp_path / "job.log").exists()
+
+
+# ------------------------------------------------------------------------- select_device
+
+
+def test_auto_without_a_gpu_warns_naming_the_setting_and_cuda_refuses(monkeypatch, caplog):
+    """A job that asked for a GPU and finds none: ``auto`` runs on the CPU with a warning (the
+    old INFO line was easy to miss: the level is checked), ``cuda`` stops with a clear error."""
+    import torch
+
+    from repdiag.core.runtime import select_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    with caplog.at_level(logging.INFO, logger="repdiag"):
+        assert select_device("auto") == torch.device("cpu")
+    (record,) = [r for r in caplog.records if "device: auto" in r.getMessage()]
+    assert record.levelno == logging.WARNING and "CUDA_VISIBLE_DEVICES=2" in record.getMessage()
+    with pytest.raises(ConfigError, match=r"device: cuda asks for a GPU but CUDA sees none"):
+        select_device("cuda")
+    assert select_device("cpu") == torch.device("cpu")
+
+
+def test_auto_with_a_gpu_gives_the_indexed_device_tensors_report():
+    """Under the simulated CUDA: ``auto`` is ``cuda:0`` (a bare ``cuda`` would not compare equal
+    to a tensor's device, and asks the driver for its index)."""
+    import torch
+
+    from repdiag.core.runtime import select_device
+    from tests.simulated_cuda import simulated_cuda
+
+    with simulated_cuda() as cuda:
+        device = select_device("auto")
+        assert device == cuda and torch.zeros(2, device=device).device == device
