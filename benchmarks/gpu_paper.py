@@ -13,16 +13,27 @@ the same architectures) it times one engine call of the paper's pass (8 images, 
 * for the model named ``repeat_on`` in the size: whether two float32 runs are equal bit for bit
   and the cost of deterministic mode (seconds with and without it).
 
-:func:`project` then plans config/paper.yaml's Jacobian stage (``--tiny``: config/test.yaml),
-takes for each planned model the measured float32 rate of the benchmarked model nearest to it
-in FLOPs per image, and gives its projected hours against the SLURM runtime ``jacobian_spectra`` gives
-it (:func:`repdiag.core.slurm.jacobian_runtime`); ``--runtimes`` writes the suggested minutes
-(1.5 x projected) to the table that function reads.
+:func:`project` then plans config/paper.yaml's Jacobian stage (``--tiny``: config/test.yaml)
+and gives each planned model the rates measured on its own architecture (:func:`architecture`:
+ViT-L, ViT-S/B, ConvNeXt, ResNet; never another architecture's), from the measurement whose
+taps are closest to the planned model's: the all-tap ViT-B/16 run of benchmarks/gpu.py
+(``throughput``) where the report has it, else the paper pass's one- or two-tap run. Its
+projected hours at FP32, TF32 and BF16, and at FP32 against the SLURM runtime
+``jacobian_spectra`` gives it (:func:`repdiag.core.slurm.jacobian_runtime`); ``--runtimes``
+writes the suggested minutes (1.5 x projected at FP32) to the table that function reads.
+
+Offline, from a report benchmarks/gpu.sh wrote (the FLOPs its projection stored, or with
+``--replan`` the config planned again here), the same projection:
+
+    .venv/bin/python benchmarks/gpu_paper.py benchmarks/measured/gpu-h200.json [--replan]
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -220,33 +231,167 @@ def stage_plan(size: dict):
     return plan_config(load_config(ROOT / size["config"]), rate=1.0, device="cuda")
 
 
-def project(rows: dict[str, dict], size: dict, plan) -> dict[str, Any]:
-    """Projected hours of the config's Jacobian stage (``plan``: :func:`stage_plan`): each
-    planned model at the measured float32 rate of the benchmarked model nearest to it in FLOPs
-    per image."""
-    measured = {name: r for name, r in rows.items() if "tflops" in r.get("fp32", {})}
-    models, total_h = {}, 0.0
-    for model in plan.models:
-        per_image = model.flops_per_image + model.linalg_per_image
-        near = min(measured, key=lambda n: abs(measured[n]["tflop_per_image"] * 1e12 - per_image))
-        hours = model.total_flops / (measured[near]["fp32"]["tflops"] * 1e12) / 3600
-        total_h += hours
-        models[model.key] = {
-            "pflop": model.total_flops / 1e15,
-            "rate_from": near,
-            "hours": hours,
-            "slurm_runtime_min": slurm_runtime_minutes(model.key),
-            "fits_runtime": hours * 60 <= slurm_runtime_minutes(model.key),
-            "runtime_min_suggested": runtime_minutes(hours),
+# The architecture each benchmarked model of PAPER_MODELS stands for (its --tiny stand-in too)
+BENCHMARK_ARCHITECTURE = {
+    "vit_l14": "ViT-L", "vit_b16": "ViT-S/B", "convnext_b": "ConvNeXt", "resnet50": "ResNet",
+}  # fmt: skip
+# A model's architecture from its name (timm, open_clip, hub or torchvision id), first match:
+# ViT-S and ViT-B (BEiT, EVA02-B, SigLIP B included) share the ViT-B/16 rates, every ResNet-50
+# variant (x2 width, CLIP's RN50) ResNet-50's
+ARCHITECTURE_PATTERNS = (
+    ("ViT-L", re.compile(r"vit_large|vit-l-|eva02-l-", re.IGNORECASE)),
+    ("ViT-S/B", re.compile(r"vit|beit|eva02|deit", re.IGNORECASE)),
+    ("ConvNeXt", re.compile(r"convnext", re.IGNORECASE)),
+    ("ResNet", re.compile(r"resnet|\bRN\d", re.IGNORECASE)),
+)
+ALL_TAPS = "all_taps"  # rate_from of the all-tap run (the report's throughput rows)
+
+
+def architecture(name: str) -> str | None:
+    """The benchmarked architecture a model name belongs to, or None (the controls)."""
+    return next((arch for arch, pattern in ARCHITECTURE_PATTERNS if pattern.search(name)), None)
+
+
+def model_name(entry: dict[str, Any], config: dict[str, Any]) -> str:
+    """The network a config's model entry builds: its id, for a zoo run its backbone's timm
+    model."""
+    if entry.get("source") == "zoo":
+        zoo = config.get("zoo") or {}
+        backbone = (zoo.get("objectives") or {}).get(entry["id"], {}).get("backbone")
+        return str((zoo.get("backbones") or {}).get(backbone, {}).get("timm_model", entry["id"]))
+    return str(entry["id"])
+
+
+def config_architectures(config_path: str) -> dict[str, str | None]:
+    """Each model of the config (a path under the repository) and its architecture."""
+    from repdiag.core.config import load_config
+
+    config = load_config(ROOT / config_path)
+    entries = config.get("models") or {}
+    return {key: architecture(model_name(entry, config)) for key, entry in entries.items()}
+
+
+def measurements(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's measured rates, each with its architecture and number of taps: the paper
+    pass per model and, where the report has it, the all-tap run of ``report["model"]``."""
+    found = []
+    for key, row in report.get("paper_pass", {}).items():
+        rates = {p: row[p]["tflops"] for p in PRECISIONS if "tflops" in row.get(p, {})}
+        arch = BENCHMARK_ARCHITECTURE.get(key) or architecture(row["model"])
+        if rates:
+            found.append({"from": key, "architecture": arch, "taps": len(row["layers"]),
+                          "model": row["model"], "which": ", ".join(row["layers"]),
+                          "tflops": rates})  # fmt: skip
+    rates = {}
+    for row in report.get("throughput", []):
+        if row.get("method") == "auto" and "tflops" in row:
+            rates.setdefault(row["precision"], row["tflops"])
+    if rates:
+        taps = len(report.get("flops", {}).get("auto", {}).get("methods", {})) or None
+        found.append({"from": ALL_TAPS, "architecture": architecture(report["model"]),
+                      "taps": taps, "model": report["model"], "which": f"all {taps} taps",
+                      "tflops": rates})  # fmt: skip
+    return found
+
+
+def choose_rate(measured: list[dict], arch: str | None, taps: int | None, precision: str):
+    """The measurement of ``arch`` at ``precision`` whose taps are closest to ``taps`` (None:
+    every tap, so the most taps measured); None when ``arch`` has none."""
+    own = [m for m in measured if m["architecture"] == arch and precision in m["tflops"]]
+    if arch is None or not own:
+        return None
+    return min(own, key=lambda m: abs(m["taps"] - taps) if taps else -(m["taps"] or 0))
+
+
+def _project(report: dict, config: str, images: int, models: list[tuple], skipped: dict):
+    """The projection of ``models`` ((key, FLOPs, taps or None) each) at ``report``'s rates."""
+    measured = measurements(report)
+    archs = config_architectures(config)
+    out, totals = {}, dict.fromkeys(PRECISIONS, 0.0)
+    for key, flops, taps in models:
+        arch = archs.get(key)
+        hours, rates, source = {}, {}, {}
+        for precision in PRECISIONS:
+            chosen = choose_rate(measured, arch, taps, precision)
+            if chosen is None:  # a control, or an architecture not measured: the slowest rate
+                rated = [m for m in measured if precision in m["tflops"]]
+                if not rated:
+                    continue
+                chosen = min(rated, key=lambda m: m["tflops"][precision])
+                label = f"slowest measured ({chosen['from']}; no {arch or 'network'} measurement)"
+            else:
+                label = chosen["from"]
+            rates[precision], source[precision] = chosen["tflops"][precision], label
+            hours[precision] = flops / (rates[precision] * 1e12) / 3600
+        runtime = slurm_runtime_minutes(key)
+        out[key] = {
+            "pflop": flops / 1e15,
+            "architecture": arch,
+            "taps": taps,
+            "rate_from": source["fp32"],
+            "tflops": rates,
+            "hours": hours["fp32"],
+            "hours_by_precision": hours,
+            "slurm_runtime_min": runtime,
+            "fits_runtime": hours["fp32"] * 60 <= runtime,
+            "runtime_min_suggested": runtime_minutes(hours["fp32"]),
         }
+        totals = {p: t + hours[p] for p, t in totals.items() if p in hours}
     return {
-        "config": size["config"],
-        "images_per_model": plan.settings["images"],
-        "stage_pflop": plan.total_flops / 1e15,
-        "stage_hours": total_h,
-        "models": models,
-        "skipped": plan.skipped,
-    }
+        "config": config,
+        "images_per_model": images,
+        "stage_pflop": sum(m["pflop"] for m in out.values()),
+        "stage_hours": totals["fp32"],
+        "stage_hours_by_precision": totals,
+        "rates": {m.pop("from"): m for m in measured},
+        "models": out,
+        "skipped": skipped,
+    }  # fmt: skip
+
+
+def project(report: dict[str, Any], size: dict, plan) -> dict[str, Any]:
+    """Projected hours of the config's Jacobian stage (``plan``: :func:`stage_plan`): each
+    planned model at the rates measured on its own architecture, from the measurement whose
+    taps are closest to the model's planned taps (:func:`choose_rate`)."""
+    models = [
+        (m.key, m.total_flops, sum(1 for t in m.taps if t.method != "setup")) for m in plan.models
+    ]
+    return _project(report, size["config"], plan.settings["images"], models, plan.skipped)
+
+
+def reproject(report: dict[str, Any], replan: bool = False) -> dict[str, Any]:
+    """The projection of a written report at its measured rates (all of them: the all-tap run
+    included), for the FLOPs its projection stored (``replan``: the config planned again)."""
+    if replan:
+        size = PAPER_MODELS[report["mode"]]
+        return project(report, size, stage_plan(size))
+    stored = report["projection"]
+    models = [(key, m["pflop"] * 1e15, m.get("taps")) for key, m in stored["models"].items()]
+    return _project(
+        report, stored["config"], stored["images_per_model"], models, stored.get("skipped", {})
+    )
+
+
+def projection_lines(projection: dict[str, Any]) -> list[str]:
+    """The projection in words: the stage per precision, then each model."""
+    hours = projection["stage_hours_by_precision"]
+    lines = [
+        f"{projection['config']} Jacobian stage ({projection['images_per_model']} images per "
+        f"model): {projection['stage_pflop']:.0f} PFLOP, "
+        + ", ".join(f"{p.upper()} {h:.2f} GPU-hours" for p, h in hours.items()),
+        "rates (TFLOP/s): " + "; ".join(
+            f"{name}: {r['architecture']}, {r['model']} ({r['which']}), "
+            + " ".join(f"{p.upper()} {t:.1f}" for p, t in r["tflops"].items())
+            for name, r in projection["rates"].items()
+        ),
+    ]  # fmt: skip
+    for key, m in projection["models"].items():
+        lines.append(
+            f"  {key}: {m['architecture']}, {m['pflop']:.3g} PFLOP at {m['rate_from']}: "
+            + ", ".join(f"{p.upper()} {h:.3f} h" for p, h in m["hours_by_precision"].items())
+            + f"; SLURM {m['slurm_runtime_min']} min, suggested {m['runtime_min_suggested']}"
+        )
+    return lines
 
 
 def paper_pass(report: dict, save, budget, size_name: str, device: torch.device) -> None:
@@ -269,5 +414,23 @@ def paper_pass(report: dict, save, budget, size_name: str, device: torch.device)
         rows[name] = measure_model(name, taps, spec, size, device, report["matmul"], x_all)
         if "s" in rows[name]["fp32"]:
             seconds_per_tflop = rows[name]["fp32"]["s"] / max(rows[name]["tflop"], 1e-12)
-            report["projection"] = project(rows, size, plan)  # refined after every model
+            report["projection"] = project(report, size, plan)  # refined after every model
         save()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description="The projection of a benchmarks/gpu.sh report.")
+    parser.add_argument("report", type=Path, help="a JSON written by benchmarks/gpu.sh --json")
+    parser.add_argument("--replan", action="store_true", help="plan the config again here")
+    parser.add_argument("--runtimes", type=Path, help="write the suggested SLURM runtimes here")
+    args = parser.parse_args(argv)
+    report = json.loads(args.report.read_text())
+    projection = reproject(report, replan=args.replan)
+    if args.runtimes:
+        write_runtimes({**projection, "device_name": report.get("device_name")}, args.runtimes)
+    print("\n".join(projection_lines(projection)))
+    return projection
+
+
+if __name__ == "__main__":
+    main()

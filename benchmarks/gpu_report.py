@@ -4,15 +4,20 @@
 
 ``--write`` replaces the block between the page's ``<!-- gpu:start -->`` and ``<!-- gpu:end -->``
 markers, so the page's GPU numbers are always those of the committed run
-(tests/benchmarks/test_gpu.py checks that they are).
+(tests/benchmarks/test_gpu.py checks that they are). The projection is the one
+benchmarks/gpu_paper.py makes from the report's rates (:func:`gpu_paper.reproject`): each model
+at its own architecture's rates, the all-tap run's where the report has it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_paper, beside this file
 
 START, END = "<!-- gpu:start -->", "<!-- gpu:end -->"
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -62,8 +67,9 @@ def _facts(report: dict[str, Any]) -> list[str]:
         (r["repeatability"] for r in report["paper_pass"].values() if "repeatability" in r), None
     )
     other = report["other_encoder"]
-    proj = report["projection"]
+    proj = _projection(report)
     fits = sum(m["fits_runtime"] for m in proj["models"].values())
+    hours = proj["stage_hours_by_precision"]
     lines = [
         f"- Device: {report['device_name']}, torch {report['torch']}; the whole run took "
         f"{report['elapsed_s']:.0f} s; skipped: {', '.join(report['skipped']) or 'nothing'}; "
@@ -92,11 +98,40 @@ def _facts(report: dict[str, Any]) -> list[str]:
         f"- open_clip `{other['model']}` ({other['layers']} taps, no shortcut taps): "
         f"{other['images_per_s']:.3f} images/s, peak {other['peak_mib'] / 1024:.1f} GiB.",
         f"- Projection of `{proj['config']}`'s Jacobian stage ({proj['images_per_model']} images "
-        f"per model): {proj['stage_pflop']:.0f} PFLOP, **{proj['stage_hours']:.2f} GPU-hours** at "
-        f"the FP32 rates above; {fits} of {len(proj['models'])} models fit their SLURM runtime. "
-        "Suggested runtimes (x1.5, at least 30 min) are in `profiles/slurm/jacobian_runtimes.yaml`.",
+        f"per model; `benchmarks/gpu_paper.py`, each model at the rates measured on its own "
+        f"architecture): {proj['stage_pflop']:.0f} PFLOP, **{hours['fp32']:.2f} GPU-hours** at "
+        f"FP32{''.join(f', {hours[p]:.2f} at {p.upper()}' for p in PRECISIONS[1:] if p in hours)}"
+        "; rates from "
+        f"{_rate_sources(proj)}; {fits} of {len(proj['models'])} models fit their SLURM runtime "
+        "at FP32. Suggested runtimes (x1.5 at FP32, at least 30 min) are in "
+        "`profiles/slurm/jacobian_runtimes.yaml`.",
     ]
     return lines
+
+
+def _projection(report: dict[str, Any]) -> dict[str, Any]:
+    from gpu_paper import reproject
+
+    return reproject(report)
+
+
+def _rate_sources(proj: dict[str, Any]) -> str:
+    """Which measurement each architecture's models took their FP32 rate from, in words."""
+    groups: dict[tuple, int] = {}
+    for m in proj["models"].values():
+        key = (m["architecture"], m["rate_from"])
+        groups[key] = groups.get(key, 0) + 1
+    parts = []
+    for (arch, source), n in groups.items():
+        if arch is None:
+            parts.append(f"{n} controls (no network): the slowest rate measured")
+        else:
+            rate = proj["rates"][source]
+            parts.append(
+                f"{arch} ({n}): `{rate['model']}` ({rate['which']}) at "
+                f"{rate['tflops']['fp32']:.1f} TFLOP/s"
+            )
+    return "; ".join(parts)
 
 
 def render(report: dict[str, Any]) -> str:

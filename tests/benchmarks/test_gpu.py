@@ -177,8 +177,12 @@ def test_the_projection_uses_the_measured_rates_and_the_slurm_runtime(report):
     assert projection["config"] == "config/test.yaml" and projection["models"]
     total = 0.0
     for key, model in projection["models"].items():
+        # config/test.yaml's models are zoo runs on the ViT backbone: the ViT-B stand-in's rate
+        # (the projection is made during the paper pass, before the all-tap run)
+        assert model["architecture"] == "ViT-S/B" and model["rate_from"] == "vit_b16", key
         hours = model["pflop"] * 1e15 / (rates[model["rate_from"]] * 1e12) / 3600
         assert model["hours"] == pytest.approx(hours), key
+        assert model["hours_by_precision"]["fp32"] == model["hours"]
         runtime = jacobian_runtime(key, 1, ROOT / RUNTIMES_FILE)
         assert model["slurm_runtime_min"] == runtime
         assert model["fits_runtime"] == (model["hours"] * 60 <= runtime)
@@ -221,3 +225,110 @@ def test_the_performance_page_shows_the_committed_gpu_run(tmp_path):
 
     for key, model in committed["projection"]["models"].items():
         assert jacobian_runtime(key, 1, ROOT / RUNTIMES_FILE) == model["runtime_min_suggested"]
+
+
+def _gpu_paper_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    return importlib.import_module("gpu_paper")
+
+
+# config/paper.yaml's models by the measurement of benchmarks/measured/gpu-h200.json whose rate
+# each must take: its own architecture's (ViT-S/B: the all-tap ViT-B/16 run), never another's
+OWN_RATE = {
+    **dict.fromkeys(
+        ["barlow_twins_rn50", "vicreg_rn50", "vicreg_rn50w2", "dino_rn50", "swav_rn50",
+         "mocov3_rn50", "clip_rn50", "resnet50_supervised"], "resnet50"),
+    **dict.fromkeys(["mae_vit_l16", "dinov2_vit_l14", "clip_vit_l14", "eva02_clip_l14"], "vit_l14"),
+    "convnext_b": "convnext_b",
+    **dict.fromkeys(
+        ["mae_vit_b16", "beit_vit_b16", "beitv2_vit_b16", "dino_vit_s16", "dino_vit_b16",
+         "dinov2_vit_s14", "dinov2_vit_b14", "mocov3_vit_b16", "clip_vit_b32", "clip_vit_b16",
+         "siglip_vit_b16", "eva02_clip_b16", "vit_b16_supervised"], "all_taps"),
+}  # fmt: skip
+CONTROLS = ["shape_oracle", "layout_mask", "occupancy", "slot_area", "colour_histogram",
+            "bag_of_shapes", "random_features"]  # fmt: skip
+
+
+def test_the_committed_projection_gives_each_model_its_own_architectures_rate(capsys):
+    """Issue #59: ten ViT-B-class models had ViT-L's rate and six ResNet-50s ConvNeXt's (the
+    nearest in FLOPs per image). Now each takes its own architecture's; the totals equal an
+    independent computation from the JSON's measured cells."""
+    gpu_paper = _gpu_paper_module()
+    committed = json.loads((ROOT / "benchmarks/measured/gpu-h200.json").read_text())
+    projection = gpu_paper.main([str(ROOT / "benchmarks/measured/gpu-h200.json")])
+    models = projection["models"]
+    assert set(models) == set(OWN_RATE) | set(CONTROLS)
+    for key, source in OWN_RATE.items():
+        assert models[key]["rate_from"] == source, key
+    vit_b_class = [k for k, s in OWN_RATE.items() if s == "all_taps" and "_s1" not in k]
+    assert len(vit_b_class) == 11 and not any(
+        models[k]["rate_from"] == "vit_l14" for k in vit_b_class
+    )
+    resnets = [k for k, s in OWN_RATE.items() if s == "resnet50"]
+    assert not any(models[k]["rate_from"] == "convnext_b" for k in resnets)
+
+    # the rates, read from the JSON's cells here: the paper pass, and the all-tap auto runs
+    rates = {
+        name: {p: row[p]["tflops"] for p in ("fp32", "tf32", "bf16")}
+        for name, row in committed["paper_pass"].items()
+    }
+    rates["all_taps"] = {
+        row["precision"]: row["tflops"]
+        for row in committed["throughput"]
+        if row["method"] == "auto" and row["batch_size"] == 256
+    }
+    assert rates["all_taps"]["fp32"] == pytest.approx(28.3388, abs=1e-4)
+    for precision in ("fp32", "tf32", "bf16"):
+        slowest = min(r[precision] for r in rates.values())
+        total = 0.0
+        for key, stored in committed["projection"]["models"].items():
+            rate = rates[OWN_RATE[key]][precision] if key in OWN_RATE else slowest
+            hours = stored["pflop"] * 1e15 / (rate * 1e12) / 3600
+            assert models[key]["hours_by_precision"][precision] == pytest.approx(hours), key
+            total += hours
+        assert projection["stage_hours_by_precision"][precision] == pytest.approx(total)
+    hours = projection["stage_hours_by_precision"]
+    assert projection["stage_hours"] == hours["fp32"]
+    assert (round(hours["fp32"], 2), round(hours["tf32"], 2)) == (8.12, 4.00)  # was 7.44 at FP32
+    assert projection["stage_pflop"] == pytest.approx(committed["projection"]["stage_pflop"])
+    # the rates changed, the suggested runtimes did not: profiles/slurm/ still holds them
+    for key, model in committed["projection"]["models"].items():
+        assert models[key]["runtime_min_suggested"] == model["runtime_min_suggested"], key
+    printed = capsys.readouterr().out
+    assert "FP32 8.12 GPU-hours, TF32 4.00 GPU-hours" in printed.splitlines()[0]
+
+
+def test_a_models_architecture_comes_from_its_name():
+    gpu_paper = _gpu_paper_module()
+    architecture = gpu_paper.architecture
+    for name in ("vit_large_patch14_clip_224", "ViT-L-14", "EVA02-L-14", "vit_large_patch16_224.mae",
+                 "vit_large_patch14_dinov2.lvd142m"):  # fmt: skip
+        assert architecture(name) == "ViT-L", name
+    for name in ("vit_base_patch16_224", "ViT-B-32", "ViT-B-16-SigLIP", "EVA02-B-16",
+                 "beitv2_base_patch16_224.in1k_ft_in22k_in1k", "vit_small_patch14_dinov2.lvd142m"):  # fmt: skip
+        assert architecture(name) == "ViT-S/B", name
+    for name in ("resnet50", "resnet50x2", "dino_resnet50", "RN50", "resnet10t"):
+        assert architecture(name) == "ResNet", name
+    assert architecture("convnext_base.fb_in22k_ft_in1k") == "ConvNeXt"
+    assert architecture("repdiag.binding.controls:occupancy") is None
+    committed = json.loads((ROOT / "benchmarks/measured/gpu-h200.json").read_text())
+    for key, row in committed["paper_pass"].items():  # the names agree with the roles
+        assert architecture(row["model"]) == gpu_paper.BENCHMARK_ARCHITECTURE[key], key
+    archs = gpu_paper.config_architectures("config/paper.yaml")
+    assert [k for k, a in archs.items() if a is None] == CONTROLS
+
+
+def test_the_rate_is_the_closest_tap_configuration_of_the_same_architecture():
+    choose = _gpu_paper_module().choose_rate
+    measured = [
+        {"from": "b_final", "architecture": "ViT-S/B", "taps": 1, "tflops": {"fp32": 1, "tf32": 2}},
+        {"from": "b_all", "architecture": "ViT-S/B", "taps": 13, "tflops": {"fp32": 3}},
+        {"from": "l_two", "architecture": "ViT-L", "taps": 2, "tflops": {"fp32": 5, "tf32": 6}},
+    ]
+    assert choose(measured, "ViT-S/B", 16, "fp32")["from"] == "b_all"
+    assert choose(measured, "ViT-S/B", None, "fp32")["from"] == "b_all"  # every tap planned
+    assert choose(measured, "ViT-S/B", 2, "fp32")["from"] == "b_final"
+    assert choose(measured, "ViT-S/B", 16, "tf32")["from"] == "b_final"  # all-tap has no TF32
+    assert choose(measured, "ViT-L", 1, "fp32")["from"] == "l_two"
+    assert choose(measured, "ConvNeXt", 1, "fp32") is None  # never another architecture's
+    assert choose(measured, None, 1, "fp32") is None
