@@ -9,10 +9,17 @@ pass of ``batch_size`` Jacobian-vector products can hold (a randomized pass hold
 capped at ``chunk_size x k`` products. Calls cover fixed runs of chunks (0..m-1, m..2m-1, ...)
 and a resumed run reuses the ``batch_size`` its cached chunks were computed with, so its passes,
 hence its bits, are those of an uninterrupted run. ``batch_size=None`` on CUDA is sized from the
-planner's memory estimate and the device's free memory (:mod:`.pass_size`)."""
+planner's memory estimate and the device's free memory (:mod:`.pass_size`); there the first engine
+call measures its peak per image and the later calls are sized from it, and an out-of-memory
+error in a call halves its pass and retries it. Every change of pass size is kept, from the chunk
+where it starts, in ``passes.json`` beside the chunks (:class:`PassSizes`) before any chunk
+computed with it is saved, so a resumed run makes the same passes; the record is the spectra's
+``pass_sizing`` (the store's attrs)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -184,8 +191,111 @@ def _call_batch_size(
         from repdiag.encoders.jacobian.pass_size import memory_batch_size
 
         sized = memory_batch_size(model, images, {**engine, "layers": list(layers)}, device)
-        return sized, "sized to free GPU memory"
+        return sized, SIZED
     return DEFAULT_BATCH_SIZE["cpu"], "CPU default"
+
+
+SIZED = "sized to free GPU memory"
+PASSES_FILE = "passes.json"
+
+
+@dataclasses.dataclass
+class PassSizes:
+    """The pass size of every engine call of a run: ``schedule`` [[first chunk, batch_size], ...]
+    (a call starting at chunk i uses the last entry at or before i) and the ``record`` of how
+    it came about (the store's ``pass_sizing``): ``source``, ``planned`` (the first size),
+    ``measured_peak_bytes_per_image`` and ``measured_batch_size`` (from the first call on a
+    GPU), ``out_of_memory`` ([{chunk, batch_size, retried_with}]). Saved atomically to
+    ``passes.json`` in the cache folder whenever it changes."""
+
+    path: Path
+    schedule: list[list[int]]
+    record: dict[str, Any]
+    measure: bool = False  # the first call's peak is still to be measured
+
+    @classmethod
+    def start(cls, cache_dir: Path, batch_size: int, source: str, measure: bool) -> PassSizes:
+        """The saved sizes of a resumed run, else a new schedule at ``batch_size``."""
+        path = cache_dir / PASSES_FILE
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            saved = json.loads(path.read_text())
+            record = {**saved["record"], "resumed": True}
+            return cls(path, [[int(a), int(b)] for a, b in saved["schedule"]], record)
+        record = {"source": source, "planned": int(batch_size), "out_of_memory": []}
+        return cls(path, [[0, int(batch_size)]], record, measure)
+
+    def at(self, chunk: int) -> int:
+        return [size for first, size in self.schedule if first <= chunk][-1]
+
+    def change(self, chunk: int, batch_size: int) -> None:
+        """From ``chunk`` on, ``batch_size`` (later entries dropped); saved at once."""
+        self.schedule = [entry for entry in self.schedule if entry[0] < chunk]
+        self.schedule.append([int(chunk), int(batch_size)])
+        self.record["schedule"] = self.schedule
+        with atomic_path(self.path) as tmp:
+            Path(tmp).write_text(json.dumps({"schedule": self.schedule, "record": self.record}))
+
+
+def _measured_resize(
+    passes: PassSizes, spectra: Spectra, call: tuple[int, int], k: int, device: torch.device
+) -> None:
+    """After the first call on a GPU (``call``: its first chunk and images): its peak per image
+    (``torch.cuda.max_memory_allocated`` above what stays allocated), and the calls after it
+    sized from that and the free memory (:func:`.pass_size.measured_batch_size`)."""
+    from repdiag.encoders.jacobian.pass_size import measured_batch_size, pass_width
+
+    peak = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
+    torch.cuda.empty_cache()  # the cached blocks of the pass count as free for the next ones
+    free = float(torch.cuda.mem_get_info(device)[0])
+    width = pass_width(spectra.methods, spectra.d_out, k)
+    size, per_image = measured_batch_size(peak, passes.at(call[0]), call[1], width, free)
+    passes.measure = False
+    passes.record.update(measured_peak_bytes_per_image=per_image, measured_batch_size=size)
+    log.info(
+        "first engine call: peak %.3g GiB per image (%d products a pass); the remaining "
+        "passes take %d products (%s free)", per_image / 2**30, passes.at(call[0]), size, free,
+    )  # fmt: skip
+    passes.change(call[0] + 1, size)
+
+
+def _compute_call(
+    model: Any,
+    part: torch.Tensor,
+    layers: Sequence[str],
+    engine: dict[str, Any],
+    passes: PassSizes,
+    first: int,
+) -> Spectra | None:
+    """One engine call at the pass size of chunk ``first``; None after an out-of-memory error,
+    when the pass was halved from ``first`` on (recorded) and the call is to be laid out again;
+    a pass of one product that does not fit is raised."""
+    batch_size = passes.at(first)
+    device = torch.device(engine.get("device") or part.device)
+    measuring = passes.measure and device.type == "cuda"
+    if measuring:
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        spectra = jacobian_spectra(
+            model, part, layers=layers, **{**engine, "batch_size": batch_size}
+        )
+    except torch.cuda.OutOfMemoryError as err:
+        if batch_size <= 1:
+            raise
+        half = batch_size // 2
+        log.warning(
+            "out of GPU memory at %d products a pass (chunk %d): retrying at %d (%s)",
+            batch_size, first, half, str(err).splitlines()[0][:200],
+        )  # fmt: skip
+        del err
+        torch.cuda.empty_cache()
+        passes.record["out_of_memory"].append(
+            {"chunk": first, "batch_size": batch_size, "retried_with": half}
+        )
+        passes.change(first, half)
+        return None
+    if measuring:
+        _measured_resize(passes, spectra, (first, len(part)), int(engine["k"]), device)
+    return spectra
 
 
 def run_chunked(
@@ -202,11 +312,12 @@ def run_chunked(
     images in ``cache_dir``; ``engine``: its settings (:func:`.options.engine_options`).
 
     Each engine call takes :func:`chunks_per_call` whole chunks (fixed runs 0..m-1, m..2m-1,
-    ...); its chunks are written atomically to ``cache_dir/chunk_XXXX.npz`` with the
-    ``batch_size`` used, and reused by a later call, so a killed run resumes with the missing
-    runs of chunks only, with the same passes: the result equals an uninterrupted run bit for
-    bit. ``cache_dir`` must be specific to the model, images and settings (see
-    :func:`cache_key`). The result's ``batch_size`` is the one used.
+    ... at the pass size of :class:`PassSizes`); its chunks are written atomically to
+    ``cache_dir/chunk_XXXX.npz`` with the ``batch_size`` used, and reused by a later call, so a
+    killed run resumes with the missing runs of chunks only, with the same passes: the result
+    equals an uninterrupted run bit for bit. ``cache_dir`` must be specific to the model,
+    images and settings (see :func:`cache_key`). The result's ``batch_size`` is the one the
+    last call used, its ``pass_sizing`` the record of :class:`PassSizes`.
     """
     if chunk_size < 1:
         raise ConfigError(f"chunk_size must be >= 1 (got {chunk_size})")
@@ -214,32 +325,41 @@ def run_chunked(
     cache_dir.mkdir(parents=True, exist_ok=True)
     layers = Readout(model).check(layers)
     batch_size, source = _call_batch_size(model, images, cache_dir, engine, layers)
-    engine = {**engine, "batch_size": batch_size}
-    per_call = chunks_per_call(batch_size, int(engine["k"]), chunk_size)
+    passes = PassSizes.start(cache_dir, batch_size, source, measure=source == SIZED)
+    k = int(engine["k"])
     log.info(
         "%s: batch_size %d (%s), %d chunks of %d images per engine call",
-        label, batch_size, source, per_call, chunk_size,
+        label, passes.at(0), passes.record["source"], chunks_per_call(passes.at(0), k, chunk_size),
+        chunk_size,
     )  # fmt: skip
     n_total = len(images)
     starts = list(range(0, n_total, chunk_size))
     progress = Progress(n_total, label)
-    chunks, reused = [], 0
-    for first in range(0, len(starts), per_call):
-        indices = range(first, min(first + per_call, len(starts)))
+    chunks, reused, first = [], 0, 0
+    while first < len(starts):
+        indices = range(
+            first, min(first + chunks_per_call(passes.at(first), k, chunk_size), len(starts))
+        )
         sizes = [min(chunk_size, n_total - starts[i]) for i in indices]
         paths = [cache_dir / f"chunk_{i:04d}.npz" for i in indices]
         cached = [_load_chunk(path, layers, size) for path, size in zip(paths, sizes, strict=True)]
         if all(chunk is not None for chunk in cached):
             reused += len(cached)
         else:
-            part = images[starts[indices[0]] : starts[indices[0]] + sum(sizes)]
-            cached = _split(jacobian_spectra(model, part, layers=layers, **engine), sizes)
+            passes.measure = passes.measure and indices[-1] + 1 < len(starts)  # calls after it
+            part = images[starts[first] : starts[first] + sum(sizes)]
+            spectra = _compute_call(model, part, layers, engine, passes, first)
+            if spectra is None:
+                continue  # out of memory: the same chunks again, in smaller passes
+            cached = _split(spectra, sizes)
             for path, chunk, size in zip(paths, cached, sizes, strict=True):
-                _save_chunk(path, chunk, size, batch_size)
+                _save_chunk(path, chunk, size, passes.at(first))
         chunks.extend(cached)
         progress.update(sum(sizes))
+        first = indices[-1] + 1
     if reused:
         log.info("%s: reused %d cached chunks of %d from %s", label, reused, len(chunks), cache_dir)
     merged = _merge(chunks)
-    merged.batch_size = batch_size
+    merged.batch_size = passes.at(len(starts) - 1)
+    merged.pass_sizing = {**passes.record, "schedule": passes.schedule}
     return merged

@@ -302,15 +302,17 @@ def _randomized_spectra(
 
 class Spectra(dict):
     """``{layer: singular values (n_images, rank)}`` plus ``methods`` {layer: method used},
-    ``d_out`` {layer: readout width}, ``d_in`` (input dimension), ``batch_size`` (from
-    :func:`.cache.run_chunked`: the products per pass used) and, from the engine,
-    ``numerics`` (:func:`repdiag.core.gpu.numerics`' record)."""
+    ``d_out`` {layer: readout width}, ``d_in`` (input dimension), ``batch_size`` and
+    ``pass_sizing`` (from :func:`.cache.run_chunked`: the products per pass of its last call,
+    and how every pass was sized) and, from the engine, ``numerics``
+    (:func:`repdiag.core.gpu.numerics`' record)."""
 
     methods: dict[str, str]
     d_out: dict[str, int]
     d_in: int
     numerics: dict[str, Any] | None = None
     batch_size: int | None = None  # products per pass, set by cache.run_chunked
+    pass_sizing: dict[str, Any] | None = None  # cache.PassSizes' record
 
 
 def _module_dtype_device(

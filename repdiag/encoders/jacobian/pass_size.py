@@ -5,7 +5,11 @@ fits in a fraction of the device's free memory.
 
 The estimate grows with the batch (more images and products in flight, more rows or directions
 kept), so the largest fitting batch is found by doubling from k and then bisecting
-(:func:`fitting_batch_size`), each step one planner estimate.
+(:func:`fitting_batch_size`), each step one planner estimate. The planner's memory is calibrated
+against measured peaks (:data:`.plan_project.MEMORY_CALIBRATION`); on the GPU the job's first
+engine call then measures its own peak per image and the remaining passes are sized from that
+(:func:`measured_batch_size`, called by :func:`.cache.run_chunked`), and an out-of-memory error
+halves the pass there.
 """
 
 from __future__ import annotations
@@ -92,3 +96,39 @@ def memory_batch_size(
         fraction * free_bytes + params,
         k=int(engine["k"]),
     )
+
+
+def pass_width(methods: Mapping[str, str], d_out: Mapping[str, int], k: int) -> int:
+    """Products one image takes in the engine's pass that holds the most images per product: k
+    when a tap is randomized (``batch_size // k`` images a pass), else the widest exact tap's d
+    (``batch_size // d`` images)."""
+    if any(method == "randomized" for method in methods.values()):
+        return int(k)
+    return max((int(d_out[name]) for name in methods), default=int(k))
+
+
+def measured_batch_size(
+    peak_bytes: float,
+    batch_size: int,
+    call_images: int,
+    width: int,
+    free_bytes: float,
+    *,
+    fraction: float = FREE_FRACTION,
+    cap: int = MAX_BATCH_SIZE,
+) -> tuple[int, float]:
+    """(``batch_size`` for the passes after a measured one, the measured peak bytes per image).
+
+    ``peak_bytes``: what one engine call of ``call_images`` images at ``batch_size`` products
+    a pass allocated above what stayed allocated after it (``torch.cuda.max_memory_allocated``
+    less ``memory_allocated``); its widest pass held ``min(batch_size // width, call_images)``
+    images (at least one, :func:`pass_width`). The memory of a pass grows with its images, so
+    the next passes hold as many images as ``fraction`` of ``free_bytes`` takes at the measured
+    bytes per image (a part that does not grow with the images only makes it smaller: safe),
+    ``width`` products each; below one image, the products of that one image scaled down.
+    """
+    images = min(max(1, batch_size // width), max(1, call_images))
+    per_image = max(float(peak_bytes), 1.0) / images
+    fit = fraction * free_bytes / per_image
+    sized = int(fit) * width if fit >= 1 else int(fit * width)
+    return max(1, min(cap, sized)), per_image

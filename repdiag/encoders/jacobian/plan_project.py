@@ -188,7 +188,9 @@ def plan_model(
     param_bytes, itemsize = _module_bytes(module)
     tensors = [*module.parameters(), *module.buffers()] if module is not None else []
     device = tensors[0].device if tensors else torch.device("cpu")  # no tensors: any device
-    x = torch.zeros((1, *input_shape), device=device)
+    floating = [t.dtype for t in tensors if t.is_floating_point()]
+    # the probe in the model's own dtype: a float64 (or half) model refuses a float32 input
+    x = torch.zeros((1, *input_shape), device=device, dtype=floating[0] if floating else None)
     d_in = math.prod(input_shape)
     # images per engine call: as many whole chunks as one pass of batch_size products holds
     # (cache.run_chunked; a pass is not capped at chunk_size images), at most the images there are

@@ -7,7 +7,9 @@ layer has fewer); ``jer_<formula>`` (layer, image) over those top k; where some 
 exactly, its whole spectrum too: ``singular_values_full`` (layer, image, rank_full), zero-padded,
 with ``n_singular`` (layer,) valid values (0 for randomized layers). Coordinates ``layer``,
 ``image``, ``probe_set`` (image,), ``rank``; attrs ``methods`` (per layer), ``d_out``, ``d_in``,
-``k`` and what the writer adds.
+``k``, ``pass_sizing`` when the spectra carry it (how :func:`.cache.run_chunked` sized each
+pass: planned, measured on the GPU, halved after an out-of-memory error) and what the writer
+adds.
 """
 
 from __future__ import annotations
@@ -95,4 +97,6 @@ def spectra_dataset(
         "d_in": int(spectra.d_in),
         "k": int(k),
     }
+    if getattr(spectra, "pass_sizing", None):
+        base["pass_sizing"] = dict(spectra.pass_sizing)
     return xr.Dataset(data, coords=coords, attrs={**base, **dict(attrs or {})})

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import xarray as xr
 
 from repdiag.encoders.jacobian import cache
 from repdiag.encoders.jacobian.cache import run_chunked
+from repdiag.encoders.jacobian.store import spectra_dataset
 from tests.encoders.jacobian.models import SmallCNN, engine, images, small_mlp
+from tests.simulated_cuda import GiB, SimulatedMemory, simulated_cuda, simulated_memory
 
 torch.set_num_threads(1)
 
@@ -106,3 +109,148 @@ def test_cache_key_changes_with_settings_weights_and_images():
     assert key != cache.cache_key({"k": 5}, weights, pixels)
     assert key != cache.cache_key({"k": 4}, cache.model_fingerprint(small_mlp(seed=1)), pixels)
     assert key != cache.cache_key({"k": 4}, weights, cache.tensor_digest(x + 1e-9))
+
+
+# ------------------------------------------------ pass sizes on a GPU (simulated CUDA, issue 59)
+
+RANDOMIZED = {"method": "randomized", "k": 4, "power_iters": 1, "seed": 0}
+REAL_ENGINE = cache.jacobian_spectra
+OUT_OF_MEMORY = torch.OutOfMemoryError  # torch.cuda.OutOfMemoryError, kept from any patch
+
+
+def _memory_hungry(real, calls: list, per_image: float, oom_above: int | None = None):
+    """``jacobian_spectra`` whose pass takes ``per_image`` bytes per image it holds on the
+    simulated GPU (the peak the memory stats then report), and runs out of memory above
+    ``oom_above`` products a pass."""
+
+    def engine_call(model, part, **kw):
+        calls.append((len(part), kw["batch_size"]))
+        if oom_above is not None and kw["batch_size"] > oom_above:
+            raise OUT_OF_MEMORY("CUDA out of memory. Tried to allocate 2.00 GiB")
+        memory = simulated_memory()
+        memory.allocated = 4096  # the model's parameters, still there after the call
+        out = real(model, part, **kw)
+        held = min(max(1, kw["batch_size"] // kw["k"]), len(part))
+        memory.peak = max(memory.peak, int(memory.allocated + per_image * held))
+        return out
+
+    return engine_call
+
+
+def _sized_run(tmp_path, monkeypatch, folder: str, per_image: float, calls: list, kill=None):
+    model, x = small_mlp(), images(30, (12,))
+    hungry = _memory_hungry(REAL_ENGINE, calls, per_image)
+    if kill is not None:
+
+        def hungry(*args, _inner=hungry, **kw):  # killed after `kill` calls
+            if len(calls) == kill:
+                raise KeyboardInterrupt("killed")
+            return _inner(*args, **kw)
+
+    monkeypatch.setattr(cache, "jacobian_spectra", hungry)
+    with simulated_cuda(SimulatedMemory(free=FREE, total=80 * GiB)) as cuda:
+        return run_chunked(
+            model, x, tmp_path / folder, chunk_size=1, device=cuda, **engine(**RANDOMIZED)
+        )
+
+
+FREE = 16 << 10  # 16 KiB free on the simulated card: the planner sizes a pass of 2 images
+
+
+def test_on_a_gpu_the_first_call_measures_its_peak_and_sizes_the_rest(tmp_path, monkeypatch):
+    """batch_size null on CUDA: the first call runs at the planner's size b0, measures its peak
+    per image (max_memory_allocated above what stays allocated) and the rest hold as many
+    images as 80% of the free memory takes at that rate; recorded; a killed run resumes with the
+    same passes, bit for bit; the spectra are the CPU's."""
+    from repdiag.encoders.jacobian.pass_size import memory_batch_size
+
+    b0 = memory_batch_size(
+        small_mlp(), images(2, (12,)), engine(**RANDOMIZED), torch.device("cpu"), free_bytes=FREE
+    )
+    per_image = 0.8 * FREE / 5.5  # 5 images a pass fit
+    calls: list = []
+    got = _sized_run(tmp_path, monkeypatch, "run", per_image, calls)
+    first = b0 // 4
+    assert b0 == 8 and calls[0] == (first, b0)
+    assert calls[1:] == [(5, 20)] * ((30 - first) // 5) + (
+        [((30 - first) % 5, 20)] if (30 - first) % 5 else []
+    )
+    record = got.pass_sizing
+    assert record["source"] == "sized to free GPU memory" and record["planned"] == b0
+    assert record["measured_peak_bytes_per_image"] == pytest.approx(per_image, rel=1e-3)
+    assert record["measured_batch_size"] == 20 and got.batch_size == 20
+    assert record["schedule"] == [[0, b0], [1, 20]] and record["out_of_memory"] == []
+    monkeypatch.setattr(cache, "jacobian_spectra", REAL_ENGINE)
+    cpu = run_chunked(
+        small_mlp(), images(30, (12,)), tmp_path / "cpu", chunk_size=1, **engine(**RANDOMIZED)
+    )
+    for name in cpu:
+        torch.testing.assert_close(got[name], cpu[name], rtol=1e-10, atol=1e-12)
+
+    killed: list = []
+    with pytest.raises(KeyboardInterrupt):
+        _sized_run(tmp_path, monkeypatch, "killed", per_image, killed, kill=2)
+    resumed: list = []
+    again = _sized_run(tmp_path, monkeypatch, "killed", per_image, resumed)
+    assert resumed == calls[2:]  # the passes of the uninterrupted run, none measured again
+    assert again.pass_sizing["resumed"] and again.pass_sizing["schedule"] == [[0, b0], [1, 20]]
+    for name in got:
+        assert torch.equal(again[name], got[name])
+
+
+def test_the_measured_sizing_check_sees_the_planner_only_sizing_put_back(tmp_path, monkeypatch):
+    """The break put back (every pass at the planner's size, no measurement): the check above
+    sees calls at b0 where it expects the measured 20 products."""
+    monkeypatch.setattr(cache, "_measured_resize", lambda passes, *args: None)
+    calls: list = []
+    _sized_run(tmp_path, monkeypatch, "run", 0.8 * FREE / 5.5, calls)
+    assert {size for _, size in calls} != {20} and all(size != 20 for _, size in calls)
+
+
+def test_an_out_of_memory_pass_is_halved_and_retried_there_and_recorded(tmp_path, monkeypatch):
+    """32 products a pass given, more than 8 run out of memory: the call is retried at 16, then
+    8 from the same chunk on; every later call keeps 8; the store's attrs record both retries;
+    the spectra equal a run given 8 bit for bit. A pass of one product that does not fit fails."""
+    model, x = small_mlp(), images(12, (12,))
+    settings = engine(**{**RANDOMIZED, "batch_size": 32})
+    real, calls = cache.jacobian_spectra, []
+    monkeypatch.setattr(cache, "jacobian_spectra", _memory_hungry(real, calls, 1.0, oom_above=8))
+    with simulated_cuda() as cuda:
+        got = run_chunked(model, x, tmp_path / "run", chunk_size=1, device=cuda, **settings)
+        assert simulated_memory().emptied == 2
+        model.cpu()
+    assert calls == [(8, 32), (4, 16)] + [(2, 8)] * 6
+    retries = [
+        {"chunk": 0, "batch_size": 32, "retried_with": 16},
+        {"chunk": 0, "batch_size": 16, "retried_with": 8},
+    ]
+    assert got.pass_sizing["out_of_memory"] == retries and got.batch_size == 8
+    ds = spectra_dataset(got, [str(i) for i in range(12)], ["p"] * 12, k=4, formulas=["pr"])
+    ds.to_zarr(tmp_path / "store.zarr")
+    stored = xr.open_zarr(tmp_path / "store.zarr").attrs["pass_sizing"]
+    assert stored["out_of_memory"] == retries and stored["schedule"] == [[0, 8]]
+    monkeypatch.setattr(cache, "jacobian_spectra", real)
+    with simulated_cuda() as cuda:
+        at_8 = run_chunked(
+            model, x, tmp_path / "at8", chunk_size=1, device=cuda, **{**settings, "batch_size": 8}
+        )
+        model.cpu()
+    for name in at_8:
+        assert torch.equal(got[name], at_8[name])
+
+    calls.clear()
+    monkeypatch.setattr(cache, "jacobian_spectra", _memory_hungry(real, calls, 1.0, oom_above=0))
+    with simulated_cuda() as cuda, pytest.raises(torch.cuda.OutOfMemoryError):
+        run_chunked(model, x, tmp_path / "never", chunk_size=1, device=cuda, **settings)
+    assert [size for _, size in calls] == [32, 16, 8, 4, 2, 1]
+
+
+def test_the_oom_check_sees_the_job_die_without_the_retry(tmp_path, monkeypatch):
+    """The break put back (an out-of-memory error not caught): the job dies at its first call."""
+    real, calls = cache.jacobian_spectra, []
+    monkeypatch.setattr(cache, "jacobian_spectra", _memory_hungry(real, calls, 1.0, oom_above=8))
+    monkeypatch.setattr(cache.torch.cuda, "OutOfMemoryError", type("Other", (Exception,), {}))
+    settings = engine(**{**RANDOMIZED, "batch_size": 32})
+    with simulated_cuda() as cuda, pytest.raises(torch.OutOfMemoryError):
+        run_chunked(small_mlp(), images(12, (12,)), tmp_path, chunk_size=1, device=cuda, **settings)
+    assert calls == [(8, 32)]

@@ -10,12 +10,15 @@ import torch
 from repdiag.encoders.jacobian.pass_size import (
     MAX_BATCH_SIZE,
     fitting_batch_size,
+    measured_batch_size,
     memory_batch_size,
+    pass_width,
     planned_pass_bytes,
 )
 from tests.encoders.jacobian.models import engine, images, tiny_vit
 
 torch.set_num_threads(1)
+GiB = 1 << 30
 
 
 @pytest.mark.parametrize(
@@ -55,3 +58,28 @@ def test_planned_memory_grows_with_the_batch_and_sizes_a_pass_beyond_256():
     )
     assert 1024 <= batch < 2048 and batch % 8 == 0 and batch > 256
     assert planned_pass_bytes(model, (3, 32, 32), settings, batch) <= room
+
+
+def test_pass_width_is_k_with_a_randomized_tap_else_the_widest_exact_one():
+    assert pass_width({"a": "exact", "b": "randomized"}, {"a": 64, "b": 768}, 32) == 32
+    assert pass_width({"a": "exact", "b": "exact"}, {"a": 64, "b": 768}, 32) == 768
+
+
+@pytest.mark.parametrize(
+    ("peak", "batch", "call_images", "width", "free", "expected"),
+    [
+        # 4 images a pass took 4 GiB: 1 GiB each; 80% of 20 GiB holds 16 images of k = 32
+        (4 * GiB, 128, 100, 32, 20 * GiB, (512, GiB)),
+        # the call had 2 images only (fewer than the pass could hold): 2 GiB each
+        (4 * GiB, 128, 2, 32, 20 * GiB, (256, 2 * GiB)),
+        # exact taps of d = 768: one image a pass at 768 products
+        (3 * GiB, 768, 10, 768, 10 * GiB, (768 * 2, 3 * GiB)),
+        # not even one image fits: that image's products scaled down
+        (8 * GiB, 64, 8, 32, 4 * GiB, (25, 4 * GiB)),
+    ],
+)
+def test_measured_batch_size_holds_the_images_the_free_memory_takes(
+    peak, batch, call_images, width, free, expected
+):
+    size, per_image = measured_batch_size(peak, batch, call_images, width, free)
+    assert (size, per_image) == (expected[0], pytest.approx(expected[1]))
