@@ -105,9 +105,9 @@ def test_validate_help_documents_no_weights(capsys):
 
 
 def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsys):
-    """config/config.yaml: 114 zoo runs (17 + the 16 of the dose series and its trajectory + the 60
-    runs of binding_causal's six arms x 10 seeds + the 21 of binding_families), built from their
-    specs (no checkpoint needed), and 7 controls."""
+    """config/config.yaml: 130 zoo runs (17 + the 16 of the dose series and its trajectory + the 60
+    runs of binding_causal's six arms x 10 seeds + the 16 of the dose series' replicate + the 21
+    of binding_families), built from their specs (no checkpoint needed), and 7 controls."""
     import re
 
     from repdiag.core.config import load_config
@@ -117,7 +117,7 @@ def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsy
     out = capsys.readouterr().out
     config = load_config("config/config.yaml")
     zoo = [key for key, entry in config["models"].items() if entry["source"] == "zoo"]
-    assert len(zoo) == 114
+    assert len(zoo) == 130
     for key in zoo:
         assert f"{key}: zoo run {key} (from its spec)" in out
     # 16 + 8 probe images; a zoo ResNet tap's d_out VJPs: 32 + 64 + 128 + 256 (auto: all exact)

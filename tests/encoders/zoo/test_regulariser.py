@@ -308,6 +308,7 @@ def test_the_geometry_term_raises_g_pr_to_first_order(tiny_spec):
     params = [p for p in objective.backbone.parameters() if p.requires_grad]
     start = global_pr_penalty(objective, batch)
     grads = torch.autograd.grad(start, params, allow_unused=True)
+    start = start.detach()
     with torch.no_grad():
         for p, g in zip(params, grads, strict=True):
             if g is not None:
