@@ -25,13 +25,25 @@ def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = 
 TEXT_COLUMNS = ("note", "run_text", "paper_text", "controls")
 """Columns read back as text, an empty cell as "" (not NaN)."""
 
+LABEL_COLUMNS = ("model", "family", "arm", "reference", "base", "term", "metric")
+"""Columns of names read back verbatim: a name such as ``null`` or ``NA`` (the causal test's null
+arm) is a label, not a missing value, which pandas' default reading would make it."""
+
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a table written by :func:`write_csv`; a missing file names the rule to rerun."""
     path = Path(path)
     if not path.is_file():
         raise StoreError(f"table {path} does not exist: run the workflow rule that produces it")
-    frame = pd.read_csv(path)
+    header = pd.read_csv(path, nrows=0).columns
+    from pandas._libs.parsers import STR_NA_VALUES  # pandas' default missing-value strings
+
+    frame = pd.read_csv(
+        path,
+        keep_default_na=False,
+        na_values={c: sorted(STR_NA_VALUES) for c in header if c not in LABEL_COLUMNS},
+        dtype={c: str for c in LABEL_COLUMNS if c in header},
+    )
     for column in TEXT_COLUMNS:
         if column in frame:
             frame[column] = frame[column].astype(object).fillna("").astype(str)

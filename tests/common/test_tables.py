@@ -22,6 +22,25 @@ def test_round_trip_with_nan_as_an_empty_cell(tmp_path):
     assert np.isnan(back["jer"].iloc[1])
 
 
+def test_names_are_read_back_verbatim_and_numbers_as_numbers(tmp_path):
+    """The causal test's null arm is named "null", which pandas reads as NaN by default: a label
+    column keeps it (a found bug: the figure's null arm was labelled "nan")."""
+    frame = pd.DataFrame(
+        {
+            "arm": ["null", "NA", "raise"],
+            "term": ["", "jer", "jer"],
+            "binding": [0.5, math.nan, 1.0],
+        }
+    )
+    write_csv(frame, tmp_path / "arms.csv")
+    back = read_table(tmp_path / "arms.csv")
+    assert back["arm"].tolist() == ["null", "NA", "raise"] and back["term"].tolist()[0] == ""
+    assert back["binding"].iloc[0] == 0.5 and np.isnan(back["binding"].iloc[1])
+    assert (
+        pd.read_csv(tmp_path / "arms.csv")["arm"].isna().sum() == 2
+    )  # the default would lose them
+
+
 def test_float_format_rounds_floats_only(tmp_path):
     path = tmp_path / "t.csv"
     write_csv(pd.DataFrame({"x": [0.123456789], "k": [7]}), path, float_format="%.3g")
