@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from repdiag.common.tables import read_table
 from repdiag.core.config import fill_defaults
 from repdiag.core.store import read_json
 from repdiag.studies import final_outputs
@@ -102,7 +103,7 @@ def extras(on_request: Path) -> Path:
 
 def test_the_arms_are_compared_per_seed_against_plain_with_their_push(extras: Path) -> None:
     results = extras / "results" / "binding_causal"
-    arms = pd.read_csv(results / "arms.csv")
+    arms = read_table(results / "arms.csv")
     assert arms[["arm", "seed", "model"]].values.tolist() == [
         ["plain", 0, "simclr"],
         ["raise", 0, "jer_raise_s0"],
@@ -123,7 +124,7 @@ def test_the_arms_are_compared_per_seed_against_plain_with_their_push(extras: Pa
     assert by_model.loc["jer_raise_s0", "along_push"] > 0  # the raise run moved along its push
     assert (extras / "results" / "zoo" / "jer_raise_s0" / "push.safetensors").is_file()
     assert not (extras / "results" / "zoo" / "simclr" / "push.safetensors").exists()
-    contrasts = pd.read_csv(results / "contrasts.csv")
+    contrasts = read_table(results / "contrasts.csv")
     primary = contrasts[(contrasts["family"] == "primary") & (contrasts["metric"] == "binding")]
     assert sorted(primary["arm"]) == ["raise", "sham"] and set(primary["reference"]) == {"plain"}
     assert (primary["n"] == 1).all() and (primary["unit"] == "training run (seed)").all()
@@ -134,7 +135,7 @@ def test_the_arms_are_compared_per_seed_against_plain_with_their_push(extras: Pa
     assert set(contrasts.loc[contrasts["family"] == "floor", "arm"]) == {"null"}
     checks = contrasts[contrasts["family"] == "manipulation"]
     assert {"jer", "pr_full", "pr2_full", "g_pr", "g_iso"} <= set(checks["metric"])
-    displacement = pd.read_csv(results / "displacement.csv").set_index("arm")
+    displacement = read_table(results / "displacement.csv").set_index("arm")
     assert displacement.loc["raise", "along_push_vs_raise"] == pytest.approx(1.0)
     calibration = pd.read_csv(results / "calibration.csv")
     assert calibration["run"].tolist() == ["jer_raise_s0"] * 2
