@@ -108,16 +108,13 @@ def family_outputs(config: Mapping[str, Any]) -> list[str]:
 
 
 def replicate_outputs(config: Mapping[str, Any]) -> list[str]:
-    """`snakemake binding_replicate`: the replicate's dose series and its comparison with the main
-    run's (nothing when no series is named in binding_replicate.series)."""
+    """`snakemake binding_replicate`: the main study's tables over the replicate's runs and the
+    comparison of its dose series with the main run's (nothing when no series is named in
+    binding_replicate.series)."""
     if not replicate_models(config):
         return []
-    return [
-        f"{REPLICATE_DIR}/models.csv",
-        f"{REPLICATE_DIR}/dose_series.csv",
-        f"{REPLICATE_DIR}/comparison.csv",
-        f"{REPLICATE_DIR}/comparison.md",
-    ]
+    tables = (*TABLES, "comparison.csv", "comparison.md")
+    return [f"{REPLICATE_DIR}/{name}" for name in tables]
 
 
 def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -63,7 +63,7 @@ def test_every_model_has_a_labelled_store_and_a_depth_profile(workflow_run: Path
     log = (
         workflow_run / "logs" / "jacobian_spectra" / f"{next(iter(config['models']))}.log"
     ).read_text()
-    assert "running on CPU" in log and "Jacobian spectra on device cpu" in log
+    assert "running on the CPU" in log and "Jacobian spectra on device cpu" in log
 
 
 def test_stored_exact_spectrum_matches_autograd_on_the_trained_encoder(workflow_run: Path) -> None:

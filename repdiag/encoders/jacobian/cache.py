@@ -179,11 +179,20 @@ def _call_batch_size(
     engine: dict[str, Any],
     layers: Sequence[str],
 ) -> tuple[int, str]:
-    """(batch_size, where it came from) for this run: the cached chunks', else the given one,
-    else on CUDA the largest the free memory holds, else the device's default."""
+    """(batch_size, where it came from) for this run: the given one, else on CUDA the largest the
+    free memory holds, else the device's default; the cached chunks' size where a resumed run's
+    chunks were computed with another (so a resumed run whose size agrees records what an
+    uninterrupted one does)."""
+    intended = _intended_batch_size(model, images, engine, layers)
     resumed = resumed_batch_size(cache_dir)
-    if resumed is not None:
+    if resumed is not None and resumed != intended[0]:
         return resumed, "resumed from the cached chunks"
+    return intended
+
+
+def _intended_batch_size(
+    model: Any, images: torch.Tensor, engine: dict[str, Any], layers: Sequence[str]
+) -> tuple[int, str]:
     if engine.get("batch_size"):
         return int(engine["batch_size"]), "given"
     device = torch.device(engine.get("device") or images.device)
