@@ -108,13 +108,13 @@ def family_outputs(config: Mapping[str, Any]) -> list[str]:
 
 
 def replicate_outputs(config: Mapping[str, Any]) -> list[str]:
-    """`snakemake binding_replicate`: the main study's tables over the replicate's runs and the
-    comparison of its dose series with the main run's (nothing when no series is named in
-    binding_replicate.series)."""
+    """`snakemake binding_replicate`: the replicate's per-model tables, its dose series (the main
+    study's analysis) and their comparison with the main run's (nothing when no series is named
+    in binding_replicate.series)."""
     if not replicate_models(config):
         return []
-    tables = (*TABLES, "comparison.csv", "comparison.md")
-    return [f"{REPLICATE_DIR}/{name}" for name in tables]
+    tables = ("models.csv", "depth_profiles.csv", "spectra.csv", "dose_series.csv")
+    return [f"{REPLICATE_DIR}/{name}" for name in (*tables, "comparison.csv", "comparison.md")]
 
 
 def final_outputs(config: Mapping[str, Any]) -> dict[str, list[str]]:

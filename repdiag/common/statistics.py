@@ -58,7 +58,8 @@ def complete_rows(*columns: np.ndarray) -> np.ndarray:
     mask = np.ones(len(columns[0]), dtype=bool)
     for column in columns:
         values = np.asarray(column, dtype=float)
-        mask &= np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if len(values):  # no rows (a model set without members): nothing to mask
+            mask &= np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     return mask
 
 

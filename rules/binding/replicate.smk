@@ -1,6 +1,6 @@
 # The dose series drawn again (repdiag.binding.replicate_options): the series named in
 # binding_replicate.series, every run with a null push, through the main study's aggregation and
-# statistics, then set beside the main run's dose series verdict by verdict.
+# its dose-series analysis, then set beside the main run's dose series verdict by verdict.
 # `snakemake binding_replicate` (after `snakemake binding`); results in results/binding_replicate/.
 import repdiag.binding.replicate_options
 
@@ -40,31 +40,12 @@ use rule aggregate_models as replicate_aggregate with:
         },
 
 
-use rule stats_tables as replicate_tables with:
-    input:
-        models=f"{REPLICATE_DIR}/models.csv",
-        depth=f"{REPLICATE_DIR}/depth_profiles.csv",
-    output:
-        correlations=f"{REPLICATE_DIR}/correlations.csv",
-        ols=f"{REPLICATE_DIR}/ols.csv",
-        ols_summary=f"{REPLICATE_DIR}/ols_summary.txt",
-        partial=f"{REPLICATE_DIR}/partial.csv",
-        families=f"{REPLICATE_DIR}/families.csv",
-        robustness=f"{REPLICATE_DIR}/robustness.csv",
-        dose_series=f"{REPLICATE_DIR}/dose_series.csv",
-        paper_comparison=f"{REPLICATE_DIR}/paper_comparison.csv",
-    log:
-        log_file("replicate_tables", "all"),
-    benchmark:
-        bench_file("replicate_tables", "all")
-    priority: 0
-
-
 rule replicate_comparison:
     input:
         main="results/tables/dose_series.csv",
-        replicate=f"{REPLICATE_DIR}/dose_series.csv",
+        models=f"{REPLICATE_DIR}/models.csv",
     output:
+        dose_series=f"{REPLICATE_DIR}/dose_series.csv",
         table=f"{REPLICATE_DIR}/comparison.csv",
         markdown=f"{REPLICATE_DIR}/comparison.md",
     log:
@@ -73,5 +54,7 @@ rule replicate_comparison:
         bench_file("replicate_comparison", "all")
     conda:
         "../../envs/analysis.yaml"
+    params:
+        stats=seeded(config["stats"], config),
     script:
         "../../workflow_scripts/binding_replicate_comparison.py"

@@ -186,3 +186,13 @@ def test_partial_table_with_one_covariate_matches_the_textbook_formula():
     assert frame.loc[0, "controls"] == "zs"
     empty = stats.partial_table(table, "jer", "binding", [], empty_note="none configured")
     assert empty.loc[0, "note"] == "none configured"
+
+
+def test_a_correlation_over_no_rows_is_a_note_not_an_error():
+    """A model set with no members (binding_replicate's runs hold no objective family) gives
+    an empty table row with its note; before, the mask's reshape raised on zero rows."""
+    from repdiag.common.statistics import complete_rows, correlation
+
+    assert complete_rows(np.array([]), np.array([])).tolist() == []
+    result = correlation(np.array([]), np.array([]))
+    assert result.n == 0 and result.note.startswith("too few models for a correlation: 0 < 4")
