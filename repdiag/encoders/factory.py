@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import importlib
 import logging
 import os
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from repdiag.core.config import SEED_LIMIT
 from repdiag.core.errors import ConfigError, EncoderError, RegistryError
 from repdiag.core.offline import enforce_offline
 from repdiag.encoders.entries import check_entry
@@ -138,9 +140,28 @@ def build_encoder(
     for library in SOURCE_LIBRARIES.get(str(entry["source"]), ()):
         importlib.import_module(library)  # imported first, so that its downloads are replaced
     enforce_offline()  # whatever the environment says (HF_HUB_OFFLINE=0 included)
-    with offline() if meta else contextlib.nullcontext():
+    with offline() if meta else contextlib.nullcontext(), seeded_init(key):
         built = builder(key, entry, options)
     return _encoder(key, entry, built, default_pooling)
+
+
+def init_seed(key: str) -> int:
+    """The seed of model ``key``'s random initialisation: the first 8 bytes of SHA-256(key)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % SEED_LIMIT
+
+
+@contextlib.contextmanager
+def seeded_init(key: str) -> Iterator[None]:
+    """Build under the CPU generator seeded with :func:`init_seed`, restored afterwards.
+
+    Random weights (``pretrained: false``, an architecture without a weights file) are then
+    the same network in every job that builds ``key`` (extraction, Jacobians, a rerun): without
+    it each job drew its own, and a random-weight model's embeddings and Jacobian spectra came
+    from different networks. Two keys draw two networks. Loaded weights replace the draw.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(init_seed(key))
+        yield
 
 
 def encoder_from_module(

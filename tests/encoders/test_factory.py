@@ -158,3 +158,27 @@ def test_check_models_resolves_pooling_and_names_bad_keys():
     for entry, message in bad:
         with pytest.raises(ConfigError, match=message):
             check_models({"models": {"m": {"family": "other", **entry}}})
+
+
+def test_random_weights_are_the_same_network_in_every_build_of_a_key():
+    """Each job builds its model anew: a random-weight model must be one network across jobs
+    (its embeddings and its Jacobians), another key another draw; the caller's RNG untouched."""
+    from repdiag.encoders.factory import init_seed
+
+    entry = {"source": "timm", "id": "vit_tiny_patch16_224", "family": "other",
+             "kwargs": {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 1,
+                        "num_heads": 2}}  # fmt: skip
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    first = build_encoder("a", entry).model.state_dict()
+    assert torch.equal(torch.rand(3), before)  # the build drew from its own generator state
+    again = build_encoder("a", entry).model.state_dict()
+    other = build_encoder("b", entry).model.state_dict()
+    weight = "blocks.0.attn.qkv.weight"
+    assert all(torch.equal(first[name], again[name]) for name in first)
+    assert not torch.equal(first[weight], other[weight])
+    assert (
+        init_seed("a")
+        == int.from_bytes(__import__("hashlib").sha256(b"a").digest()[:8], "big") % 2**63
+    )
