@@ -1,4 +1,4 @@
-"""Rule plot_metric_scatter: every metric against binding accuracy, one panel each."""
+"""Rule plot_metric_scatter: every metric against the headline binding score, one panel each."""
 
 from repdiag.core.runtime import script_logging
 
@@ -10,14 +10,19 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.common.tables import read_table
 
     models = read_table(snakemake.input.models)
-    settings = StatsSettings.from_config({"covariates": snakemake.params.covariates})
-    readout = snakemake.params.readout
-    chance = float(models["chance"].median()) if "chance" in models else None
+    settings = StatsSettings.from_config(
+        {
+            "covariates": snakemake.params.covariates,
+            "readout": snakemake.params.readout,
+            "binding_score": snakemake.params.binding_score,
+        }
+    )
+    chance = float(models["binding_chance"].median()) if "binding_chance" in models else None
     fig = scatter_grid(
         models,
         headline_metrics(models, settings),
         "binding",
-        target_label=f"binding accuracy, {readout} (fraction correct)",
+        target_label=settings.binding_label,
         chance=chance,
     )
     save_figure(fig, snakemake.output.png, snakemake.output.pdf)

@@ -265,7 +265,13 @@ def causal_markdown(
     return "\n".join(lines)
 
 
-def causal_figure(arms: pd.DataFrame, contrasts: pd.DataFrame, *, chance: float | None) -> Any:
+def causal_figure(
+    arms: pd.DataFrame,
+    contrasts: pd.DataFrame,
+    *,
+    chance: float | None,
+    label: str = "binding accuracy",
+) -> Any:
     """Three panels: binding per arm (one line per seed), each arm's effect on binding and
     Same/Different against plain (t-interval over seeds; the null arm's beside them), and the
     manipulation on top-k JER and G.PR (standardised by the plain runs' SD)."""
@@ -286,7 +292,7 @@ def causal_figure(arms: pd.DataFrame, contrasts: pd.DataFrame, *, chance: float 
     axes[0].plot(order, means, "s-", color=cycle_colour(0), label="mean over seeds")
     if chance is not None and np.isfinite(chance):
         axes[0].axhline(chance, color="black", linestyle=":", linewidth=1, label="chance")
-    axes[0].set(ylabel="binding accuracy", title="binding per arm (grey lines: seeds)")
+    axes[0].set(ylabel=label, title="binding per arm (grey lines: seeds)")
     axes[0].legend(fontsize=7)
     effects = contrasts[contrasts["family"].isin(["primary", "floor"])]
     for k, metric in enumerate(("binding", "same_different")):

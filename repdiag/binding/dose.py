@@ -293,7 +293,11 @@ def dose_correlations(table: pd.DataFrame, options: dict[str, Any]) -> pd.DataFr
 
 
 def dose_figure(
-    models: pd.DataFrame, *, binding_column: str = "binding", chance: float | None = None
+    models: pd.DataFrame,
+    *,
+    binding_column: str = "binding",
+    chance: float | None = None,
+    label: str = "binding accuracy",
 ) -> Any:
     """Three panels: binding against the dose (one line per seed, final networks), JER against
     binding over the final networks (one point per training run, Pearson r and n runs), and
@@ -324,14 +328,14 @@ def dose_figure(
             label=f"seed {seed:.0f}",
         )
     dose_ax.set_xscale("symlog", linthresh=0.01)
-    dose_ax.set(xlabel="dose lambda (weight of the slot labels)", ylabel="binding accuracy")
+    dose_ax.set(xlabel="dose lambda (weight of the slot labels)", ylabel=label)
     r, _, _ = stats.pearson(final["binding"].to_numpy(float), final["jer"].to_numpy(float))
     scatter = jer_ax.scatter(
         final["binding"], final["jer"], c=np.log10(final["dose"] + 1e-3), cmap="viridis"
     )
     fig.colorbar(scatter, ax=jer_ax, label="log10(lambda + 0.001)")
     jer_ax.set(
-        xlabel="binding accuracy",
+        xlabel=label,
         ylabel="JER (effective rank, directions)",
         title=f"final networks: r = {format_number(r, '.2f')} (n = {len(final)} runs)",
     )

@@ -32,6 +32,7 @@ from repdiag.binding import (
 )
 from repdiag.binding.analysis.columns import metric_label
 from repdiag.binding.analysis.units import unit_means
+from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
 from repdiag.common.figures import FAMILY_COLOURS, OKABE_ITO, family_colour
 from repdiag.common.statistics import pearson
 from repdiag.core.store import atomic_path
@@ -277,71 +278,43 @@ def depth_figure(depth: pd.DataFrame, *, formula: str = "pr", probe_set: str = "
     return fig
 
 
+SCORES = (  # (column suffix, axis label, panel title)
+    ("", "binding accuracy (fraction correct)", "Binding accuracy by readout at the final layer"),
+    ("_win", "binding win rate (share of wrong candidates beaten)", "Binding win rate by readout"),
+)
+
+
 def readout_figure(
     table: pd.DataFrame,
     readouts: Sequence[str] = ("cosine", "knn", "local_pca"),
     *,
     chance: float | None = None,
 ) -> Figure:
-    """Binding accuracy per model for each readout (bars, binomial CI whiskers), chance line."""
-    readouts = [r for r in readouts if f"binding_{r}" in table]
+    """Binding per model for each readout (bars, interval whiskers): accuracy with its chance
+    line (``chance``, 1 / n_candidates) above, the win rate with its chance line 1/2 below
+    (when the table has it)."""
+    readouts = [r for r in readouts if table.get(f"binding_{r}", pd.Series()).notna().any()]
+    scores = [score for score in SCORES if any(f"binding_{r}{score[0]}" in table for r in readouts)]
     # trained models first, controls after them, apart
     table = pd.concat(
         [table[~table["family"].isin(APART_FAMILIES)], table[table["family"].isin(APART_FAMILIES)]]
     )
     n = len(table)
-    n_trained = int((~table["family"].isin(APART_FAMILIES)).sum())
-    fig, ax = plt.subplots(
-        figsize=(max(6.5, round(0.75 * n + 2.0) + 0.5), 4.4), layout="constrained"
-    )
-    width = 0.8 / max(1, len(readouts))
-    x = np.arange(n)
-    for i, readout in enumerate(readouts):
-        values = table[f"binding_{readout}"].to_numpy(float)
-        low = table.get(f"binding_{readout}_ci_low", pd.Series(np.nan, index=table.index)).to_numpy(
-            float
-        )
-        high = table.get(
-            f"binding_{readout}_ci_high", pd.Series(np.nan, index=table.index)
-        ).to_numpy(float)
-        errors = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
-        errors = np.where(np.isfinite(errors), errors, 0.0)
-        style = READOUT_STYLES.get(readout, {"color": "#555555", "hatch": "xx"})
-        ax.bar(
-            x + (i - (len(readouts) - 1) / 2) * width,
-            values,
-            width,
-            color=style["color"],
-            hatch=style["hatch"],
-            edgecolor="black",
-            linewidth=0.5,
-            yerr=errors,
-            capsize=2,
-            error_kw={"linewidth": 0.8},
-            label=READOUT_NAMES.get(readout, readout),
-        )
-    if chance is not None and np.isfinite(chance):
-        ax.axhline(
-            chance, color="#000000", linestyle="--", linewidth=1.2, label=f"chance ({chance:.3f})"
-        )
-    if 0 < n_trained < n:
-        ax.axvline(n_trained - 0.5, color="#999999", linewidth=1.0)
-        ax.text(
-            n_trained - 0.4,
-            0.97,
-            "controls, told the binding",
-            fontsize=8,
-            color="#666666",
-            va="top",
-        )
-    ax.set_xticks(x, table["model"].astype(str), rotation=35, ha="right", fontsize=8)
+    fig, axes = plt.subplots(
+        len(scores), 1, figsize=(max(6.5, round(0.75 * n + 2.0) + 0.5), 3.4 * len(scores) + 1.0),
+        layout="constrained", squeeze=False, sharex=True,
+    )  # fmt: skip
+    for ax, (suffix, label, title) in zip(axes[:, 0], scores, strict=True):
+        level = chance if suffix == "" else WIN_RATE_CHANCE
+        _readout_bars(ax, table, readouts, suffix, level)
+        ax.set_ylabel(label, fontsize=8)
+        ax.set_title(title, fontsize=10)
+    ax = axes[-1, 0]
+    ax.set_xticks(np.arange(n), table["model"].astype(str), rotation=35, ha="right", fontsize=8)
     for tick, family in zip(ax.get_xticklabels(), table["family"], strict=True):
         tick.set_color(family_colour(str(family)))
     ax.set_xlabel("model (label colour = objective family)")
-    ax.set_ylabel("binding accuracy (fraction correct)")
-    ax.set_ylim(0, 1.0)
-    ax.set_title("Binding accuracy by readout at the final layer", fontsize=10)
-    ax.legend(title="readout", fontsize=8, title_fontsize=8, ncols=2, loc="upper left")
+    axes[0, 0].legend(title="readout", fontsize=8, title_fontsize=8, ncols=2, loc="upper left")
     fig.legend(
         handles=family_handles(_families(table)),
         title="objective family",
@@ -350,6 +323,42 @@ def readout_figure(
         title_fontsize=8,
     )
     return fig
+
+
+def _readout_bars(
+    ax: Any, table: pd.DataFrame, readouts: Sequence[str], suffix: str, chance: float | None
+) -> None:
+    """One panel of :func:`readout_figure`: the columns ``binding_<readout><suffix>``."""
+    n = len(table)
+    n_trained = int((~table["family"].isin(APART_FAMILIES)).sum())
+    width = 0.8 / max(1, len(readouts))
+    x = np.arange(n)
+    nan = pd.Series(np.nan, index=table.index)
+    for i, readout in enumerate(readouts):
+        column = f"binding_{readout}{suffix}"
+        values = table.get(column, nan).to_numpy(float)
+        low = table.get(f"{column}_ci_low", nan).to_numpy(float)
+        high = table.get(f"{column}_ci_high", nan).to_numpy(float)
+        errors = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
+        errors = np.where(np.isfinite(errors), errors, 0.0)
+        style = READOUT_STYLES.get(readout, {"color": "#555555", "hatch": "xx"})
+        ax.bar(
+            x + (i - (len(readouts) - 1) / 2) * width, values, width,
+            color=style["color"], hatch=style["hatch"], edgecolor="black", linewidth=0.5,
+            yerr=errors, capsize=2, error_kw={"linewidth": 0.8},
+            label=READOUT_NAMES.get(readout, readout),
+        )  # fmt: skip
+    if chance is not None and np.isfinite(chance):
+        ax.axhline(
+            chance, color="#000000", linestyle="--", linewidth=1.2, label=f"chance ({chance:.3f})"
+        )
+    if 0 < n_trained < n:
+        ax.axvline(n_trained - 0.5, color="#999999", linewidth=1.0)
+        ax.text(
+            n_trained - 0.4, 0.97, "controls, told the binding", fontsize=8, color="#666666",
+            va="top", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+        )  # fmt: skip
+    ax.set_ylim(0, 1.0)
 
 
 def _show(ax: Any, image: np.ndarray, title: str, edge: str, width: float, colour: str) -> None:

@@ -29,6 +29,7 @@ class StatsSettings:
     confidence: float = 0.95
     min_models: int = 4  # == repdiag.common.statistics.DEFAULT_MIN_MODELS (tested)
     readout: str = "cosine"
+    binding_score: str = "accuracy"
     jer_formula: str = "pr"
     jer_at: str = "final"
     probe_set: str = "binding"
@@ -48,7 +49,15 @@ class StatsSettings:
 
     @property
     def binding_column(self) -> str:
-        return f"binding_{self.readout}"
+        """``binding_<readout>`` (accuracy) or ``binding_<readout>_win`` (win rate)."""
+        suffix = "_win" if self.binding_score == "win_rate" else ""
+        return f"binding_{self.readout}{suffix}"
+
+    @property
+    def binding_label(self) -> str:
+        """The headline binding score in words, for axis labels."""
+        score = "win rate" if self.binding_score == "win_rate" else "accuracy"
+        return f"binding {score}, {self.readout}"
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments shared by every bootstrapped statistic."""

@@ -93,5 +93,8 @@ rule plot_causal:
         bench_file("plot_causal", "all")
     conda:
         "../../envs/analysis.yaml"
+    params:
+        readout=config["stats"]["readout"],
+        binding_score=config["stats"]["binding_score"],
     script:
         "../../workflow_scripts/binding_plot_causal.py"

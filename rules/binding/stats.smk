@@ -41,7 +41,14 @@ rule aggregate_models:
         # the stats keys the table reads, and only those (another key changes no row)
         stats={
             key: config["stats"][key]
-            for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
+            for key in (
+                "readout",
+                "binding_score",
+                "jer_formula",
+                "jer_at",
+                "probe_set",
+                "confidence",
+            )
         },
     script:
         "../../workflow_scripts/binding_aggregate_models.py"
@@ -102,6 +109,7 @@ rule plot_metric_scatter:
         "../../envs/analysis.yaml"
     params:
         readout=config["stats"]["readout"],
+        binding_score=config["stats"]["binding_score"],
         covariates=config["stats"]["covariates"],
     script:
         "../../workflow_scripts/binding_plot_metric_scatter.py"
@@ -122,6 +130,7 @@ rule plot_dose_series:
         "../../envs/analysis.yaml"
     params:
         readout=config["stats"]["readout"],
+        binding_score=config["stats"]["binding_score"],
     script:
         "../../workflow_scripts/binding_plot_dose_series.py"
 

@@ -79,6 +79,7 @@ def test_oracle_scores_the_ceiling(control_metrics: dict) -> None:
     final = _final(control_metrics["shape_oracle"])
     for name, readout in final["binding"].items():
         assert readout["accuracy"] == 1.0, name
+        assert readout["win_rate"] == 1.0, name  # the continuous score's ceiling too
     assert final["same_different"]["accuracy"] >= 0.99
 
 
@@ -100,6 +101,9 @@ def test_blind_controls_sit_at_chance(control_metrics: dict, name: str) -> None:
     assert "cosine" in scored and "knn" in scored
     for readout, entry in scored.items():
         assert entry["ci_low"] <= result["chance"] <= entry["ci_high"], (readout, entry)
+        # the win rate's closed-form value for an encoder that cannot tell candidates apart
+        assert result["win_rate_chance"] == 0.5
+        assert entry["win_rate_ci_low"] <= 0.5 <= entry["win_rate_ci_high"], (readout, entry)
     probe = final["same_different"]
     assert probe["ci_low"] <= 0.5 <= probe["ci_high"], probe
 
@@ -153,3 +157,18 @@ def test_python_source_reads_the_preprocessing_of_a_control(tmp_path: Path) -> N
     )
     assert encoder.preprocess.input_size == 64
     assert encoder.preprocess.mean == (0.0, 0.0, 0.0) and encoder.preprocess.std == (1.0, 1.0, 1.0)
+
+
+def test_the_win_rate_orders_the_controls_as_accuracy_does(control_metrics: dict) -> None:
+    """Monotone with accuracy on the controls: the oracle above the layout mask above every
+    blind control, in both scores, for every readout; a blind control whose candidates are all
+    identical sits at 1/2 exactly."""
+    finals = {name: _final(result)["binding"] for name, result in control_metrics.items()}
+    for readout in ("cosine", "knn", "local_pca"):
+        ladder = [finals["shape_oracle"][readout], finals["layout_mask"][readout]]
+        blind = [finals[name][readout] for name in CHANCE_CONTROLS]
+        blind = [entry for entry in blind if not entry.get("skipped")]
+        for score in ("accuracy", "win_rate"):
+            assert ladder[0][score] >= ladder[1][score] > max(e[score] for e in blind), readout
+    # bag_of_shapes sees which shapes are present, never where: every candidate is the same
+    assert finals["bag_of_shapes"]["cosine"]["win_rate"] == 0.5

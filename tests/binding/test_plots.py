@@ -46,6 +46,7 @@ def synthetic():
         models[f"binding_{readout}"] = models["binding"] + shift
         models[f"binding_{readout}_ci_low"] = models[f"binding_{readout}"] - 0.05
         models[f"binding_{readout}_ci_high"] = models[f"binding_{readout}"] + 0.05
+        models[f"binding_{readout}_win"] = 0.5 + shift
     layers = ["block00", "block01", "block02", "final"]
     depth = pd.DataFrame(
         [
@@ -168,6 +169,15 @@ def test_readout_figure(synthetic, tmp_path):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["chance (0.125)", "cosine", "kNN", "local PCA"]
     assert ax.get_ylabel() == "binding accuracy (fraction correct)"
+    # the win rate below, its chance line at 1/2 (the synthetic table's win rates: 0.5 + shift)
+    win = fig.axes[1]
+    heights = sorted(round(p.get_height(), 9) for p in win.patches)
+    expected = sorted(
+        round(v, 9) for r in ("cosine", "knn", "local_pca") for v in models[f"binding_{r}_win"]
+    )
+    assert heights == expected
+    assert win.get_legend() is None and win.lines[-1].get_ydata()[0] == 0.5
+    assert "win rate" in win.get_ylabel()
     save_and_check(fig, tmp_path, "readouts")
 
 

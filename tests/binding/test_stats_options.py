@@ -15,6 +15,9 @@ def test_settings_and_semantic_checks():
     )
     assert settings.seed == 5 and settings.covariates == ("zs",)
     assert settings.jer_column == "jer_entropy_final"
+    assert settings.binding_column == "binding_cosine"  # accuracy, the schema's default
+    win = StatsSettings.from_config({"readout": "knn", "binding_score": "win_rate"})
+    assert win.binding_column == "binding_knn_win" and "win rate" in win.binding_label
     config = {"models": fake_models(2), "stats": {"covariates": ["zero_shot_accuracy"]}}
     check_stats_config(config)
     with pytest.raises(ConfigError, match=r"stats\.covariates: 'imagenet'"):

@@ -25,6 +25,7 @@ from repdiag.binding.analysis.depth import (
     read_jacobians,
 )
 from repdiag.binding.analysis.units import configuration
+from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
 from repdiag.binding.stats_options import GEOMETRY, READOUTS, StatsSettings, covariate_columns
 from repdiag.common.tables import json_number
 from repdiag.core.errors import ConfigError, StoreError
@@ -70,6 +71,9 @@ def metrics_row(metrics: Mapping[str, Any]) -> dict[str, float | str | int]:
         row[f"binding_{readout}"] = json_number(result.get("accuracy"))
         row[f"binding_{readout}_ci_low"] = json_number(result.get("ci_low"))
         row[f"binding_{readout}_ci_high"] = json_number(result.get("ci_high"))
+        row[f"binding_{readout}_win"] = json_number(result.get("win_rate"))
+        row[f"binding_{readout}_win_ci_low"] = json_number(result.get("win_rate_ci_low"))
+        row[f"binding_{readout}_win_ci_high"] = json_number(result.get("win_rate_ci_high"))
         if result.get("skipped"):  # a readout that cannot apply to the layer: NaN plus its note
             notes.append(f"binding_{readout}: {result.get('note') or 'skipped'}")
     row["note"] = "; ".join(notes)
@@ -202,6 +206,9 @@ def aggregate(
         raise ConfigError("config.models is empty: there is nothing to aggregate")
     table["jer"] = table[settings.jer_column]
     table["binding"] = table[settings.binding_column]
+    table["binding_chance"] = (
+        WIN_RATE_CHANCE if settings.binding_score == "win_rate" else table["chance"]
+    )
     return Aggregate(
         models=table,
         depth=pd.concat(depths, ignore_index=True),

@@ -74,6 +74,10 @@ def model_results(
                     f"binding {readout}": with_interval(row, f"binding_{readout}")
                     for readout in READOUTS
                 },
+                **{
+                    f"win rate {readout}": with_interval(row, f"binding_{readout}_win")
+                    for readout in READOUTS
+                },
                 "Same/Different": with_interval(row, "same_different"),
                 "JER final": _fmt(row.get("jer", math.nan), ".1f"),
                 "JER by tap": " → ".join(_fmt(v, ".1f") for v in layers["jer_mean"]) or "n/a",

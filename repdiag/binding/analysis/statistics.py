@@ -37,6 +37,7 @@ from repdiag.binding.analysis.units import (
     with_units,
 )
 from repdiag.binding.dose import dose_correlations
+from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
 from repdiag.binding.stats_options import JER_FORMULAS, JER_SUMMARIES, READOUTS, StatsSettings
 from repdiag.common import statistics as stats
 from repdiag.common.exact import exact_p
@@ -93,6 +94,9 @@ FAMILY_METRICS = (
     "binding_cosine",
     "binding_knn",
     "binding_local_pca",
+    "binding_cosine_win",
+    "binding_knn_win",
+    "binding_local_pca_win",
     "same_different",
     "jer",
     "g_pr",
@@ -157,10 +161,14 @@ FAMILY_COLUMNS = [
 
 
 def null_value(group: pd.DataFrame, metric: str) -> float:
-    """The value a family's mean is tested against: chance for a binding readout (the models
-    table's ``chance``), 0.5 for Same/Different, 0 for every other metric."""
+    """The value a family's mean is tested against: chance for a binding score (the models
+    table's ``chance`` for accuracy, 1/2 for a win rate ``binding_*_win``, ``binding_chance``
+    for the headline column ``binding``), 0.5 for Same/Different, 0 for every other metric."""
+    if metric.endswith("_win") and metric.startswith("binding"):
+        return WIN_RATE_CHANCE
+    column = "binding_chance" if metric == "binding" and "binding_chance" in group else "chance"
     if metric.startswith("binding"):
-        return float(group["chance"].mean()) if "chance" in group else math.nan
+        return float(group[column].mean()) if column in group else math.nan
     return 0.5 if metric == "same_different" else 0.0
 
 

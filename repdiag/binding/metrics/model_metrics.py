@@ -22,7 +22,7 @@ from repdiag.binding.dataset import CONTRACT
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.options import merge_options
 from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
-from repdiag.binding.metrics.readouts import binding_accuracy
+from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE, binding_accuracy
 from repdiag.common.intervals import WILSON
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.runtime import Progress
@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 DATASET_ARRAYS = ("correct_index", "pair_same")
 # Every binding entry has these plus ``skipped`` (bool); a skipped readout (one that cannot apply
 # to a layer, see :func:`readout_skip_note`) has null accuracy, interval and hits and a ``note``.
-BINDING_FIELDS = ("accuracy", "ci_low", "ci_high", "n", "hits", "ci_method")
+BINDING_FIELDS = (
+    "accuracy", "ci_low", "ci_high", "n", "hits", "ci_method",
+    "win_rate", "win_rate_ci_low", "win_rate_ci_high",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,7 @@ def compute_model_metrics(
         "config": {"metrics": options, "seed": seed},
         "inputs": {"dataset": str(dataset_path), "embeddings": str(embeddings_path)},
         "chance": 1.0 / n_c,
+        "win_rate_chance": WIN_RATE_CHANCE,
         "sizes": {
             "n_queries": int(n_q),
             "n_candidates": int(n_c),

@@ -11,6 +11,17 @@ tie-breaking), so a readout that cannot tell the candidates apart scores exactly
 ``1 / n_candidates``; ``hits`` is the expected number of hits (a float) and the Wilson interval
 is computed from it.
 
+Accuracy over 8 candidates cannot say which of two encoders at chance is closer to binding, so
+each readout also gives a continuous score, the **win rate**: the share of the wrong candidates
+whose score lies below the correct one's, ties (same rule) counting one half,
+``w(q) = (#{c != c*: s_c < s_c*} + #{tied} / 2) / (n_candidates - 1)``, averaged over queries.
+It is the area under the ROC curve of the readout's scores as a detector of the correct
+candidate (one positive per query; Hanley and McNeil 1982). An encoder that cannot tell the
+candidates apart scores exactly 1/2 (every candidate tied), a random one 1/2 in expectation
+(exchangeable scores), the correct candidate always alone at the top 1, always alone at the
+bottom 0; a query with accuracy credit 1 has win rate 1. Its interval is over queries
+(measurement precision, a t interval of the per-query win rates).
+
 Readouts, all ``(query (n_q, d), candidates (n_q, n_c, d), reference (n_r, d) | None, **options)
 -> scores (n_q, n_c)``, registered in :data:`READOUTS`:
 
@@ -50,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from repdiag.binding.metrics.geometry import knn_indices
-from repdiag.common.intervals import WILSON, wilson_interval
+from repdiag.common.intervals import WILSON, mean_interval, wilson_interval
 from repdiag.core.registry import Registry
 
 Readout = Callable[..., np.ndarray]
@@ -62,6 +73,8 @@ EPS = 1e-12
 VARIANCE_FLOOR = 1e-9  # local_pca: variances of unit vectors below this count as this
 # Scores within TIE_RTOL * max(1, |top|) of a row's top score share the top (tie credit).
 TIE_RTOL = 1e-9
+# The win rate of a readout that cannot tell the candidates apart (every candidate tied).
+WIN_RATE_CHANCE = 0.5
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -209,6 +222,15 @@ def _check_features(query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarr
     return query, candidates
 
 
+def _check_correct(correct_index: np.ndarray, n_q: int, n_c: int) -> np.ndarray:
+    correct_index = np.asarray(correct_index)
+    if correct_index.shape != (n_q,) or correct_index.dtype.kind not in "iu":
+        raise ValueError(f"correct_index must be ({n_q},) integers, got {correct_index.shape}")
+    if np.any((correct_index < 0) | (correct_index >= n_c)):
+        raise ValueError(f"correct_index values must lie in [0, {n_c}) (n_candidates = {n_c})")
+    return correct_index
+
+
 def hit_credit(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
     """Tie credit (n_queries,) in [0, 1]: ``1/m`` when the correct candidate is one of ``m`` tops.
 
@@ -216,12 +238,8 @@ def hit_credit(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
     non-NaN score; NaN scores are never at the top (an all-NaN row gives 0).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    correct_index = np.asarray(correct_index)
     n_q, n_c = scores.shape
-    if correct_index.shape != (n_q,) or correct_index.dtype.kind not in "iu":
-        raise ValueError(f"correct_index must be ({n_q},) integers, got {correct_index.shape}")
-    if np.any((correct_index < 0) | (correct_index >= n_c)):
-        raise ValueError(f"correct_index values must lie in [0, {n_c}) (n_candidates = {n_c})")
+    correct_index = _check_correct(correct_index, n_q, n_c)
     valid = ~np.isnan(scores)
     top = np.where(valid, scores, -np.inf).max(axis=1, keepdims=True)
     tolerance = TIE_RTOL * np.maximum(1.0, np.abs(top))
@@ -229,6 +247,33 @@ def hit_credit(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
         at_top = valid & ((scores == top) | (scores >= top - tolerance))
     n_top = at_top.sum(axis=1)
     return at_top[np.arange(n_q), correct_index] / np.maximum(n_top, 1)
+
+
+def win_rate(scores: np.ndarray, correct_index: np.ndarray) -> np.ndarray:
+    """Per-query win rate (n_queries,) in [0, 1]: the share of wrong candidates scored below the
+    correct one, ties within ``TIE_RTOL * max(1, |s_correct|)`` counting one half.
+
+    A NaN score loses to every number and ties with another NaN (as in :func:`hit_credit`,
+    where NaN is never at the top). One candidate per query leaves nothing to beat: 1/2.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    n_q, n_c = scores.shape
+    _check_correct(correct_index, n_q, n_c)
+    if n_c == 1:
+        return np.full(n_q, 0.5)
+    rows = np.arange(n_q)
+    correct = scores[rows, correct_index][:, None]
+    wrong = np.ones((n_q, n_c), dtype=bool)
+    wrong[rows, correct_index] = False
+    others = scores[wrong].reshape(n_q, n_c - 1)
+    finite = np.where(np.isfinite(correct), np.abs(correct), 0.0)
+    tolerance = TIE_RTOL * np.maximum(1.0, finite)
+    with np.errstate(invalid="ignore"):  # inf - inf when a score is infinite
+        tied = (others == correct) | (np.abs(others - correct) <= tolerance)
+        below = (others < correct - tolerance) & ~tied
+    tied |= np.isnan(others) & np.isnan(correct)
+    below |= np.isnan(others) & ~np.isnan(correct)
+    return (below.sum(axis=1) + 0.5 * tied.sum(axis=1)) / (n_c - 1)
 
 
 def binding_accuracy(
@@ -245,13 +290,20 @@ def binding_accuracy(
     ``correct_index`` (n_queries,). Each query earns the tie credit of :func:`hit_credit` (1 for
     a sole top score, ``1/m`` for an ``m``-way tie at the top, else 0). Returns ``accuracy`` (mean
     credit), ``ci_low``, ``ci_high`` (Wilson score interval, 95%, of the expected hits), ``n``,
-    ``hits`` (expected hits, float), ``chance = 1 / n_candidates``, ``ci_method``, ``readout``.
+    ``hits`` (expected hits, float), ``chance = 1 / n_candidates``, ``ci_method``, ``readout``,
+    and the continuous score: ``win_rate`` (mean of :func:`win_rate`), ``win_rate_ci_low``,
+    ``win_rate_ci_high`` (95% t interval over queries; the mean itself when no query differs),
+    ``win_rate_chance`` (1/2).
     """
     scores = readout_scores(query_features, candidate_features, readout, reference, **options)
     credit = hit_credit(scores, correct_index)
     n = int(credit.size)
     n_hits = min(float(credit.sum()), float(n))  # summation rounding never passes n
     low, high = wilson_interval(n_hits, n)
+    wins = win_rate(scores, correct_index)
+    win, _, win_low, win_high = mean_interval(wins)
+    if np.all(wins == wins[0]):  # no spread over queries (every candidate tied, or all solved)
+        win_low = win_high = win
     return {
         "readout": readout,
         "accuracy": n_hits / n,
@@ -261,4 +313,8 @@ def binding_accuracy(
         "hits": n_hits,
         "chance": 1.0 / scores.shape[1],
         "ci_method": WILSON,
+        "win_rate": win,
+        "win_rate_ci_low": max(win_low, 0.0) if np.isfinite(win_low) else win_low,
+        "win_rate_ci_high": min(win_high, 1.0) if np.isfinite(win_high) else win_high,
+        "win_rate_chance": WIN_RATE_CHANCE,
     }

@@ -154,6 +154,18 @@ def test_family_means_and_t_intervals():
     assert row["p_exact"] == pytest.approx(12 / 16)
 
 
+def test_each_binding_score_is_tested_against_its_own_chance():
+    """Accuracy against 1 / n_candidates, a win rate against 1/2, the headline column against
+    the chance of the score the settings chose (``binding_chance``)."""
+    from repdiag.binding.analysis.statistics import null_value
+
+    group = pd.DataFrame({"chance": [0.125, 0.125], "binding_chance": [0.5, 0.5]})
+    assert null_value(group, "binding_cosine") == 0.125
+    assert null_value(group, "binding_knn_win") == 0.5
+    assert null_value(group, "binding") == 0.5
+    assert null_value(group.drop(columns="binding_chance"), "binding") == 0.125
+
+
 def seeded(models: pd.DataFrame) -> pd.DataFrame:
     """The fabricated models as four objectives of two seeds each (zoo runs: configuration,
     seed and steps as the models table has them), each objective in a family of its own."""

@@ -227,6 +227,9 @@ def test_inapplicable_readout_is_skipped_for_that_layer_only(stores: dict) -> No
         "n": N_Q,
         "hits": None,
         "ci_method": "wilson",
+        "win_rate": None,
+        "win_rate_ci_low": None,
+        "win_rate_ci_high": None,
         "skipped": True,
         "note": "local_pca needs dim=5 <= embedding width 4; skipped for this layer",
     }

@@ -139,6 +139,7 @@ def test_random_features_score_chance_within_the_interval(readout: str, options:
     reference, correct = rng.normal(size=(512, 64)), rng.integers(0, 8, 400)
     result = ro.binding_accuracy(query, candidates, correct, readout, reference, **options)
     assert result["ci_low"] <= result["chance"] <= result["ci_high"]
+    assert result["win_rate_ci_low"] <= 0.5 <= result["win_rate_ci_high"]
 
 
 def test_local_pca_matches_loop(task) -> None:
@@ -232,6 +233,8 @@ def test_constant_encoder_scores_exactly_chance_under_every_readout(n_candidates
         assert result["accuracy"] == pytest.approx(1 / n_candidates, rel=1e-12), name
         assert result["accuracy"] == pytest.approx(result["chance"], rel=1e-12), name
         assert result["hits"] == pytest.approx(40 / n_candidates, rel=1e-12), name
+        assert result["win_rate"] == 0.5 == result["win_rate_chance"], name
+        assert result["win_rate_ci_low"] == result["win_rate_ci_high"] == 0.5, name
 
 
 def test_result_fields_and_interval_match_scipy() -> None:
@@ -293,3 +296,51 @@ def test_bad_input_is_rejected(kwargs, message: str) -> None:
     }
     with pytest.raises(ValueError, match=message):
         ro.binding_accuracy(**args)
+
+
+def test_win_rate_is_the_per_query_auc_sklearn_computes() -> None:
+    """An independent computation: with the correct candidate the one positive, the win rate
+    of a query is the ROC AUC of its scores (ties count one half in both)."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(11)
+    scores = rng.integers(0, 4, size=(60, 6)).astype(float)  # many ties
+    correct = rng.integers(0, 6, size=60)
+    expected = [
+        roc_auc_score(np.arange(6) == c, row) for row, c in zip(scores, correct, strict=True)
+    ]
+    np.testing.assert_allclose(ro.win_rate(scores, correct), expected, rtol=0, atol=1e-12)
+
+
+def test_win_rate_closed_forms() -> None:
+    """All tied: 1/2; the correct candidate alone at the top: 1; alone at the bottom: 0; second
+    of four: 2/3; a NaN loses to every number."""
+    correct = np.array([0, 0, 0, 1, 2])
+    scores = np.array(
+        [
+            [1.0, 1.0, 1.0, 1.0],
+            [2.0, 1.0, 0.0, -1.0],
+            [-3.0, 1.0, 0.0, -1.0],
+            [2.0, 1.0, 0.0, -1.0],
+            [np.nan, 1.0, 0.5, np.nan],
+        ]
+    )
+    np.testing.assert_array_equal(ro.win_rate(scores, correct), [0.5, 1.0, 0.0, 2 / 3, 2 / 3])
+    assert ro.win_rate(np.ones((3, 1)), np.zeros(3, int)).tolist() == [0.5] * 3
+    inf = np.array([[np.inf, 1.0, np.inf]])
+    assert ro.win_rate(inf, np.array([0]))[0] == 0.75  # beats 1.0, ties inf
+
+
+def test_the_win_rate_separates_encoders_that_tie_in_accuracy() -> None:
+    """The constructed case: two encoders, each with the correct candidate alone at the top in
+    one query of eight (accuracy 1/8, chance). One puts it last in the other seven queries, the
+    other second: accuracy cannot tell them apart, the win rate does (1/8 against 7/8)."""
+    n_q, n_c = 64, 8
+    correct = np.zeros(n_q, int)
+    base = np.tile(np.arange(n_c, 0, -1, dtype=float), (n_q, 1))  # candidate 0 highest
+    last, second = base.copy(), base.copy()
+    last[n_q // 8 :, 0] = 0.0  # below every wrong candidate
+    second[n_q // 8 :, 0] = 6.5  # below candidate 1 only
+    for scores, win in ((last, 1 / 8), (second, 1 / 8 + 7 / 8 * 6 / 7)):
+        assert ro.hit_credit(scores, correct).mean() == 1 / 8
+        assert ro.win_rate(scores, correct).mean() == pytest.approx(win, abs=1e-12)
