@@ -320,6 +320,7 @@ def gpu_slot(
             os.environ["CUDA_VISIBLE_DEVICES"] = previous
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+        log.info("released GPU slot of device %s", taken)
 
 
 def small_job_device(config: dict[str, Any]) -> str:

@@ -433,7 +433,7 @@ def test_unlisted_gpus_run_one_job_at_a_time_never_two_on_cuda0(tmp_path, monkey
     no_listing(tmp_path, monkeypatch)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert visible_devices() == [] and gpu_module.unlisted_gpus() == 2
-    with caplog.at_level("WARNING", logger="repdiag.core.gpu"), gpu_slot() as device:
+    with caplog.at_level("INFO", logger="repdiag.core.gpu"), gpu_slot() as device:
         assert device == gpu_module.UNLISTED and "CUDA_VISIBLE_DEVICES" not in os.environ
         assert (tmp_path / "s" / "gpu-unlisted.lock").read_text() == f"{os.getpid()}\n"
         assert second_job_blocked(tmp_path / "s")
@@ -442,6 +442,10 @@ def test_unlisted_gpus_run_one_job_at_a_time_never_two_on_cuda0(tmp_path, monkey
                 pass
     assert "one GPU job at a time (slot gpu-unlisted)" in caplog.text
     assert not second_job_blocked(tmp_path / "s")  # released
+    # the hold and its release in the job's log (benchmarks/gpu_e2e.py checks holds from them)
+    held = [r.getMessage() for r in caplog.records if "GPU slot of device" in r.getMessage()]
+    assert held[0].startswith(f"holding GPU slot of device {gpu_module.UNLISTED} ")
+    assert held[-1] == f"released GPU slot of device {gpu_module.UNLISTED}"
 
 
 def test_the_unlisted_check_sees_the_old_silent_sharing_put_back(tmp_path, monkeypatch):
