@@ -4,7 +4,7 @@ from repdiag.core.gpu import gpu_slot
 from repdiag.core.runtime import script_logging, select_device
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    from repdiag.encoders.zoo.checkpoint import save_push, save_zoo_run
+    from repdiag.encoders.zoo.checkpoint import save_push, save_saved_steps, save_zoo_run
     from repdiag.encoders.zoo.train import train
 
     spec, device = snakemake.params.spec, snakemake.params.device
@@ -18,6 +18,8 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     result.meta["threads"] = snakemake.threads
     if result.push is not None:  # a regularised run (rule train_zoo_pushed); meta.json last
         save_push(result.push, snakemake.output.push)
+    if result.saved:  # the steps of its save_at (rule train_zoo_saving)
+        save_saved_steps(result.saved, snakemake.output.saved)
     save_zoo_run(
         result.backbone,
         result.head,

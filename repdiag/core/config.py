@@ -297,16 +297,19 @@ def fill_defaults(
     Schema validation (:func:`repdiag.core.validation.validate_config`) fills defaults only inside
     sections present; this completes the job so that stages can rely on every key being present.
     On the whole config it also declares the runs of every ``series`` grid
-    (:func:`repdiag.core.series.expand_series`), so every reader sees them.
+    (:func:`repdiag.core.series.expand_series`) and of every run's ``save_at``
+    (:func:`repdiag.core.series.expand_saved`), so every reader sees them.
     """
-    if schema is None:  # the whole config: then the runs its series declare, with theirs
+    if schema is None:  # the whole config: then the runs its series and save_at declare
         root = schema_file(SCHEMA.resolve())
         fill_defaults(config, root, SCHEMA.parent)
-        if isinstance(config, dict) and config.get("series"):
-            from repdiag.core.series import expand_series
+        if isinstance(config, dict):
+            from repdiag.core.series import expand_saved, expand_series
 
-            expand_series(config)
-            fill_defaults(config, root, SCHEMA.parent)
+            if config.get("series"):
+                expand_series(config)
+                fill_defaults(config, root, SCHEMA.parent)
+            expand_saved(config)
         return config
     schema, base = _resolve(schema, base)
     if isinstance(config, dict):

@@ -203,9 +203,12 @@ def expand_series(config: dict[str, Any]) -> dict[str, dict[str, str]]:
         where = f"series.{name}"
         existing = dict(series.get("existing") or {})
         cells = series_cells(name, series)
-        unknown = sorted(set(existing) - {cell["name"] for cell in cells})
-        if unknown:
-            raise ConfigError(f"{where}.existing: {unknown} are not cells of the series")
+        names = {cell["name"] for cell in cells}
+        saves = dict(series.get("save_at") or {})
+        for key, listed in (("existing", existing), ("save_at", saves)):
+            unknown = sorted(set(listed) - names)
+            if unknown:
+                raise ConfigError(f"{where}.{key}: {unknown} are not cells of the series")
         members[name] = {}
         for cell in cells:
             stand_in = existing.get(cell["name"])
@@ -218,7 +221,74 @@ def expand_series(config: dict[str, Any]) -> dict[str, dict[str, str]]:
                     )
                 members[name][cell["name"]] = stand_in
                 continue
+            if cell["name"] in saves:
+                cell["run"]["save_at"] = list(saves[cell["name"]])
             _check_run(f"{where} cell {cell['name']}", cell["run"], cell["family"])
             _declare(config, where, cell["name"], cell["run"], cell["family"])
             members[name][cell["name"]] = cell["name"]
     return members
+
+
+CHECKPOINT_NAME = "{run}-step{step}"
+RUN_NAME_MAX = 64  # schemas/zoo.schema.yaml: zoo.objectives' propertyNames
+
+
+def checkpoint_name(run: str, step: int) -> str:
+    """The zoo run that step ``step`` of run ``run``'s ``save_at`` becomes."""
+    return CHECKPOINT_NAME.format(run=run, step=int(step))
+
+
+def _check_saving(where: str, name: str, entry: Mapping[str, Any]) -> None:
+    steps = entry.get("steps")
+    late = [step for step in entry["save_at"] if steps is not None and step >= steps]
+    if late:
+        raise ConfigError(
+            f"{where}: steps {late} are not before the run's last step ({steps}); the final "
+            "network is the run itself"
+        )
+    if entry.get("stop_at") is not None:
+        raise ConfigError(f"{where}: a run that stops early (stop_at) saves nothing; remove one")
+    if float((entry.get("jer_regulariser") or {}).get("weight") or 0.0):
+        raise ConfigError(
+            f"{where}: a pushed run (jer_regulariser) cannot save steps (its push is not saved "
+            "per step); declare stop_at runs for its checkpoints instead"
+        )
+    longest = checkpoint_name(name, max(entry["save_at"]))
+    if len(longest) > RUN_NAME_MAX:
+        raise ConfigError(
+            f"{where}: the checkpoint run {longest!r} is longer than {RUN_NAME_MAX} characters; "
+            "shorten the run's name"
+        )
+
+
+def expand_saved(config: dict[str, Any]) -> None:
+    """Declare the zoo run ``<name>-step<t>`` (:func:`checkpoint_name`) for every step ``t`` a
+    run's ``save_at`` lists, in place: the run's settings with ``stop_at: t`` and ``saved_by``
+    the run, whose one training writes it (repdiag.encoders.zoo.saved). A ``saved_by`` no
+    ``save_at`` explains, or a run of that name with other settings, is a ConfigError."""
+    runs = (config.get("zoo") or {}).get("objectives") or {}
+    for name, entry in list(runs.items()):
+        if not isinstance(entry, dict) or not entry.get("save_at"):
+            continue
+        where = f"zoo.objectives.{name}.save_at"
+        _check_saving(where, name, entry)
+        for step in entry["save_at"]:
+            child = checkpoint_name(name, step)
+            declared = {**copy.deepcopy(entry), "save_at": [], "stop_at": step, "saved_by": name}
+            declared["objective"] = entry.get("objective") or name  # not the child's name
+            if child in runs and runs[child] != declared:
+                raise ConfigError(
+                    f"{where}: step {step} is the run {child!r}, which zoo.objectives already "
+                    "declares with other settings; rename one of them"
+                )
+            runs[child] = declared
+    for name, entry in runs.items():
+        parent = entry.get("saved_by") if isinstance(entry, dict) else None
+        if parent is None:
+            continue
+        saved = (runs.get(parent) or {}).get("save_at") or []
+        if not any(name == checkpoint_name(parent, step) for step in saved):
+            raise ConfigError(
+                f"zoo.objectives.{name}.saved_by: set by the workflow for the steps a run's "
+                "save_at lists; remove it (or list the step in the run's save_at)"
+            )

@@ -3,10 +3,16 @@
 import repdiag.binding.outputs
 import repdiag.encoders.zoo.spec
 
-ZOO_RUNS = repdiag.encoders.zoo.spec.zoo_runs(config)
+TRAINED_RUNS = repdiag.encoders.zoo.spec.trained_runs(config)
 # regularised runs also write their cumulative push (rule train_zoo_pushed)
 PUSHED_RUNS = repdiag.encoders.zoo.spec.pushed_runs(config)
-PLAIN_RUNS = [run for run in ZOO_RUNS if run not in PUSHED_RUNS]
+# runs with save_at also write those steps (rule train_zoo_saving), each copied out as a run of
+# its own by rule zoo_checkpoint (SAVED_RUNS: the steps some model uses)
+SAVING_RUNS = repdiag.encoders.zoo.spec.saving_runs(config)
+SAVED_RUNS = repdiag.encoders.zoo.spec.saved_runs(config)
+PLAIN_RUNS = [
+    run for run in TRAINED_RUNS if run not in PUSHED_RUNS and run not in SAVING_RUNS
+]
 # the runs of the main study's models (the JER intervention's are binding_causal's)
 BINDING_ZOO_RUNS = repdiag.binding.outputs.zoo_runs_of(BINDING_MODELS)
 
@@ -49,6 +55,46 @@ use rule train_zoo as train_zoo_pushed with:
         bench_file("train_zoo", "{objective}")
     wildcard_constraints:
         objective=one_of(PUSHED_RUNS, "NO_PUSHED_RUNS"),
+
+
+use rule train_zoo as train_zoo_saving with:
+    output:
+        model="results/zoo/{objective}/model.safetensors",
+        meta="results/zoo/{objective}/meta.json",
+        curve="results/zoo/{objective}/curve.csv",
+        saved=directory("results/zoo/{objective}/saved"),
+    log:
+        log_file("train_zoo", "{objective}"),
+    benchmark:
+        bench_file("train_zoo", "{objective}")
+    wildcard_constraints:
+        objective=one_of(SAVING_RUNS, "NO_SAVING_RUNS"),
+
+
+rule zoo_checkpoint:
+    input:
+        saved=lambda wildcards: "results/zoo/{}/saved".format(
+            repdiag.encoders.zoo.spec.saved_parent(config, wildcards.objective)
+        ),
+    output:
+        model="results/zoo/{objective}/model.safetensors",
+        meta="results/zoo/{objective}/meta.json",
+        curve="results/zoo/{objective}/curve.csv",
+    log:
+        log_file("zoo_checkpoint", "{objective}"),
+    benchmark:
+        bench_file("zoo_checkpoint", "{objective}")
+    wildcard_constraints:
+        objective=one_of(SAVED_RUNS, "NO_SAVED_RUNS"),
+    priority: priority_of("binding")
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        step=lambda wildcards: config["zoo"]["objectives"][wildcards.objective][
+            "stop_at"
+        ],
+    script:
+        "../../workflow_scripts/binding_zoo_checkpoint.py"
 
 
 rule plot_zoo_curves:

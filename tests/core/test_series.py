@@ -164,3 +164,50 @@ def test_named_series_are_looked_up_and_an_unknown_name_names_the_key():
         match=r"section\.series: 'c' is not a series \(has \['a', 'b'\]\); declare its runs under series",
     ):
         named_series(config, "section.series", "its runs")
+
+
+def _saving_config(**run: object) -> dict:
+    from tests.encoders.zoo.conftest import tiny_config
+
+    config = tiny_config()
+    config["zoo"]["objectives"]["simclr"].update(run)
+    return fill_defaults(config)
+
+
+def test_save_at_declares_one_run_per_step_idempotently():
+    from repdiag.core.series import expand_saved
+
+    config = _saving_config(save_at=[2, 1])
+    runs = config["zoo"]["objectives"]  # fill_defaults (in tiny_config) expanded them
+    assert {name for name in runs if name.startswith("simclr-")} == {"simclr-step1", "simclr-step2"}
+    child = runs["simclr-step2"]
+    assert child["stop_at"] == 2 and child["saved_by"] == "simclr" and child["save_at"] == []
+    assert child["objective"] == "simclr"  # the parent's objective, not the child's name
+    before = copy.deepcopy(runs)
+    expand_saved(config)
+    fill_defaults(config)
+    assert config["zoo"]["objectives"] == before
+
+
+@pytest.mark.parametrize(
+    ("run", "message"),
+    [
+        ({"save_at": [4]}, r"simclr\.save_at: steps \[4\] are not before the run's last step"),
+        ({"save_at": [1], "stop_at": 2}, r"stops early \(stop_at\) saves nothing"),
+        ({"save_at": [1], "jer_regulariser": {"weight": 0.1}}, r"pushed run .* cannot save"),
+        ({"saved_by": "clip"}, r"simclr\.saved_by: set by the workflow"),
+    ],
+)
+def test_bad_save_at_is_refused_naming_the_key(run, message):
+    with pytest.raises(ConfigError, match=message):
+        _saving_config(**run)
+
+
+def test_a_saved_step_whose_name_is_taken_is_refused():
+    from tests.encoders.zoo.conftest import tiny_config
+
+    config = tiny_config()
+    config["zoo"]["objectives"]["simclr"]["save_at"] = [1]
+    config["zoo"]["objectives"]["simclr-step1"] = {"objective": "clip", "steps": 1}
+    with pytest.raises(ConfigError, match=r"step 1 is the run 'simclr-step1'"):
+        fill_defaults(config)

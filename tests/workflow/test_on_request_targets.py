@@ -80,7 +80,11 @@ def add_replicate(config: dict) -> None:
     """binding_replicate's path: the test zoo's dose run drawn again at lambda 0 and its dose,
     seed 0, with the null push (planned by the targets test, not built: its rules are the main
     study's aggregation and statistics, and the comparison's unit tests cover the rest)."""
-    dose = {k: v for k, v in config["zoo"]["objectives"]["dose"].items() if k != "stop_at"}
+    dose = {
+        k: v
+        for k, v in config["zoo"]["objectives"]["dose"].items()
+        if k not in ("stop_at", "save_at")
+    }
     config.setdefault("series", {})["rep"] = {
         "name": "rep_{lambda}_s{seed}",
         "family": "jer_intervention",

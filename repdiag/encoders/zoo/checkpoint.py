@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,38 @@ def save_zoo_run(
         digest = file_sha256(tmp)
     write_curve(curve_path, losses)
     write_json(meta_path, {**meta, "weights_sha256": digest})
+
+
+def saved_step_dir(folder: PathLike, step: int) -> Path:
+    """Where a run's job writes step ``step`` of its ``save_at`` (repdiag.encoders.zoo.saved)."""
+    return Path(folder) / f"step{int(step)}"
+
+
+def save_saved_steps(saved: Mapping[int, Any], folder: PathLike) -> None:
+    """Each saved step (a :class:`~repdiag.encoders.zoo.train.TrainResult`) as the three files
+    of a run in ``folder/step<t>/`` (:func:`save_zoo_run`)."""
+    for step, result in sorted(saved.items()):
+        target = saved_step_dir(folder, step)
+        target.mkdir(parents=True, exist_ok=True)
+        paths = [target / name for name in ("model.safetensors", "meta.json", "curve.csv")]
+        save_zoo_run(result.backbone, result.head, result.meta, result.losses, *paths)
+
+
+def copy_saved_step(
+    folder: PathLike, step: int, model: PathLike, meta: PathLike, curve: PathLike
+) -> None:
+    """Step ``step`` of ``folder`` (:func:`save_saved_steps`) as the run files ``model``,
+    ``meta``, ``curve``: each copied atomically, meta.json last (it names the weights' SHA-256,
+    checked when the model is loaded)."""
+    source = saved_step_dir(folder, step)
+    for name, target in (("model.safetensors", model), ("curve.csv", curve), ("meta.json", meta)):
+        if not (source / name).is_file():
+            raise FileNotFoundError(
+                f"{source / name}: step {step} was not saved by its run; rerun the run's "
+                "train_zoo job (its save_at lists the step)"
+            )
+        with atomic_path(target) as tmp:
+            shutil.copyfile(source / name, tmp)
 
 
 def file_sha256(path: PathLike) -> str:

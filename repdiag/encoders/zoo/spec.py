@@ -98,12 +98,32 @@ arm, the dose series' replicate). Such a run stays in the dose series
 (repdiag.binding.analysis.aggregate.dose_of)."""
 
 
+def saved_parent(config: Mapping[str, Any], run: str) -> str | None:
+    """The run whose ``save_at`` declared ``run`` (its training writes it), else None."""
+    return ((config.get("zoo") or {}).get("objectives") or {}).get(run, {}).get("saved_by")
+
+
+def trained_runs(config: Mapping[str, Any]) -> list[str]:
+    """The runs to train (sorted): :func:`zoo_runs`, a saved step replaced by its run."""
+    return sorted({saved_parent(config, run) or run for run in zoo_runs(config)})
+
+
+def saved_runs(config: Mapping[str, Any]) -> list[str]:
+    """The zoo runs that a model uses and another run's training saves (``save_at``)."""
+    return [run for run in zoo_runs(config) if saved_parent(config, run)]
+
+
+def saving_runs(config: Mapping[str, Any]) -> list[str]:
+    """The runs to train that also save steps: their job writes ``saved/step<t>/``."""
+    return [run for run in trained_runs(config) if run_spec(config, run).get("save_at")]
+
+
 def pushed_runs(config: Mapping[str, Any]) -> list[str]:
     """The zoo runs with a regulariser (``jer_regulariser.weight`` != 0): their training job
     also writes the cumulative push, ``push.safetensors`` (repdiag.encoders.zoo.regulariser)."""
     return [
         run
-        for run in zoo_runs(config)
+        for run in trained_runs(config)
         if float((run_spec(config, run).get("jer_regulariser") or {}).get("weight") or 0.0)
     ]
 
@@ -332,4 +352,6 @@ def run_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
         "arrangement_groups": entry.get("arrangement_groups", 1),
         "seed": entry["seed"],
         "hparams": hparams,
+        # only where set: a new key in every run's params would retrain every run once
+        **({"save_at": sorted(entry["save_at"])} if entry.get("save_at") else {}),
     }

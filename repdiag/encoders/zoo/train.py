@@ -20,23 +20,16 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-import repdiag
 from repdiag.core.runtime import Progress
 from repdiag.encoders.zoo.allocator import keep_freed_memory
-from repdiag.encoders.zoo.backbones import (
-    backbone_kwargs,
-    build_backbone,
-    feature_dim,
-    memory_format,
-    pooling,
-)
+from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, memory_format
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.learning import learning_record, plateau_check, probe_check
 from repdiag.encoders.zoo.objectives import OBJECTIVES, Batch, Objective
@@ -47,6 +40,8 @@ from repdiag.encoders.zoo.regulariser import (
     probe_generator,
     term_value,
 )
+from repdiag.encoders.zoo.run_meta import run_meta, steps_trained
+from repdiag.encoders.zoo.saved import Snapshot, Snapshots, checkpoint_spec
 from repdiag.encoders.zoo.scenes import SceneConfig, channel_statistics, scene_batch
 from repdiag.encoders.zoo.stream import Prefetcher, to_batch
 
@@ -68,6 +63,8 @@ class TrainResult:
     losses: list[float]
     push: dict[str, torch.Tensor] | None = None
     """The regulariser's cumulative push P per backbone parameter (None: no regulariser)."""
+    saved: dict[int, TrainResult] = field(default_factory=dict)
+    """The steps of ``save_at``, each finished as its own run (repdiag.encoders.zoo.saved)."""
 
 
 def build_objective(
@@ -326,12 +323,6 @@ def regulariser_record(
     }
 
 
-def steps_trained(spec: Mapping[str, Any]) -> int:
-    """The steps this run takes: ``stop_at`` of the ``steps``-step schedule, else all of them."""
-    stop_at = spec.get("stop_at")
-    return spec["steps"] if stop_at is None else min(int(stop_at), spec["steps"])
-
-
 def run_steps(
     objective: Objective,
     optimizer: torch.optim.Optimizer,
@@ -340,9 +331,11 @@ def run_steps(
     record: LossLog,
     prefetch: int = PREFETCH_DEPTH,
     regulariser: Regulariser | None = None,
+    snapshots: Snapshots | None = None,
 ) -> None:
     """The run's optimiser steps, logging progress, their losses into ``record``; batches
-    rendered ``prefetch`` steps ahead in a worker thread (0: in the loop), the same bytes."""
+    rendered ``prefetch`` steps ahead in a worker thread (0: in the loop), the same bytes; the
+    state after each step ``snapshots`` lists copied there."""
     total = steps_trained(spec)
     progress = Progress(total, f"train_zoo {spec['run']} ({spec['objective']})")
     device = objective.pixel_mean.device
@@ -354,6 +347,7 @@ def run_steps(
         else None
     )
     try:
+        _save(snapshots, objective, 0, record)
         for step in range(total):
             batch = None if stream is None else stream.get(step)
             estimates: list[torch.Tensor] = []
@@ -362,17 +356,39 @@ def run_steps(
                 estimates,
             )
             progress.update()
+            _save(snapshots, objective, step + 1, record)
         record.read()
     finally:
         if stream is not None:
             stream.close()
 
 
+def _save(snapshots: Snapshots | None, objective: Objective, done: int, record: LossLog) -> None:
+    if snapshots is not None and snapshots.due(done):
+        record.read()  # the losses so far, on the host (one sync per saved step)
+        snapshots.take(objective, done, record.losses, record.estimates)
+
+
+@dataclass
+class Trained:
+    """A run's objective after its steps and what finishing it reads."""
+
+    objective: Objective
+    kwargs: dict[str, Any]
+    spec: Mapping[str, Any]
+    device: torch.device | str
+    gen: torch.Generator
+    losses: list[float]
+    estimates: list[float]
+    elapsed_s: float
+
+
 def train(
     spec: Mapping[str, Any], device: torch.device | str = "cpu", prefetch: int = PREFETCH_DEPTH
 ) -> TrainResult:
     """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress; the
-    batches rendered ``prefetch`` steps ahead (0: in the loop; the weights are the same). The
+    batches rendered ``prefetch`` steps ahead (0: in the loop; the weights are the same); the
+    steps ``spec["save_at"]`` lists finished as their own runs in ``TrainResult.saved``. The
     process keeps its freed heap memory from then on (:func:`keep_freed_memory`)."""
     start = time.monotonic()
     keep_freed_memory()  # the steps' tensors reuse their pages (repdiag.encoders.zoo.allocator)
@@ -383,11 +399,41 @@ def train(
     record = LossLog(spec)
     settings = RegulariserSettings.of(spec)
     regulariser = Regulariser(spec, objective.backbone) if settings.weight else None
-    run_steps(objective, optimizer, spec, gen, record, prefetch, regulariser)
-    losses, jer_estimates = record.losses, record.estimates
+    snapshots = Snapshots(spec, start)
+    run_steps(objective, optimizer, spec, gen, record, prefetch, regulariser, snapshots)
+    elapsed = time.monotonic() - start
+    trained = Trained(
+        objective, kwargs, spec, device, gen, record.losses, record.estimates, elapsed
+    )
+    result = finish(trained, regulariser)
+    result.saved = {snap.step: finish_saved(spec, snap, device) for snap in snapshots.taken}
+    return result
+
+
+def finish_saved(
+    spec: Mapping[str, Any], snapshot: Snapshot, device: torch.device | str
+) -> TrainResult:
+    """Step ``snapshot.step`` of run ``spec`` finished as the run with ``stop_at`` at that step
+    (:func:`repdiag.encoders.zoo.saved.checkpoint_spec`) finishes: its state loaded into a fresh
+    objective, a fresh generator (what the stopped run's would be at step 0; later only its
+    losses are read)."""
+    child = checkpoint_spec(spec, snapshot.step)
+    objective, kwargs = build_objective(child, device)
+    objective.load_state_dict(snapshot.state)
+    objective.train()
+    gen = torch.Generator().manual_seed(child["seed"])
+    trained = Trained(objective, kwargs, child, device, gen, list(snapshot.losses),
+                      list(snapshot.estimates), snapshot.elapsed_s)  # fmt: skip
+    return finish(trained)
+
+
+def finish(trained: Trained, regulariser: Regulariser | None = None) -> TrainResult:
+    """The encoder, meta.json and curve of a trained run: held-out losses, the learning check,
+    the run's record."""
+    objective, spec, losses = trained.objective, trained.spec, trained.losses
     held_out = evaluation_losses(objective, spec)
     if not losses:  # zero steps: the random-initialised network, a control
-        losses.append(initial_loss(objective, spec, gen))
+        losses.append(initial_loss(objective, spec, trained.gen))
     backbone, head = objective.export()
     backbone.to(memory_format=torch.contiguous_format)  # safetensors saves contiguous tensors
     backbone.eval()
@@ -401,7 +447,7 @@ def train(
         "interpolation": "bilinear",
     }
     meta = run_meta(
-        spec, kwargs, preprocess, backbone, head, losses, time.monotonic() - start, device
+        spec, trained.kwargs, preprocess, backbone, head, losses, trained.elapsed_s, trained.device
     )
     meta["learning"] = learning
     if held_out is not None:
@@ -409,7 +455,7 @@ def train(
     if objective.scenes.arrangement_groups > 1:
         meta["arrangement_groups"] = objective.scenes.arrangement_groups
     if regulariser is not None:
-        meta["jer_regulariser"] = regulariser_record(spec, jer_estimates, regulariser)
+        meta["jer_regulariser"] = regulariser_record(spec, trained.estimates, regulariser)
     log.info(
         "zoo run %s: %s (loss %.4g -> %.4g, trivial %.4g; slot probe %.3f vs %.3f at random init)",
         spec["run"],
@@ -421,64 +467,8 @@ def train(
         learning["slot_probe_accuracy_random_init"],
     )
     log.info(
-        "zoo run %s: loss %.4f -> %.4f in %.0f s",
-        spec["run"],
-        losses[0],
-        losses[-1],
+        "zoo run %s: loss %.4f -> %.4f in %.0f s", spec["run"], losses[0], losses[-1],
         meta["wall_time_s"],
-    )
+    )  # fmt: skip
     push = None if regulariser is None else regulariser.cumulative_push()
     return TrainResult(backbone.cpu(), None if head is None else head.cpu(), meta, losses, push)
-
-
-def run_meta(
-    spec: Mapping[str, Any],
-    kwargs: Mapping[str, Any],
-    preprocess: Mapping[str, Any],
-    backbone: nn.Module,
-    head: MLPHead | None,
-    losses: list[float],
-    wall_time_s: float,
-    device: torch.device | str,
-) -> dict[str, Any]:
-    """The meta.json of a run (docs/contracts.md, ``results/zoo/<objective>/``) plus provenance."""
-    tail = max(1, len(losses) // 10)
-    return {
-        "objective": spec["objective"],
-        "family": spec["family"],
-        "run": spec["run"],
-        "timm_model": spec["timm_model"],
-        "timm_kwargs": dict(kwargs),
-        "pooling": pooling(backbone),
-        "feature_dim": feature_dim(backbone),
-        "preprocess": dict(preprocess),
-        "head": None if head is None else {**head.description, "input": "final"},
-        "steps": spec["steps"],
-        "steps_trained": steps_trained(spec),
-        "batch_size": spec["batch_size"],
-        "seed": spec["seed"],
-        "final_loss": losses[-1],
-        "final_loss_mean": float(np.mean(losses[-tail:])),
-        "initial_loss": losses[0],
-        "wall_time_s": round(wall_time_s, 3),
-        "backbone": spec["backbone"],
-        "lr": spec["lr"],
-        "warmup_fraction": spec["warmup_fraction"],
-        "weight_decay": spec["weight_decay"],
-        "grad_clip": spec["grad_clip"],
-        "hparams": dict(spec["hparams"]),
-        "scenes": dict(spec["scenes"]),
-        "device": str(device),
-        "threads": torch.get_num_threads(),
-        "versions": {
-            "repdiag": repdiag.__version__,
-            "torch": torch.__version__,
-            "timm": _timm_version(),
-        },
-    }
-
-
-def _timm_version() -> str:
-    import timm
-
-    return timm.__version__

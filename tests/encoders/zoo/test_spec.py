@@ -129,3 +129,20 @@ def test_dose_series_families_and_doses():
     assert binding_dose("supervised", {"label": "shape_presence", "slot_weight": 0.3}) == 0.3
     assert binding_dose("supervised", {"label": "shape_presence"}) == 0.0
     assert binding_dose("simclr", {"slot_weight": 0.3}) == 0.0
+
+
+def test_a_saved_step_is_trained_by_its_run():
+    """A model of step 2 of simclr: simclr is trained (and saves), the step is copied out."""
+    from repdiag.core.config import fill_defaults
+    from repdiag.encoders.zoo.spec import saved_parent, saved_runs, saving_runs, trained_runs
+
+    config = tiny_config()
+    config["zoo"]["objectives"]["simclr"]["save_at"] = [2]
+    config["models"] = {"step2": {"source": "zoo", "id": "simclr-step2", "family": "contrastive"},
+                        "clip": config["models"]["clip"]}  # fmt: skip
+    fill_defaults(config)
+    check_zoo_config(config)
+    assert zoo_runs(config) == ["clip", "simclr-step2"]
+    assert trained_runs(config) == ["clip", "simclr"]
+    assert saving_runs(config) == ["simclr"] and saved_runs(config) == ["simclr-step2"]
+    assert saved_parent(config, "simclr-step2") == "simclr" and saved_parent(config, "clip") is None
