@@ -189,10 +189,8 @@ def _read_folder_split(split_dir: Path, classes: Sequence[str]) -> Split:
         for path in list_images(class_dir, IMAGE_SUFFIXES, recursive=False):
             try:
                 images.append(read_rgb_array(path, options))
-            except ImageError as err:
-                raise StoreError(
-                    f"{err} ({split_dir}: images must all be square, one size)"
-                ) from err
+            except ImageError as err:  # the message names the file and what to do
+                raise StoreError(f"{err} (CIFAR folder {split_dir})") from err
             if options.shape is None:
                 options = dataclasses.replace(options, shape=images[0].shape[1::-1])
             labels.append(index)

@@ -137,9 +137,12 @@ def _open_regular(path: Path, root: Path) -> Any:
 def _check_header(path: Path, width: int, height: int, options: ReadOptions) -> None:
     limit = max_image_pixels() if options.max_pixels is None else options.max_pixels
     if width * height > limit:
+        # the variable sets only the default budget; a reader's own limit is fixed
+        raise_it = " or raise REPDIAG_MAX_IMAGE_PIXELS" if options.max_pixels is None else ""
         raise ImageError(
             f"image {path} is {width} x {height} = {width * height} pixels, over the budget of "
-            f"{limit}; shrink it, remove it from the folder or raise REPDIAG_MAX_IMAGE_PIXELS"
+            f"{limit}; shrink it{' or' if not raise_it else ','} remove it from the folder"
+            f"{raise_it}"
         )
     if min(width, height) < 1 or max(width, height) > options.max_aspect * min(width, height):
         raise ImageError(

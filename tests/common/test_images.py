@@ -51,8 +51,11 @@ def test_pixel_budget_aspect_and_shape_are_checked_before_decoding(tmp_path):
     DECODED.reset()
     with pytest.raises(ImageError, match=r"wide\.png is 2000 x 1: its sides differ by more than"):
         read_rgb(path)
-    with pytest.raises(ImageError, match=r"2000 x 1 = 2000 pixels, over the budget of 1000"):
-        read_rgb(path, ReadOptions(max_pixels=1000))
+    with pytest.raises(
+        ImageError,
+        match=r"2000 x 1 = 2000 pixels, over the budget of 1000; shrink it or remove it from the folder$",
+    ):
+        read_rgb(path, ReadOptions(max_pixels=1000))  # a reader's own limit: no variable named
     with pytest.raises(ImageError, match=r"the other images of its set are 4 x 4"):
         read_rgb(path, ReadOptions(max_aspect=1e9, shape=(4, 4)))
     assert DECODED.pixels == 0 and DECODED.files == 0
@@ -114,3 +117,13 @@ def test_list_images_is_sorted_recursive_and_does_not_follow_folder_links(tmp_pa
     ]
     assert names == ["a/c.jpg", "b.PNG"]
     assert [p.name for p in list_images(tmp_path / "d", (".png",), recursive=False)] == ["b.PNG"]
+
+
+def test_the_default_budget_names_the_variable_that_raises_it(tmp_path, monkeypatch):
+    path = _png(tmp_path / "big.png", np.zeros((40, 40, 3), np.uint8))
+    monkeypatch.setenv("REPDIAG_MAX_IMAGE_PIXELS", "1000")
+    with pytest.raises(
+        ImageError,
+        match=r"over the budget of 1000; shrink it, remove it from the folder or raise REPDIAG_MAX_IMAGE_PIXELS",
+    ):
+        read_rgb(path)

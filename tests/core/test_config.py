@@ -133,3 +133,19 @@ def test_an_unknown_key_gets_did_you_mean(tmp_path) -> None:
     assert "allowed: alignment, binding_causal" in str(error.value) and str(path) in str(
         error.value
     )
+
+
+def test_a_config_path_that_is_not_a_regular_file_says_so(tmp_path: Path) -> None:
+    import os
+
+    from repdiag.core.config import load_config
+    from repdiag.core.errors import ConfigError
+
+    os.mkfifo(tmp_path / "pipe.yaml")
+    for path in (tmp_path / "pipe.yaml", tmp_path):  # a FIFO (never opened: no hang), a folder
+        with pytest.raises(
+            ConfigError, match=r"is not a regular file \(a folder, FIFO or device\)"
+        ):
+            load_config(path)
+    with pytest.raises(ConfigError, match=r"gone\.yaml does not exist"):
+        load_config(tmp_path / "gone.yaml")

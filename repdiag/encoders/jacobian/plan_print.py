@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 
 import torch
@@ -99,6 +100,19 @@ def format_plan(plan: Plan, *, per_tap: bool = True) -> str:
     return "\n".join(lines)
 
 
+def positive_rate(text: str) -> float:
+    """``--rate``: a positive, finite FLOP/s (argparse refuses anything else, naming the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive finite FLOP rate; give FLOP/s, e.g. 67e12"
+        )
+    return value
+
+
 def command(argv: Sequence[str]) -> None:
     """``repdiag plan <config> [--rate FLOP/s] [--device cpu|cuda] [--models ...] [--totals]``."""
     parser = argparse.ArgumentParser(
@@ -109,7 +123,7 @@ def command(argv: Sequence[str]) -> None:
     parser.add_argument("config", help="a YAML config, e.g. config/paper.yaml")
     parser.add_argument(
         "--rate",
-        type=float,
+        type=positive_rate,
         default=None,
         help="FLOP rate in FLOP/s, e.g. 67e12 (default: measured here)",
     )

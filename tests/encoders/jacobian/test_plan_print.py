@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from repdiag.encoders.jacobian import plan_print
@@ -26,3 +27,14 @@ def test_the_printed_plan_lists_what_was_left_out_and_the_totals():
     assert "not planned: odd:" in text and "excluded from the totals" in text
     assert "grand total: 1 models x 3 probe images" in text
     assert "ctrl: python repdiag.binding.controls:random_features" in text
+
+
+@pytest.mark.parametrize("rate", ["nan", "-1", "0", "inf", "fast"])
+def test_plan_refuses_a_rate_that_is_not_positive_and_finite(rate, capsys):
+    from repdiag.encoders.jacobian.plan_print import command, positive_rate
+
+    with pytest.raises(SystemExit) as exit_info:
+        command(["config/test.yaml", "--rate", rate])
+    assert exit_info.value.code == 2
+    assert f"--rate: {rate!r} is not a positive finite FLOP rate" in capsys.readouterr().err
+    assert positive_rate("67e12") == 67e12
