@@ -29,4 +29,4 @@ CONFIG_CHECKS: tuple[str, ...] = (
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 
 BUILD_CHECKS: tuple[str, ...] = ("repdiag.binding.prerun:check_jacobian_layers",)
-"""Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""
+"""Pre-run checks that build architectures on the meta device (core.checks.check_before_run)."""

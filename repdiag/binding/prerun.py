@@ -1,6 +1,6 @@
 """Pre-run checks of the binding config that need built models (``repdiag.binding.BUILD_CHECKS``).
 
-Run by ``repdiag validate`` and a real run's ``onstart`` (``repdiag.core.config.check_before_run``),
+Run by ``repdiag validate`` and a real run's ``onstart`` (``repdiag.core.checks.check_before_run``),
 not on every parse. Light to import: the encoder factory, which builds models on the meta device,
 is imported only when there is something to check.
 """

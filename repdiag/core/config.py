@@ -412,12 +412,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config and validate it with the workflow's own schema and checks."""
     path = Path(path)
     if not path.is_file():
-        what = (
-            "is not a regular file (a folder, FIFO or device)"
-            if path.exists()
-            else "does not exist"
-        )
-        raise ConfigError(f"config file {path} {what}; give a YAML file")
+        what = "is not a regular file (a folder, FIFO or device)" if path.exists() else ""
+        raise ConfigError(f"config file {path} {what or 'does not exist'}; give a YAML file")
     config = load_yaml(path) or {}
     try:
         with short_schema_errors():

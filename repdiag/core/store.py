@@ -36,7 +36,6 @@ import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
-import repdiag
 from repdiag.core.errors import StoreError
 from repdiag.core.store_checks import (
     check_declared_sizes,
@@ -46,6 +45,7 @@ from repdiag.core.store_checks import (
     disk_bytes,
 )
 from repdiag.core.store_checks import damaged as _damaged
+from repdiag.core.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def provenance(config: Mapping[str, Any] | None = None, seed: int | None = None)
     """Attrs recording what produced a store: version, config subset, seed, time, packages, commit,
     and torch's numerical switches (``numerics``: TF32, deterministic algorithms)."""
     return {
-        "repdiag_version": repdiag.__version__,
+        "repdiag_version": __version__,
         "config": json.loads(json.dumps(dict(config or {}), default=str)),
         "seed": seed,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

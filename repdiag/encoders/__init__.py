@@ -36,10 +36,10 @@ BUILD_CHECKS: tuple[str, ...] = (
     "repdiag.encoders.zoo.prerun:check_zoo_backbones",
     "repdiag.encoders.factory:check_model_sizes",
 )
-"""Pre-run checks that build architectures on the meta device (core.config.check_before_run)."""
+"""Pre-run checks that build architectures on the meta device (core.checks.check_before_run)."""
 
 WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.available:check_weights_available",)
-"""Pre-run checks of weights files, hub folders and library caches (core.config.check_before_run)."""
+"""Pre-run checks of weights files, hub folders and library caches (core.checks.check_before_run)."""
 
 _WHERE = {
     "SOURCES": "repdiag.encoders.sources",

@@ -1,7 +1,7 @@
 """Pre-run checks of the zoo: every backbone a run trains is built once on the meta device.
 
 Registered in ``repdiag.encoders.BUILD_CHECKS`` and run by ``repdiag validate`` and a real run's
-``onstart`` (``repdiag.core.config.check_before_run``), not on every parse: building needs timm,
+``onstart`` (``repdiag.core.checks.check_before_run``), not on every parse: building needs timm,
 whose import takes seconds. A backbone that built is remembered in ``cache_dir()`` per timm and
 torch version (as :func:`repdiag.encoders.entries.timm_architectures` remembers timm's names), so
 later runs of the same config import nothing.
@@ -17,8 +17,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import repdiag
 from repdiag.core.errors import ConfigError
+from repdiag.core.version import __version__
 from repdiag.encoders.entries import cache_dir
 from repdiag.encoders.zoo.spec import run_spec, zoo_runs
 
@@ -26,7 +26,7 @@ from repdiag.encoders.zoo.spec import run_spec, zoo_runs
 def built_before_path() -> Path:
     """The file of backbones that built under this timm, torch and repdiag."""
     versions = "-".join(importlib.metadata.version(name) for name in ("timm", "torch"))
-    return cache_dir() / f"zoo-backbones-{versions}-{repdiag.__version__}.json"
+    return cache_dir() / f"zoo-backbones-{versions}-{__version__}.json"
 
 
 def _read_built() -> set[str]:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-import repdiag
+from repdiag.core.version import __version__
 from repdiag.encoders.zoo.backbones import feature_dim, pooling
 from repdiag.encoders.zoo.heads import MLPHead
 
@@ -60,7 +60,7 @@ def run_meta(
         "device": str(device),
         "threads": torch.get_num_threads(),
         "versions": {
-            "repdiag": repdiag.__version__,
+            "repdiag": __version__,
             "torch": torch.__version__,
             "timm": _timm_version(),
         },
