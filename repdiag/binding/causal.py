@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from repdiag.binding.analysis.aggregate import spectrum_columns
 from repdiag.binding.analysis.columns import l_iso_columns
-from repdiag.binding.analysis.depth import select_images
 from repdiag.common.exact import holm, sign_flip_p
 from repdiag.common.replication import t_interval
 from repdiag.common.units import Units, require_independent
@@ -70,33 +70,18 @@ MATCH_TOLERANCE = 0.25
 PRESENCE_TERM = "shape_presence"
 
 
-def full_spectrum_participation(s: np.ndarray) -> tuple[float, float]:
-    """(pr, pr2) of one whole spectrum s: (sum s)^2 / sum s^2 and (sum s^2)^2 / sum s^4; NaN
-    for an all-zero spectrum (the rank of a zero map is undefined)."""
-    s = np.asarray(s, dtype=float)
-    s2 = float(np.sum(s**2))
-    if s2 == 0.0:
-        return math.nan, math.nan
-    return float(np.sum(s) ** 2 / s2), float(s2**2 / np.sum(s**4))
-
-
 def full_spectrum_jer(path: str | Path, final_layer: str, probe_set: str) -> dict[str, float]:
     """Mean over the ``probe_set`` images of the full-spectrum pr and pr2 at ``final_layer`` of
-    one Jacobian store; NaN where that layer was not computed exactly (no full spectrum)."""
+    one Jacobian store (:func:`repdiag.binding.analysis.aggregate.spectrum_columns`); NaN where
+    that layer was not computed exactly (no full spectrum)."""
     ds = open_store(path, required=["singular_values"], contract=STORE_CONTRACT)
     layers = [str(name) for name in ds["layer"].values]
     if final_layer not in layers:
         raise StoreError(
             f"store {path}: no layer {final_layer!r} (has {layers}); rerun jacobian_spectra"
         )
-    index = layers.index(final_layer)
-    if "singular_values_full" not in ds or int(ds["n_singular"].values[index]) == 0:
-        return {"pr_full": math.nan, "pr2_full": math.nan}
-    n = int(ds["n_singular"].values[index])
-    spectra = np.asarray(ds["singular_values_full"].values[index], dtype=float)[:, :n]
-    mask = select_images(ds, probe_set, path)
-    values = np.array([full_spectrum_participation(s) for s in spectra[mask]])
-    return {"pr_full": float(np.nanmean(values[:, 0])), "pr2_full": float(np.nanmean(values[:, 1]))}
+    columns = spectrum_columns(ds, final_layer, probe_set, path)
+    return {"pr_full": columns["pr_full"], "pr2_full": columns["pr2_full"]}
 
 
 def run_record(meta_path: str | Path) -> dict[str, Any]:

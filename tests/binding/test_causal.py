@@ -22,7 +22,6 @@ from repdiag.binding.causal import (
     displacement,
     displacement_summary,
     full_spectrum_jer,
-    full_spectrum_participation,
     plain_associations,
     run_record,
     seed_contrast,
@@ -222,19 +221,15 @@ def test_plain_associations_are_across_the_plain_runs_only() -> None:
     assert table.loc["jer", "n"] == len(SEEDS)
 
 
-def test_full_spectrum_participation_against_closed_forms() -> None:
-    assert full_spectrum_participation(np.ones(7)) == pytest.approx((7.0, 7.0))
-    s = np.array([3.0, 1.0, 0.0])  # a rank-2 map: the zero adds nothing
-    assert full_spectrum_participation(s) == pytest.approx((16 / 10, 100 / 82))
-    assert all(math.isnan(v) for v in full_spectrum_participation(np.zeros(4)))
-
-
-def full_store(path, exact: bool = True) -> np.ndarray:
+def full_store(path, exact: bool = True, values=None) -> np.ndarray:
     """A store whose final layer has 3 probe images' full spectra of length 5 (zero-padded to
-    6), plus one noise image; ``exact=False``: randomized, no full spectrum."""
+    6; ``values``: every image's), plus one noise image; ``exact=False``: randomized, no full
+    spectrum."""
     rng = np.random.default_rng(0)
     full = np.zeros((2, 4, 6), np.float32)
     full[1, :, :5] = np.sort(rng.uniform(0.1, 2.0, (4, 5)), axis=-1)[..., ::-1]
+    if values is not None:
+        full[1, :, :5] = values
     top = full[..., :3].copy()
     ds = xr.Dataset(
         {
@@ -268,6 +263,10 @@ def test_full_spectrum_jer_is_the_mean_over_the_probe_images_of_the_whole_spectr
     assert got == pytest.approx({"pr_full": np.mean(pr), "pr2_full": np.mean(pr2)}, rel=1e-5)
     with pytest.raises(StoreError, match="no layer 'head'"):
         full_spectrum_jer(tmp_path / "m.zarr", "head", "binding")
+    # a rank-2 map among them: its zero value adds nothing, (3 + 1)^2 / 10 and 100 / 82
+    spectra = full_store(tmp_path / "z.zarr", values=[3.0, 1.0, 0.0, 0.0, 0.0])
+    got = full_spectrum_jer(tmp_path / "z.zarr", "final", "binding")
+    assert got == pytest.approx({"pr_full": 16 / 10, "pr2_full": 100 / 82}, rel=1e-6)
     full_store(tmp_path / "r.zarr", exact=False)
     randomized = full_spectrum_jer(tmp_path / "r.zarr", "final", "binding")
     assert all(math.isnan(v) for v in randomized.values())

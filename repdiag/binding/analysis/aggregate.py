@@ -152,7 +152,7 @@ def spectrum_columns(ds: Any, final_layer: str, probe_set: str, path: str | Path
     import numpy as np
 
     from repdiag.binding.analysis.depth import select_images
-    from repdiag.binding.causal import full_spectrum_participation
+    from repdiag.binding.metrics.geometry import participation_ratio_of_spectrum as pr
 
     layers = [str(name) for name in ds["layer"].values]
     index = layers.index(final_layer) if final_layer in layers else len(layers) - 1
@@ -163,7 +163,8 @@ def spectrum_columns(ds: Any, final_layer: str, probe_set: str, path: str | Path
     n = int(ds["n_singular"].values[index]) if "n_singular" in ds else 0
     if "singular_values_full" in ds and n > 0 and not row["jacobian_zero"]:
         full = np.asarray(ds["singular_values_full"].values[index], float)[mask, :n]
-        values = np.array([full_spectrum_participation(s) for s in full])
+        values = np.stack([pr(full), pr(full**2)], axis=1)  # (sum s)^2/sum s^2 and of s^2
+        values[~np.any(full, axis=1)] = math.nan  # a zero map's rank is undefined, not 0
         row["pr_full"], row["pr2_full"] = (float(v) for v in np.nanmean(values, axis=0))
     return row
 
