@@ -118,8 +118,8 @@ def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsy
     config = load_config("config/config.yaml")
     zoo = [key for key, entry in config["models"].items() if entry["source"] == "zoo"]
     assert len(zoo) == 130
-    for key in zoo:
-        assert f"{key}: zoo run {key} (from its spec)" in out
+    for key in zoo:  # a saved step's model names its run (dose_1_s0-step100)
+        assert f"{key}: zoo run {config['models'][key]['id']} (from its spec)" in out
     # 16 + 8 probe images; a zoo ResNet tap's d_out VJPs: 32 + 64 + 128 + 256 (auto: all exact)
     assert "probe images" in out and " 24 probe images" in out
     assert "480 products" in out

@@ -84,7 +84,8 @@ def steps_table(run: Path) -> str:
     models = pd.read_csv(results / "tables" / "models.csv").set_index("model")
     rows = []
     for name, model in models.iterrows():
-        meta_path = results / "zoo" / name / "meta.json"
+        run = model.get("run") if isinstance(model.get("run"), str) else name
+        meta_path = results / "zoo" / run / "meta.json"
         if not meta_path.exists():
             continue
         meta = json.loads(meta_path.read_text())
@@ -92,7 +93,7 @@ def steps_table(run: Path) -> str:
         arrangement = bool(meta.get("arrangement_groups")) or "_arr_" in name
         rows.append(
             {
-                "run": name,
+                "run": run,
                 "steps": meta["steps_trained"],
                 "arrangement": "yes" if arrangement else "no",
                 "seed": meta["seed"],

@@ -18,8 +18,8 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     result.meta["threads"] = snakemake.threads
     if result.push is not None:  # a regularised run (rule train_zoo_pushed); meta.json last
         save_push(result.push, snakemake.output.push)
-    if result.saved:  # the steps of its save_at (rule train_zoo_saving)
-        save_saved_steps(result.saved, snakemake.output.saved)
+    if result.saved:  # the steps of its save_at (rule train_zoo_saving), named in meta.json
+        result.meta["saved_sha256"] = save_saved_steps(result.saved, snakemake.output.saved)
     save_zoo_run(
         result.backbone,
         result.head,

@@ -5,6 +5,6 @@ from repdiag.core.runtime import script_logging
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.encoders.zoo.checkpoint import copy_saved_step
 
-    out = snakemake.output
-    copy_saved_step(snakemake.input.saved, snakemake.params.step, out.model, out.meta, out.curve)
-    log.info("step %d of %s -> %s", snakemake.params.step, snakemake.input.saved, out.meta)
+    step, source = snakemake.params.step, snakemake.input
+    copy_saved_step(source.saved, step, source.run_meta, snakemake.output)
+    log.info("step %d of %s -> %s", step, source.saved, snakemake.output.meta)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from repdiag.core.digests import folder_entries
 from repdiag.core.errors import RepdiagError
 
 MAX_IMAGE_PIXELS = 50_000_000
@@ -91,20 +92,13 @@ def max_image_pixels() -> int:
 
 
 def list_images(folder: str | Path, suffixes: Sequence[str], recursive: bool = True) -> list[Path]:
-    """Files under ``folder`` whose suffix (any case) is in ``suffixes``, sorted by path.
-
-    Symbolic links to folders are not descended (``os.walk(followlinks=False)``); a file entry
-    that is a link is listed and judged by :func:`read_rgb`.
-    """
-    folder = Path(folder)
+    """The entries of :func:`repdiag.core.digests.folder_entries` (the manifest's listing: hidden
+    entries left out, links to folders not descended) whose suffix (any case) is in
+    ``suffixes``, sorted by path; a link or a FIFO is listed and judged by :func:`read_rgb`."""
     wanted = tuple(s.lower() for s in suffixes)
-    found = []
-    for top, dirs, files in os.walk(folder, followlinks=False):
-        found += [Path(top) / f for f in files if f.lower().endswith(wanted)]
-        found += [Path(top) / d for d in dirs if d.lower().endswith(wanted)]  # refused by name
-        if not recursive:
-            break
-    return sorted(found)
+    return [
+        path for path in folder_entries(folder, recursive) if path.name.lower().endswith(wanted)
+    ]
 
 
 def _open_regular(path: Path, root: Path) -> Any:

@@ -25,7 +25,7 @@ def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = 
 TEXT_COLUMNS = ("note", "run_text", "paper_text", "controls")
 """Columns read back as text, an empty cell as "" (not NaN)."""
 
-LABEL_COLUMNS = ("model", "family", "arm", "reference", "base", "term", "metric")
+LABEL_COLUMNS = ("model", "family", "arm", "reference", "base", "term", "metric", "run")
 """Columns of names read back verbatim: a name such as ``null`` or ``NA`` (the causal test's null
 arm) is a label, not a missing value, which pandas' default reading would make it."""
 

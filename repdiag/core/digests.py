@@ -83,11 +83,15 @@ def file_sha256(path: str | Path, cache: str | Path | None = None) -> str:
     return stored[text_key]
 
 
-def folder_manifest(folder: str | Path) -> list[tuple[str, int, int]]:
-    """``(relative name, size, mtime_ns)`` of every regular file under ``folder``, by name; hidden
-    entries (``.DS_Store``, ``.ipynb_checkpoints``) left out, symlinks not followed."""
+def folder_entries(folder: str | Path, recursive: bool = True) -> list[Path]:
+    """What a folder reader reads under ``folder``, sorted: every entry that is not a folder
+    (files, links to files, FIFOs: the reader refuses what it cannot read, naming it), and with
+    ``recursive`` those of its subfolders. Hidden entries (``.DS_Store``, ``._x.png``,
+    ``.ipynb_checkpoints``) are left out, and links to folders are not descended. The one listing
+    of both the readers (:func:`repdiag.common.images.list_images`) and the manifest, so the
+    manifest covers exactly what they read."""
     root = Path(folder).expanduser()
-    found = []
+    found: list[Path] = []
     stack = [root]
     while stack:
         current = stack.pop()
@@ -96,12 +100,27 @@ def folder_manifest(folder: str | Path) -> list[tuple[str, int, int]]:
                 if entry.name.startswith("."):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    stat = entry.stat(follow_symlinks=False)
-                    name = Path(entry.path).relative_to(root).as_posix()
-                    found.append((name, stat.st_size, stat.st_mtime_ns))
+                    if recursive:
+                        stack.append(Path(entry.path))
+                elif not entry.is_dir():  # a link to a folder is neither listed nor descended
+                    found.append(Path(entry.path))
     return sorted(found)
+
+
+def folder_manifest(folder: str | Path) -> list[tuple[str, int, int, str]]:
+    """``(relative name, size, mtime_ns, link target)`` of every entry of
+    :func:`folder_entries`: a link's size and time are its target's (what the reader reads),
+    and its target is recorded (a link pointed elsewhere changes the manifest)."""
+    root = Path(folder).expanduser()
+    found = []
+    for path in folder_entries(root):
+        try:
+            info = path.stat()
+        except OSError:  # a dangling link: listed, the reader names it
+            info = path.lstat()
+        target = os.readlink(path) if path.is_symlink() else ""
+        found.append((path.relative_to(root).as_posix(), info.st_size, info.st_mtime_ns, target))
+    return found
 
 
 def folder_digest(folder: str | Path) -> str:
@@ -110,8 +129,8 @@ def folder_digest(folder: str | Path) -> str:
     if not root.is_dir():
         return MISSING
     sha = hashlib.sha256()
-    for name, size, mtime_ns in folder_manifest(root):
-        sha.update(f"{name}\0{size}\0{mtime_ns}\n".encode())
+    for name, size, mtime_ns, target in folder_manifest(root):
+        sha.update(f"{name}\0{size}\0{mtime_ns}\0{target}\n".encode())
     return f"manifest:{sha.hexdigest()}"
 
 

@@ -8,11 +8,9 @@ when its process dies, so a crashed or killed job frees its slot. The same holds
 job runs:
 
 * locally: slots in ``.snakemake/gpu-slots`` of the working directory;
-* inside a SLURM allocation (``salloc``/``srun``, or a batch job holding several GPUs): slots in a
-  node-local folder of that allocation and step (:func:`slot_dir`), so the jobs Snakemake starts
-  there share its GPUs out one each, and jobs of other allocations (which see their own GPUs
-  under the same ids) never wait for them;
-* a SLURM batch job with one GPU takes the only slot of its own folder at once.
+* inside a SLURM allocation: slots in a node-local folder of that allocation and step
+  (:func:`slot_dir`), shared out one GPU each to the jobs Snakemake starts there, never waiting
+  on other allocations (which see their own GPUs under the same ids).
 
 The devices are listed without initialising CUDA (:func:`visible_devices`): from the
 environment (``CUDA_VISIBLE_DEVICES``, ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS``), else
@@ -24,12 +22,10 @@ process. SLURM's variables hold physical ids; under device cgroups the job addre
 onto those ordinals when the counts match, else refused naming the variable
 (:func:`slurm_devices`).
 
-No silent sharing: when nothing lists a GPU (no variable, no ``nvidia-smi``, no
-``/proc/driver/nvidia/gpus``) but torch reports some, every GPU job takes the one slot
-``gpu-unlisted`` (:data:`UNLISTED`): one GPU job at a time, never two on ``cuda:0`` unawares.
-No silent CPU: a job that asked for a GPU and finds none says so (:func:`gpu_slot` logs it;
-:func:`repdiag.core.runtime.select_device` warns under ``device: auto`` and refuses under
-``device: cuda``).
+No silent sharing: when nothing lists a GPU but torch reports some, every GPU job takes the one
+slot ``gpu-unlisted`` (:data:`UNLISTED`), never two on ``cuda:0`` unawares. No silent CPU: a job
+that asked for a GPU and finds none says so (:func:`gpu_slot`; ``select_device`` refuses
+``device: cuda``). Slot folders and locks are plain, this user's, one name each.
 
 Numerics: :func:`numerics` sets, for a block, whether float32 matmuls and cuDNN convolutions may
 use TF32 (``precision``: ``fp32`` full IEEE float32, the default; ``tf32``; ``bf16``, bfloat16
@@ -54,6 +50,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from repdiag.core.runtime import check_private_file, check_private_folder, closed_on_error
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +196,8 @@ def _open_lock(path: Path) -> IO[str]:
                 f"set {SLOT_DIR_ENV} to a folder only you can write",
             ) from error
         raise
+    with closed_on_error(fd):
+        check_private_file(fd, path, "GPU slot lock")
     return os.fdopen(fd, "r+")
 
 
@@ -242,8 +242,10 @@ def _no_gpu() -> Iterator[None]:
 def _take_slot(
     folder: Path, devices: list[str], poll_s: float, timeout_s: float
 ) -> tuple[str, IO[str]]:
-    """Wait for a free slot among ``devices`` in ``folder`` (created private)."""
+    """Wait for a free slot among ``devices`` in ``folder`` (created private; an existing one
+    must be a plain folder of this user's)."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_private_folder(folder, "GPU slot folder", f" or set {SLOT_DIR_ENV} to another")
     deadline = time.monotonic() + timeout_s
     while (taken := try_slot(folder, devices)) is None:
         if time.monotonic() > deadline:
@@ -375,9 +377,7 @@ def effective_precision(
 
 def _tf32_switches() -> list[tuple[str, Any, str]]:
     """(name, object, attribute) of torch's TF32 switches for CUDA matmuls and cuDNN, parents
-    first.
-
-    The ``fp32_precision`` API where torch has it (>= 2.9; torch refuses a mix of it and the
+    first. The ``fp32_precision`` API where torch has it (>= 2.9; torch refuses a mix of it and the
     legacy ``allow_tf32`` flags), else the legacy flags. oneDNN's (CPU) setting is left alone.
     """
     import torch
@@ -397,9 +397,7 @@ def _tf32_switches() -> list[tuple[str, Any, str]]:
 
 
 def _tf32_value(attribute: str, tf32: bool) -> Any:
-    if attribute == "allow_tf32":
-        return tf32
-    return "tf32" if tf32 else "ieee"
+    return tf32 if attribute == "allow_tf32" else ("tf32" if tf32 else "ieee")
 
 
 def numerics_record() -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -172,6 +173,13 @@ def check_output_folders(root: str | os.PathLike[str]) -> None:
     from repdiag.core.errors import ConfigError
 
     root = Path(root).resolve()
+    shared = _first_hard_link(root / "logs")
+    if shared is not None:
+        raise ConfigError(
+            f"{shared.relative_to(root)} is a hard link ({os.lstat(shared).st_nlink} names for one "
+            "file): Snakemake and the jobs write logs and benchmark files in place, so the file "
+            "behind its other names would change too; delete it (a rerun writes it anew)"
+        )
     for name in OUTPUT_FOLDERS:
         link = _first_link(root / name)
         if link is not None:
@@ -182,6 +190,19 @@ def check_output_folders(root: str | os.PathLike[str]) -> None:
                 f"{rel} by a plain folder or file (or run from a working directory on the disk "
                 "you want, snakemake --directory)"
             )
+
+
+def _first_hard_link(top: Path) -> Path | None:
+    """The first regular file at or under ``top`` with more than one name (``st_nlink`` > 1).
+
+    Checked where files are written in place (logs, benchmark files, locks); a store or table
+    is replaced by a rename, which leaves another name's file as it was."""
+    for folder, _, files in os.walk(top, followlinks=False):
+        for name in sorted(files):
+            info = os.lstat(Path(folder) / name)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                return Path(folder) / name
+    return None
 
 
 def _first_link(top: Path) -> Path | None:
@@ -219,4 +240,44 @@ def open_log(path: str | os.PathLike[str]) -> Any:
             f"log file {path} cannot be opened ({err}); a log is never written through a "
             "symbolic link: replace it by a plain file"
         ) from err
+    with closed_on_error(fd):
+        check_private_file(fd, path, "log file")
     return os.fdopen(fd, "a", buffering=1)
+
+
+@contextlib.contextmanager
+def closed_on_error(fd: int) -> Iterator[None]:
+    """Close ``fd`` when the block raises (a check refused the file it opened)."""
+    try:
+        yield
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_private_folder(folder: str | os.PathLike[str], what: str, hint: str = "") -> None:
+    """Refuse a folder files are written in that is a symbolic link or another user's."""
+    from repdiag.core.errors import ConfigError
+
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{what} {folder} is a symbolic link or not a folder; remove it{hint}")
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"{what} {folder} belongs to another user; remove it{hint}")
+
+
+def check_private_file(fd: int, path: str | os.PathLike[str], what: str) -> None:
+    """Refuse an open file written in place that is not this run's alone: not a regular file,
+    another name for it (a hard link), or another user's (ConfigError naming ``what``)."""
+    from repdiag.core.errors import ConfigError
+
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{what} {path} is not a regular file; remove it")
+    if info.st_nlink > 1:
+        raise ConfigError(
+            f"{what} {path} is a hard link ({info.st_nlink} names for one file): writing it "
+            "would change the file behind its other names; delete it"
+        )
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"{what} {path} belongs to another user (uid {info.st_uid}); delete it")

@@ -3,10 +3,11 @@
 # config's controls, through the main study's aggregation, statistics and digest.
 # `snakemake binding_families`; its tables and figure in results/binding_families/.
 import repdiag.binding.family_options
+import repdiag.binding.outputs
 
 FAMILY_MEMBERS = repdiag.binding.family_options.family_members(config)
 FAMILY_ZOO_MODELS = sorted(key for key in FAMILY_MEMBERS if key in ZOO_MODEL_RUNS)
-FAMILIES_DIR = "results/binding_families"
+FAMILIES_DIR = repdiag.binding.outputs.FAMILIES_DIR
 
 
 use rule aggregate_models as family_aggregate with:

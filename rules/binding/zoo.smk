@@ -7,7 +7,7 @@ TRAINED_RUNS = repdiag.encoders.zoo.spec.trained_runs(config)
 # regularised runs also write their cumulative push (rule train_zoo_pushed)
 PUSHED_RUNS = repdiag.encoders.zoo.spec.pushed_runs(config)
 # runs with save_at also write those steps (rule train_zoo_saving), each copied out as a run of
-# its own by rule zoo_checkpoint (SAVED_RUNS: the steps some model uses)
+# its own by rule zoo_checkpoint from saved.safetensors (SAVED_RUNS: the steps some model uses)
 SAVING_RUNS = repdiag.encoders.zoo.spec.saving_runs(config)
 SAVED_RUNS = repdiag.encoders.zoo.spec.saved_runs(config)
 PLAIN_RUNS = [
@@ -62,7 +62,7 @@ use rule train_zoo as train_zoo_saving with:
         model="results/zoo/{objective}/model.safetensors",
         meta="results/zoo/{objective}/meta.json",
         curve="results/zoo/{objective}/curve.csv",
-        saved=directory("results/zoo/{objective}/saved"),
+        saved="results/zoo/{objective}/saved.safetensors",
     log:
         log_file("train_zoo", "{objective}"),
     benchmark:
@@ -73,7 +73,10 @@ use rule train_zoo as train_zoo_saving with:
 
 rule zoo_checkpoint:
     input:
-        saved=lambda wildcards: "results/zoo/{}/saved".format(
+        saved=lambda wildcards: "results/zoo/{}/saved.safetensors".format(
+            repdiag.encoders.zoo.spec.saved_parent(config, wildcards.objective)
+        ),
+        run_meta=lambda wildcards: "results/zoo/{}/meta.json".format(
             repdiag.encoders.zoo.spec.saved_parent(config, wildcards.objective)
         ),
     output:

@@ -40,15 +40,39 @@ def test_a_folder_digest_is_a_manifest_of_names_sizes_and_mtimes(tmp_path: Path)
     (tmp_path / "outside.png").write_bytes(b"333")
     (tmp_path / "d" / "link.png").symlink_to(tmp_path / "outside.png")
     manifest = folder_manifest(tmp_path / "d")
-    assert [(name, size) for name, size, _ in manifest] == [("a.png", 1), ("sub/b.png", 2)]
+    # the link is what a reader reads (its target's size), recorded with its target
+    assert [(name, size, target) for name, size, _, target in manifest] == [
+        ("a.png", 1, ""), ("link.png", 3, str(tmp_path / "outside.png")), ("sub/b.png", 2, ""),
+    ]  # fmt: skip
     sha = hashlib.sha256()
-    for name, size, mtime in manifest:
-        sha.update(f"{name}\0{size}\0{mtime}\n".encode())
+    for name, size, mtime, target in manifest:
+        sha.update(f"{name}\0{size}\0{mtime}\0{target}\n".encode())
     assert folder_digest(tmp_path / "d") == f"manifest:{sha.hexdigest()}"
     before = folder_digest(tmp_path / "d")
     (tmp_path / "d" / "sub" / "b.png").write_bytes(b"23")  # same size, new mtime
     os.utime(tmp_path / "d" / "sub" / "b.png", ns=(1, 1))
     assert folder_digest(tmp_path / "d") != before
+
+
+def test_the_manifest_lists_exactly_what_the_image_readers_read(tmp_path: Path) -> None:
+    """Before: a rewritten hidden image, or a symlinked image in a subfolder, was read but not
+    in the manifest, so nothing reran. Now one listing serves both."""
+    from repdiag.common.images import list_images
+
+    folder = tmp_path / "images"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.png").write_bytes(b"1")
+    (folder / ".hidden.png").write_bytes(b"2")  # left out of both (AppleDouble files: ._x.png)
+    (tmp_path / "outside.png").write_bytes(b"3")
+    (folder / "sub" / "link.png").symlink_to(tmp_path / "outside.png")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "c.png").write_bytes(b"4")
+    (folder / "linked_dir").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    read = [p.relative_to(folder).as_posix() for p in list_images(folder, (".png",))]
+    assert read == [entry[0] for entry in folder_manifest(folder)] == ["a.png", "sub/link.png"]
+    before = folder_digest(folder)
+    (tmp_path / "outside.png").write_bytes(b"33")  # the linked image rewritten: a change
+    assert folder_digest(folder) != before
 
 
 def test_missing_paths_and_bad_kinds(tmp_path: Path) -> None:

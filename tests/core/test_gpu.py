@@ -334,6 +334,28 @@ def test_a_symlinked_lock_is_refused(tmp_path, monkeypatch):
     assert target.read_text() == "keep me\n"
 
 
+def test_a_hard_linked_lock_and_a_linked_slot_folder_are_refused(tmp_path, monkeypatch):
+    """Before: O_NOFOLLOW covered the last component only; a lock hard-linked to a file outside
+    had it truncated and a PID written in, and so had a file in a symlinked slot folder."""
+    from repdiag.core.errors import ConfigError
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    clean_env(monkeypatch, REPDIAG_GPU_DEVICES="0", REPDIAG_GPU_SLOT_DIR=str(tmp_path / "slots"))
+    (tmp_path / "slots").mkdir()
+    os.link(target, tmp_path / "slots" / "gpu0.lock")
+    with pytest.raises(ConfigError, match=r"gpu0\.lock is a hard link \(2 names"), gpu_slot():
+        pass
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "linked").symlink_to(elsewhere, target_is_directory=True)
+    monkeypatch.setenv("REPDIAG_GPU_SLOT_DIR", str(tmp_path / "linked"))
+    with pytest.raises(ConfigError, match=r"GPU slot folder .*linked is a symbolic link"):
+        with gpu_slot():
+            pass
+    assert target.read_text() == "keep me\n" and not list(elsewhere.iterdir())
+
+
 # ---------------------------------------------------------------------------------- numerics
 
 

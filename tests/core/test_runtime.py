@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,28 @@ def test_a_job_log_is_never_written_through_a_link(tmp_path, monkeypatch) -> Non
         with script_logging("logs/sub/job.log"):
             pass
     assert victim.read_text() == "precious\n" and not (tmp_path / "job.log").exists()
+    os.link(victim, "logs/hard.log")  # a hard link: another name for the victim itself
+    with pytest.raises(ConfigError, match=r"log file logs/hard\.log is a hard link"):
+        with script_logging("logs/hard.log"):
+            pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_hard_link_among_the_logs_stops_the_run_and_one_among_the_results_does_not(
+    tmp_path,
+) -> None:
+    """Logs and benchmark files are written in place (by Snakemake too): a hard link there
+    would change its other name's file. Results are replaced by a rename: harmless there."""
+    victim = tmp_path / "victim.tsv"
+    victim.write_text("precious\n")
+    root = tmp_path / "work"
+    (root / "logs" / "benchmarks").mkdir(parents=True)
+    (root / "results").mkdir()
+    os.link(victim, root / "results" / "table.csv")
+    check_output_folders(root)
+    os.link(victim, root / "logs" / "benchmarks" / "job.tsv")
+    with pytest.raises(ConfigError, match=r"logs/benchmarks/job\.tsv is a hard link \(3 names"):
+        check_output_folders(root)
 
 
 # ------------------------------------------------------------------------- select_device

@@ -60,7 +60,8 @@ def test_an_unreadable_config_is_one_line(
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00seed: 1\n")
     assert str(binary) in _validate(capsys, binary)
-    assert "does not exist" in _validate(capsys, tmp_path)  # a folder, not a file
+    assert "is not a regular file" in _validate(capsys, tmp_path)  # a folder, not a file
+    assert "does not exist" in _validate(capsys, tmp_path / "gone.yaml")
 
 
 @pytest.fixture(scope="module")

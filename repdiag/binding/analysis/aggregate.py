@@ -94,6 +94,7 @@ class Aggregate:
 
 
 ZOO_COLUMNS = (
+    "run",
     "learned",
     "slot_probe_gain",
     "dose",
@@ -122,7 +123,7 @@ def dose_of(meta: Mapping[str, Any]) -> float:
 
 
 def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
-    """``learned`` and the probe gain of a zoo run's ``meta.json`` (``learning``), its binding
+    """The zoo run's name, ``learned`` and the probe gain of its ``meta.json`` (``learning``), its binding
     dose, the steps it trained, its seed, objective and configuration (every setting but the
     seed and ``stop_at``: the unit the seeds of an objective are nested in,
     :func:`repdiag.binding.analysis.units.configuration`); NaN for models the workflow did not
@@ -134,6 +135,7 @@ def learning_columns(meta_path: str | Path | None) -> dict[str, Any]:
     if not isinstance(learning, Mapping) or "left_plateau" not in learning:
         raise StoreError(f"{meta_path}: no 'learning' record; rerun train_zoo for this run")
     return {
+        "run": str(meta.get("run") or math.nan),  # the zoo run (a saved step: <run>-step<t>)
         "learned": float(bool(learning["left_plateau"])),
         "slot_probe_gain": json_number(learning.get("slot_probe_gain")),
         "dose": dose_of(meta),

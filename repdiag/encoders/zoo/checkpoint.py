@@ -10,15 +10,15 @@ Every file is written atomically; a missing, truncated or mismatched file is an
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save_file
 from torch import nn
@@ -69,10 +69,15 @@ def save_push(push: dict[str, torch.Tensor], path: PathLike) -> None:
         )
 
 
-def write_curve(path: PathLike, losses: list[float]) -> None:
-    """``step,loss`` per line (loss with full float precision), atomically."""
+def curve_text(losses: list[float]) -> str:
+    """``curve.csv``: ``step,loss`` per line (loss with full float precision)."""
     lines = ["step,loss", *(f"{step},{loss!r}" for step, loss in enumerate(losses))]
-    write_text(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_curve(path: PathLike, losses: list[float]) -> None:
+    """:func:`curve_text` written atomically."""
+    write_text(path, curve_text(losses))
 
 
 def save_zoo_run(
@@ -96,36 +101,54 @@ def save_zoo_run(
     write_json(meta_path, {**meta, "weights_sha256": digest})
 
 
-def saved_step_dir(folder: PathLike, step: int) -> Path:
-    """Where a run's job writes step ``step`` of its ``save_at`` (repdiag.encoders.zoo.saved)."""
-    return Path(folder) / f"step{int(step)}"
-
-
-def save_saved_steps(saved: Mapping[int, Any], folder: PathLike) -> None:
-    """Each saved step (a :class:`~repdiag.encoders.zoo.train.TrainResult`) as the three files
-    of a run in ``folder/step<t>/`` (:func:`save_zoo_run`)."""
+def save_saved_steps(saved: Mapping[int, Any], path: PathLike) -> str:
+    """Each saved step (a :class:`~repdiag.encoders.zoo.train.TrainResult`) in one safetensors
+    file, atomically: its tensors under ``step<t>/``, its meta.json and curve.csv as text in the
+    file's metadata (one file: a declared output that ``snakemake --touch`` and a killed job
+    handle like any other). Returns the file's SHA-256, which the run's meta.json records."""
+    tensors: dict[str, torch.Tensor] = {}
+    metadata = {"format": "pt", "content": "saved steps", "steps": json.dumps(sorted(saved))}
     for step, result in sorted(saved.items()):
-        target = saved_step_dir(folder, step)
-        target.mkdir(parents=True, exist_ok=True)
-        paths = [target / name for name in ("model.safetensors", "meta.json", "curve.csv")]
-        save_zoo_run(result.backbone, result.head, result.meta, result.losses, *paths)
+        for name, value in checkpoint_tensors(result.backbone, result.head).items():
+            tensors[f"step{step}/{name}"] = value
+        metadata[f"step{step}/meta.json"] = json.dumps(result.meta)
+        metadata[f"step{step}/curve.csv"] = curve_text(result.losses)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
+        return file_sha256(tmp)
 
 
 def copy_saved_step(
-    folder: PathLike, step: int, model: PathLike, meta: PathLike, curve: PathLike
+    bundle: PathLike, step: int, run_meta: PathLike, out: Mapping[str, PathLike]
 ) -> None:
-    """Step ``step`` of ``folder`` (:func:`save_saved_steps`) as the run files ``model``,
-    ``meta``, ``curve``: each copied atomically, meta.json last (it names the weights' SHA-256,
-    checked when the model is loaded)."""
-    source = saved_step_dir(folder, step)
-    for name, target in (("model.safetensors", model), ("curve.csv", curve), ("meta.json", meta)):
-        if not (source / name).is_file():
-            raise FileNotFoundError(
-                f"{source / name}: step {step} was not saved by its run; rerun the run's "
-                "train_zoo job (its save_at lists the step)"
-            )
-        with atomic_path(target) as tmp:
-            shutil.copyfile(source / name, tmp)
+    """Step ``step`` of a run's saved steps (:func:`save_saved_steps`) written as the three files
+    of a run, ``out["model"]``, ``out["curve"]``, ``out["meta"]`` (last, with the weights'
+    SHA-256): the bundle is refused unless it is the one the run's ``run_meta`` recorded."""
+    bundle = Path(bundle)
+    recorded = read_json(run_meta).get("saved_sha256")
+    tensors, metadata = _read_tensors_and_metadata(bundle, recorded)
+    prefix = f"step{int(step)}/"
+    if f"{prefix}meta.json" not in metadata:
+        raise EncoderError(
+            f"{bundle}: step {step} was not saved by its run (saved: {metadata.get('steps')}); "
+            "list it in the run's save_at and rerun its train_zoo job"
+        )
+    weights = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    with atomic_path(out["model"]) as tmp:
+        save_file(weights, str(tmp), metadata={"format": "pt"})
+        digest = file_sha256(tmp)
+    write_text(out["curve"], metadata[f"{prefix}curve.csv"])
+    meta = json.loads(metadata[f"{prefix}meta.json"])
+    write_json(out["meta"], {**meta, "weights_sha256": digest})
+
+
+def _read_tensors_and_metadata(
+    path: Path, expected_sha256: str | None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    tensors = _read_tensors(path, expected_sha256)
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = dict(handle.metadata() or {})
+    return tensors, metadata
 
 
 def file_sha256(path: PathLike) -> str:

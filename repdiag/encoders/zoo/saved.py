@@ -6,8 +6,8 @@ so far (:class:`Snapshots`). After the run, each copy is finished as a run of
 :func:`checkpoint_spec` (the run's settings with ``stop_at: t``, named ``<run>-step<t>``) would be
 (:func:`repdiag.encoders.zoo.train.finish_saved`): the same weights, losses, learning check and
 held-out losses as retraining the first ``t`` steps, without the retraining. The workflow declares
-those runs (:func:`repdiag.core.series.expand_saved`) and copies each out of the run's
-``saved/step<t>/`` (rule ``zoo_checkpoint``).
+those runs (:func:`repdiag.core.series.expand_saved`) and writes each out of the run's
+``saved.safetensors`` (rule ``zoo_checkpoint``).
 """
 
 from __future__ import annotations

@@ -313,9 +313,9 @@ def check_zoo_config(config: Mapping[str, Any]) -> None:
                 f"got {backbones[backbone]['timm_model']!r}"
             )
         stop_at = entry.get("stop_at")
-        if stop_at is not None and stop_at > entry.get("steps", 300):
+        if stop_at is not None and stop_at > entry["steps"]:  # defaults filled: the schema's
             raise ConfigError(
-                f"{where}.stop_at: {stop_at} is past the run's steps ({entry.get('steps', 300)}); "
+                f"{where}.stop_at: {stop_at} is past the run's steps ({entry['steps']}); "
                 "a checkpoint stops at or before the last step"
             )
         _check_hparams(f"{where}.hparams", entry.get("hparams") or {}, hparams.get(objective, {}))

@@ -70,19 +70,29 @@ def test_the_checkpoint_spec_is_the_workflows_run_of_that_step():
     assert "save_at" not in run_spec(config, "clip")  # unset: not in the params at all
 
 
-def test_a_saved_step_is_copied_out_whole_or_refused(tmp_path):
-    from repdiag.encoders.zoo.checkpoint import copy_saved_step, saved_step_dir
+def test_a_saved_step_is_written_out_as_the_run_files_or_refused(tmp_path, tiny_spec):
+    """One bundle for the saved steps; a step copied out is the three files save_zoo_run writes
+    for the step's result (weights and meta with its digest, curve), the bundle checked against
+    the digest the run's meta.json recorded."""
+    from repdiag.core.errors import EncoderError
+    from repdiag.core.store import write_json
+    from repdiag.encoders.zoo.checkpoint import copy_saved_step, save_saved_steps, save_zoo_run
 
-    folder = tmp_path / "saved"
-    source = saved_step_dir(folder, 2)
-    source.mkdir(parents=True)
-    for name, text in (("model.safetensors", "w"), ("curve.csv", "c"), ("meta.json", "m")):
-        (source / name).write_text(text)
-    out = tmp_path / "run"
-    out.mkdir()
-    copy_saved_step(folder, 2, out / "model.safetensors", out / "meta.json", out / "curve.csv")
-    assert [(out / n).read_text() for n in ("model.safetensors", "meta.json", "curve.csv")] == [
-        "w", "m", "c",
-    ]  # fmt: skip
-    with pytest.raises(FileNotFoundError, match=r"step 3 was not saved by its run"):
-        copy_saved_step(folder, 3, out / "a", out / "b", out / "c")
+    result = train(tiny_spec("supervised", steps=2, save_at=[1]))
+    bundle = tmp_path / "saved.safetensors"
+    write_json(tmp_path / "meta.json", {"saved_sha256": save_saved_steps(result.saved, bundle)})
+    names = ("model.safetensors", "meta.json", "curve.csv")
+    direct, copied = tmp_path / "direct", tmp_path / "copied"
+    for folder in (direct, copied):
+        folder.mkdir()
+    step = result.saved[1]
+    save_zoo_run(step.backbone, step.head, step.meta, step.losses, *(direct / n for n in names))
+    out = {"model": copied / names[0], "meta": copied / names[1], "curve": copied / names[2]}
+    copy_saved_step(bundle, 1, tmp_path / "meta.json", out)
+    for name in names:
+        assert (copied / name).read_bytes() == (direct / name).read_bytes(), name
+    with pytest.raises(EncoderError, match=r"step 2 was not saved by its run \(saved: \[1\]\)"):
+        copy_saved_step(bundle, 2, tmp_path / "meta.json", out)
+    write_json(tmp_path / "meta.json", {"saved_sha256": "0" * 64})  # another run's bundle
+    with pytest.raises(EncoderError, match=r"SHA-256"):
+        copy_saved_step(bundle, 1, tmp_path / "meta.json", out)
