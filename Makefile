@@ -36,11 +36,11 @@ $(STAMP): pyproject.toml Makefile
 # while reading them, repdiag validate refuses them without running anything (README, Security).
 run: setup
 	$(BIN)/repdiag validate config/config.yaml
-	$(BIN)/snakemake --cores $(CORES) $(STUDY) $(SNAKEMAKE_ARGS)
+	$(BIN)/repdiag run --cores $(CORES) $(STUDY) $(SNAKEMAKE_ARGS)
 
 run-all: setup
 	$(BIN)/repdiag validate config/config.yaml
-	$(BIN)/snakemake --cores $(CORES) all $(SNAKEMAKE_ARGS)
+	$(BIN)/repdiag run --cores $(CORES) all $(SNAKEMAKE_ARGS)
 
 lint: setup
 	$(BIN)/ruff check repdiag workflow_scripts tests benchmarks tools

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "schemas", "profiles", "envs", "config")
 SAMPLE_S = 0.5
 JER_RTOL = 1e-4  # CUDA against CPU, float32 both (TF32 off): reduction order only
+CHECK_MODEL = "vit_s16"  # the model whose JER is recomputed on the CPU
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 HOLD = re.compile(r"holding GPU slot of device (\S+) ")
 RELEASE = re.compile(r"released GPU slot of device (\S+)")
@@ -253,7 +254,7 @@ def cuda_vs_cpu(workdir: Path, config_path: Path, model: str) -> dict[str, Any]:
     store = xr.open_zarr(workdir / "results" / "jacobians" / f"{model}.zarr")
     stored_layers = [str(name) for name in store["layer"].values]
     layers = [name for name in ("final", "head") if name in stored_layers] or stored_layers[-1:]
-    encoder = build_encoder(model, config["models"][model])
+    encoder = build_encoder(model, config["models"][model], zoo_dir=workdir / "results" / "zoo")
     dataset = workdir / "results" / "datasets" / "binding.zarr"
     probes = load_probes(options["probes"], encoder.preprocess, binding_store=dataset,
                          seed=options["seed"])  # fmt: skip
@@ -271,7 +272,11 @@ def cuda_vs_cpu(workdir: Path, config_path: Path, model: str) -> dict[str, Any]:
 
 
 def report(
-    workdir: Path, config_path: Path, gpus: int, samples: list[tuple[float, float]]
+    workdir: Path,
+    config_path: Path,
+    gpus: int,
+    samples: list[tuple[float, float]],
+    check_model: str = CHECK_MODEL,
 ) -> dict[str, Any]:
     """Every check and measurement of the module docstring over a finished run."""
     jobs = job_windows(workdir / "logs")
@@ -284,7 +289,7 @@ def report(
         "gpus": gpus,
         "device": {"stores": where, "all_cuda": device_ok},
         "slots": slot_check(jobs, gpus) if on_gpu else "SKIP (no GPU)",
-        "cuda_vs_cpu": cuda_vs_cpu(workdir, config_path, "vit_s16"),
+        "cuda_vs_cpu": cuda_vs_cpu(workdir, config_path, check_model),
         "jobs": {
             f"{job['rule']}/{job['name']}": round(job["end"] - job["start"], 2) for job in jobs
         },
@@ -337,10 +342,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=8)
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="run this config in --workdir, a copy of the workflow (default: write the reduced "
+        "paper config there)",
+    )
+    parser.add_argument("--check-model", default=CHECK_MODEL, help="the model of cuda_vs_cpu")
     args = parser.parse_args(argv)
     gpus = _visible_gpus() if args.gpus is None else args.gpus
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="repdiag-e2e-"))
-    config_path = prepare(workdir, e2e_config(args.tiny))
+    if args.config is None:
+        config_path = prepare(workdir, e2e_config(args.tiny))
+    else:
+        config_path = (workdir / args.config).resolve()
     print(f"gpu_e2e: {gpus} GPU(s), work folder {workdir}", flush=True)
     with Sampler() as sampler:
         code, wall, tail = run_dag(workdir, config_path, args.cores, gpus)
@@ -348,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         print(tail, file=sys.stderr)
         print(f"gpu_e2e: snakemake failed ({code}) after {wall:.0f} s", file=sys.stderr)
         return code
-    result = report(workdir, config_path, gpus, sampler.samples) | {"wall_s": round(wall, 1)}
+    result = report(workdir, config_path, gpus, sampler.samples, args.check_model)
+    result["wall_s"] = round(wall, 1)
     failed = verdict(result)
     result["failed"] = failed
     text = json.dumps(result, indent=2) + "\n"

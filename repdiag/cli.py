@@ -51,6 +51,47 @@ def _validate(args: argparse.Namespace) -> None:
     print(f"{args.config}: valid ({len(config['models'])} models; {checked})")
 
 
+WORKFLOW_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`
+
+
+def config_files_of(snakemake_args: list[str]) -> list[str]:
+    """The config files a Snakemake command line reads: every value of ``--configfile`` /
+    ``--configfiles`` (both spellings, ``=`` or separate values), else the workflow's own."""
+    files: list[str] = []
+    taking = False
+    for arg in snakemake_args:
+        flag, _, value = arg.partition("=")
+        if flag in ("--configfile", "--configfiles"):
+            taking = not value
+            files += [value] if value else []
+        elif taking and not arg.startswith("-"):
+            files.append(arg)
+        else:
+            taking = False
+    return files or [WORKFLOW_CONFIG]
+
+
+def _run(args: argparse.Namespace) -> None:
+    """Read every config file the command names with repdiag's own reader (size and alias caps,
+    no tags or templates, no key twice, no entry in two files), then replace this process by
+    Snakemake with the same arguments. Snakemake expands a file's YAML aliases while merging it,
+    before the workflow can check anything (a 5 KB file took 5.7 GB there)."""
+    import os
+    import shutil
+
+    from repdiag.core.config import check_config_files
+    from repdiag.core.config_files import check_repeated_entries
+
+    files = config_files_of(args.args)
+    check_config_files(files)
+    check_repeated_entries(files)
+    here = os.path.join(os.path.dirname(sys.executable), "snakemake")
+    exe = here if os.path.exists(here) else shutil.which("snakemake")
+    if exe is None:
+        raise ConfigError("snakemake is not installed beside repdiag; run `make setup`")
+    os.execv(exe, [exe, *args.args])
+
+
 def _command(reference: str) -> Callable[[argparse.Namespace], None]:
     def run(args: argparse.Namespace) -> None:
         resolve(reference)(args.args)
@@ -84,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         "another machine (a real run still checks them before its first job)",
     )
     validate.set_defaults(func=_validate)
+    run = commands.add_parser(
+        "run",
+        help="check every config file a Snakemake command reads, then run it: "
+        "repdiag run --cores 8 --configfile my.yaml binding",
+        add_help=False,
+    )
+    run.add_argument("args", nargs=argparse.REMAINDER, help="snakemake's arguments")
+    run.set_defaults(func=_run)
     for name, (reference, help_text) in COMMANDS.items():
         command = commands.add_parser(name, help=help_text, add_help=False)
         command.add_argument(
@@ -93,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in COMMANDS:  # its options, even leading ones, are the command's
         args = argparse.Namespace(func=_command(COMMANDS[argv[0]][0]), args=argv[1:])
+    elif argv and argv[0] == "run":  # every option is Snakemake's
+        args = argparse.Namespace(func=_run, args=argv[1:])
     else:
         args = parser.parse_args(argv)
     try:

@@ -140,3 +140,40 @@ def test_plan_options_reach_the_planner_and_bad_models_are_an_error(capsys):
     assert "grand total: 1 models x 24 probe images" in out and "at 2 TFLOP/s" in out
     assert main(["plan", "config/config.yaml", "--models", "nope"]) == 2
     assert "unknown models ['nope']" in capsys.readouterr().err
+
+
+def test_run_names_the_config_files_snakemake_would_read():
+    from repdiag.cli import config_files_of
+
+    assert config_files_of(["--cores", "2", "binding"]) == ["config/config.yaml"]
+    assert config_files_of(["--configfile", "a.yaml", "b.yaml", "-n", "binding"]) == [
+        "a.yaml", "b.yaml",
+    ]  # fmt: skip
+    assert config_files_of(["--configfile=a.yaml", "--configfiles", "b.yaml"]) == [
+        "a.yaml",
+        "b.yaml",
+    ]
+
+
+def test_run_refuses_an_alias_bomb_before_snakemake_expands_it(tmp_path, monkeypatch, capsys):
+    """Snakemake expands a config's aliases while merging it (a 5 KB file took 5.7 GB): `repdiag
+    run` reads each file with repdiag's capped reader first and starts Snakemake only if all pass."""
+    import os
+    import tracemalloc
+
+    started = []
+    monkeypatch.setattr(os, "execv", lambda exe, argv: started.append(argv))
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\nseed: *a8\n")
+    tracemalloc.start()
+    assert main(["run", "--cores", "1", "--configfile", str(bomb), "binding"]) == 2
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "bomb.yaml" in capsys.readouterr().err and started == []
+    assert peak < 50e6  # refused from its structure, never expanded
+    good = tmp_path / "good.yaml"
+    good.write_text("seed: 1\n")
+    assert main(["run", "--configfile", str(good), "-n"]) == 0  # execv stood in for
+    assert started and started[0][1:] == ["--configfile", str(good), "-n"]

@@ -40,9 +40,11 @@ from repdiag.binding.dose import dose_correlations
 from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
 from repdiag.binding.stats_options import JER_FORMULAS, JER_SUMMARIES, READOUTS, StatsSettings
 from repdiag.common import statistics as stats
+from repdiag.common.claims import study_claims
 from repdiag.common.exact import exact_p
 from repdiag.common.intervals import mean_interval
 from repdiag.common.ols import OLSFit, fit_ols, ols_summary_text, ols_table
+from repdiag.common.power import correlation_power, detectable_correlation
 from repdiag.common.replication import t_interval
 
 
@@ -266,7 +268,9 @@ def correlation_rows(
     means: pd.DataFrame, models: str, settings: StatsSettings, unit: str = UNIT
 ) -> pd.DataFrame:
     """Every headline metric's correlation with binding over ``means`` (one row per unit,
-    refused otherwise), labelled ``models``, with its unit and the training runs behind each n."""
+    refused otherwise), labelled ``models``, with its unit, the training runs behind each n, the
+    power of its test at the paper's r (``power_at_paper_r``) and the smallest |r| its n
+    detects with 80% power (``r_detectable_80``)."""
     require_units(means, f"the correlations over {models}")
     metrics = headline_metrics(means, settings)
     units = comparison_units(means)
@@ -274,6 +278,11 @@ def correlation_rows(
     frame.insert(0, "models", models)
     frame.insert(1, "unit", unit)
     frame.insert(5, "n_runs", [runs_behind(means, [m, "binding"]) for m in metrics])
+    # what the n could detect (repdiag.common.power, two-sided at 1 - confidence)
+    paper_r = study_claims("binding")["jer_binding_r"].value
+    alpha = 1 - settings.confidence
+    frame["power_at_paper_r"] = [correlation_power(paper_r, int(n), alpha) for n in frame["n"]]
+    frame["r_detectable_80"] = [detectable_correlation(int(n), 0.8, alpha) for n in frame["n"]]
     return frame
 
 
