@@ -6,7 +6,7 @@ import re
 from repdiag.binding.outputs import binding_models
 from repdiag.core.checks import check_before_run
 from repdiag.core.config import check_config, fill_defaults, section, seeded
-from repdiag.core.config_files import check_repeated_entries
+from repdiag.core.config_files import check_repeated_entries, merged_config_files
 from repdiag.core.digests import digests
 from repdiag.core.gpu import count_visible_gpus
 from repdiag.core.offline import enforce_offline
@@ -28,8 +28,15 @@ enforce_offline()
 if "gpu" not in workflow.global_resources and count_visible_gpus():
     workflow.register_resource("gpu", count_visible_gpus())
 
-# Two --configfile files defining one model (zoo backbone, zoo run) would be merged key by key.
-check_repeated_entries(workflow.overwrite_configfiles)
+# Two config files defining one model (zoo backbone, zoo run) would be merged key by key: the
+# --configfile files, and config/config.yaml with them where a profile does not replace it.
+check_repeated_entries(
+    merged_config_files(
+        workflow.configfiles,
+        workflow.overwrite_configfiles or [],
+        workflow.config_settings.replace_workflow_config,
+    )
+)
 fill_defaults(config)
 check_config(config)
 # results/ and logs/ must not lead outside the working directory (a symlink would make jobs write

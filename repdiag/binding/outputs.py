@@ -23,6 +23,7 @@ TABLES = (
     "families.csv",
     "robustness.csv",
     "dose_series.csv",
+    "between_within.csv",
     "paper_comparison.csv",
 )
 """The statistics tables (rules aggregate_models and stats_tables), in results/tables for the

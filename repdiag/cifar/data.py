@@ -174,38 +174,70 @@ def _read_pickle_layout(root: Path) -> tuple[Split, Split, tuple[str, ...]]:
 
 FOLDER_MAX_PIXELS = 1 << 20
 """Largest image of a CIFAR folder (1024 x 1024): CIFAR-like sets hold small images."""
+FOLDER_MAX_FILES = 1_000_000
+"""Most files listed in one split folder (CIFAR-10 holds 50,000 training images)."""
+SPLIT_MAX_PIXELS = 1 << 28
+"""Most pixels decoded for one split (805 MB as 8-bit RGB): 262,144 CIFAR images of 32 x 32."""
 
 
-def _read_folder_split(split_dir: Path, classes: Sequence[str]) -> Split:
-    """Every image of ``split_dir/<class>/``, read by :func:`repdiag.common.images.read_rgb`:
-    regular files only, square and of the first image's size (checked from each header, before
-    decoding), at most :data:`FOLDER_MAX_PIXELS`, converted by mode (16-bit grey scaled)."""
-    images, labels = [], []
-    options = ReadOptions(root=split_dir, max_pixels=FOLDER_MAX_PIXELS, max_aspect=1.0)
+def _list_folder_split(split_dir: Path, classes: Sequence[str]) -> tuple[list[Path], np.ndarray]:
+    """The image files of ``split_dir/<class>/`` and their labels, listed (not opened), at most
+    :data:`FOLDER_MAX_FILES`."""
+    paths: list[Path] = []
+    labels: list[int] = []
     for index, name in enumerate(classes):
         class_dir = split_dir / name
         if not class_dir.is_dir():
             raise StoreError(f"{class_dir} is missing: {split_dir} must have one folder per class")
-        for path in list_images(class_dir, IMAGE_SUFFIXES, recursive=False):
-            try:
-                images.append(read_rgb_array(path, options))
-            except ImageError as err:  # the message names the file and what to do
-                raise StoreError(f"{err} (CIFAR folder {split_dir})") from err
-            if options.shape is None:
-                options = dataclasses.replace(options, shape=images[0].shape[1::-1])
-            labels.append(index)
-    if not images:
+        found = list_images(class_dir, IMAGE_SUFFIXES, recursive=False)
+        paths += found
+        labels += [index] * len(found)
+        if len(paths) > FOLDER_MAX_FILES:
+            raise StoreError(
+                f"{split_dir} lists more than {FOLDER_MAX_FILES} image files; a CIFAR-like "
+                "folder holds tens of thousands: point cifar.data_dir at the right folder"
+            )
+    if not paths:
         raise StoreError(f"{split_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
-    return Split(np.stack(images), np.asarray(labels, dtype=np.int64))
+    return paths, np.asarray(labels, dtype=np.int64)
 
 
-def _read_folder_layout(root: Path) -> tuple[Split, Split, tuple[str, ...]]:
+def _read_folder_split(split_dir: Path, classes: Sequence[str], n: int | None = None) -> Split:
+    """The images of ``split_dir/<class>/`` that the class-balanced subset of ``n`` keeps
+    (:func:`balanced_subset`, chosen from the listing before any file is decoded; all when
+    ``n`` is None), read by :func:`repdiag.common.images.read_rgb`: regular files only, square
+    and of the first image's size (checked from each header, before decoding), at most
+    :data:`FOLDER_MAX_PIXELS` each and :data:`SPLIT_MAX_PIXELS` in all, converted by mode
+    (16-bit grey scaled)."""
+    paths, labels = _list_folder_split(split_dir, classes)
+    keep = balanced_subset(labels, n)
+    options = ReadOptions(root=split_dir, max_pixels=FOLDER_MAX_PIXELS, max_aspect=1.0)
+    images, pixels = [], 0
+    for index in keep:
+        try:
+            images.append(read_rgb_array(paths[index], options))
+        except ImageError as err:  # the message names the file and what to do
+            raise StoreError(f"{err} (CIFAR folder {split_dir})") from err
+        if options.shape is None:
+            options = dataclasses.replace(options, shape=images[0].shape[1::-1])
+        pixels += images[-1].shape[0] * images[-1].shape[1]
+        if pixels > SPLIT_MAX_PIXELS:
+            raise StoreError(
+                f"{split_dir}: the {len(keep)} images kept hold more than {SPLIT_MAX_PIXELS} "
+                "pixels; set cifar.n_train / cifar.n_test lower or use smaller images"
+            )
+    return Split(np.stack(images), labels[keep])
+
+
+def _read_folder_layout(
+    root: Path, n_train: int | None = None, n_test: int | None = None
+) -> tuple[Split, Split, tuple[str, ...]]:
     classes = tuple(sorted(p.name for p in (root / "train").iterdir() if p.is_dir()))
     if len(classes) < 2:
         raise StoreError(f"{root / 'train'} must have one sub-folder per class (found {classes})")
     return (
-        _read_folder_split(root / "train", classes),
-        _read_folder_split(root / "test", classes),
+        _read_folder_split(root / "train", classes, n_train),
+        _read_folder_split(root / "test", classes, n_test),
         classes,
     )
 
@@ -239,8 +271,10 @@ def load_cifar10(
 ) -> CifarData:
     """CIFAR-10 from ``data_dir`` (either layout), optionally a class-balanced subset per split."""
     found, root = locate(data_dir, layout)
-    reader = _read_pickle_layout if found == "pickle" else _read_folder_layout
-    train, test, classes = reader(root)
+    if found == "pickle":
+        train, test, classes = _read_pickle_layout(root)
+    else:  # the subsets chosen from the listing, so only the kept images are decoded
+        train, test, classes = _read_folder_layout(root, n_train, n_test)
     for name, split in (("train", train), ("test", test)):
         if split.labels.min() < 0 or split.labels.max() >= len(classes):
             raise StoreError(

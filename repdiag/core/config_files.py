@@ -59,3 +59,16 @@ def check_repeated_entries(paths: Iterable[str | Path]) -> None:
                         "file only (rename one of them)"
                     )
                 first.setdefault(where, str(path))
+
+
+def merged_config_files(
+    workflow_files: Iterable[str | Path], command_line: Iterable[str | Path], replaced: bool
+) -> list[str]:
+    """The config files Snakemake merges into one config: the workflow's own (``configfile:``,
+    ``workflow.configfiles``) and then the command line's (``--configfile``), or the command
+    line's alone when they replace the workflow's (``replace-workflow-config``, as the shipped
+    profiles set) or none was given."""
+    cli = [str(path) for path in command_line]
+    if cli and replaced:
+        return cli
+    return [str(path) for path in workflow_files if str(path) not in cli] + cli

@@ -54,6 +54,7 @@ use rule stats_tables as family_tables with:
         families=f"{FAMILIES_DIR}/families.csv",
         robustness=f"{FAMILIES_DIR}/robustness.csv",
         dose_series=f"{FAMILIES_DIR}/dose_series.csv",
+        between_within=f"{FAMILIES_DIR}/between_within.csv",
         paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
     log:
         log_file("family_tables", "all"),

@@ -78,6 +78,12 @@ rule stats_tables:
         dose_series=reported(
             "results/tables/dose_series.csv", "dose_series", "Tables", "Statistics"
         ),
+        between_within=reported(
+            "results/tables/between_within.csv",
+            "between_within",
+            "Tables",
+            "Statistics",
+        ),
         paper_comparison=reported(
             "results/tables/paper_comparison.csv", "paper_comparison", "Summary"
         ),

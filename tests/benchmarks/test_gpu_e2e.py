@@ -14,8 +14,9 @@ import pytest
 
 from repdiag.core.config import load_config
 
-# one worker for the module: its module-scoped fixture runs a workflow
-pytestmark = [pytest.mark.workflow, pytest.mark.xdist_group("benchmarks/test_gpu_e2e")]
+# a workflow test: scheduled after the unit tests, when the shared run it copies is built (an
+# xdist_group would schedule it first, holding a worker idle while that run builds)
+pytestmark = pytest.mark.workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -154,3 +154,37 @@ def test_download_verifies_md5_and_extracts(tmp_path: Path) -> None:
     root = cifar.download_cifar10(tmp_path / "dest", url=archive.as_uri(), md5=md5)
     assert root == tmp_path / "dest" / cifar.BATCH_DIR
     assert len(cifar.load_cifar10(tmp_path / "dest").train) == 10
+
+
+def test_a_folder_decodes_only_the_subset_it_keeps_and_caps_a_split(tmp_path, monkeypatch):
+    """Before: every image of a folder was decoded and stacked, then n_train applied (402
+    constant 1024 x 1024 PNGs: 2.5 GB for 10 kept). Now the class-balanced subset is chosen from
+    the listing and only it is decoded; a split's decoded pixels are capped."""
+    from PIL import Image
+
+    from repdiag.common.images import DECODED
+
+    root = tmp_path / "big"
+    cifar.write_fixture(root, "folder", n_train_per_class=1, n_test_per_class=1, n_classes=2)
+    big = Image.new("RGB", (512, 512), (9, 9, 9))  # constant: a few KB on disk
+    for split, count in (("train", 20), ("test", 6)):
+        for label in (0, 1):
+            folder = root / split / f"class{label}"
+            for old in folder.glob("*.png"):
+                old.unlink()
+            for i in range(count):
+                big.save(folder / f"{i:03d}.png")
+    DECODED.reset()
+    data = cifar.load_cifar10(root, n_train=4, n_test=2)
+    assert (len(data.train), len(data.test)) == (4, 2)
+    assert list(data.train.labels) == [0, 0, 1, 1]  # two per class, in file order, as before
+    assert DECODED.files == 6 and DECODED.pixels == 6 * 512 * 512  # not 52 images
+    monkeypatch.setattr(cifar, "SPLIT_MAX_PIXELS", 3 * 512 * 512)
+    with pytest.raises(
+        cifar.StoreError,
+        match=r"the 4 images kept hold more than 786432 pixels; set cifar\.n_train",
+    ):
+        cifar.load_cifar10(root, n_train=4, n_test=2)
+    monkeypatch.setattr(cifar, "FOLDER_MAX_FILES", 30)
+    with pytest.raises(cifar.StoreError, match=r"train lists more than 30 image files"):
+        cifar.load_cifar10(root, n_train=4, n_test=2)

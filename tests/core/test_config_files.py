@@ -29,3 +29,20 @@ def test_one_entry_in_two_files_is_refused_naming_both(tmp_path: Path) -> None:
         f"models.m is defined in two config files, {first} and {third}"
     )
     check_repeated_entries([first, first])  # one file named twice is one definition
+
+
+def test_the_files_snakemake_merges_include_the_workflows_own_unless_replaced():
+    """Before: only the --configfile files were checked, so an entry of config/config.yaml and
+    of a --configfile merged silently under a profile that does not replace the workflow's."""
+    from repdiag.core.config_files import merged_config_files
+
+    own = ["config/config.yaml"]
+    assert merged_config_files(own, ["mine.yaml"], replaced=False) == [
+        "config/config.yaml",
+        "mine.yaml",
+    ]
+    assert merged_config_files(own, ["mine.yaml"], replaced=True) == ["mine.yaml"]
+    assert merged_config_files(own, [], replaced=True) == ["config/config.yaml"]
+    assert merged_config_files(own, ["config/config.yaml"], replaced=False) == [
+        "config/config.yaml"
+    ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -43,9 +44,11 @@ from repdiag.common import statistics as stats
 from repdiag.common.claims import study_claims
 from repdiag.common.exact import exact_p
 from repdiag.common.intervals import mean_interval
+from repdiag.common.mixed import BetweenWithin, between_within
 from repdiag.common.ols import OLSFit, fit_ols, ols_summary_text, ols_table
 from repdiag.common.power import correlation_power, detectable_correlation
 from repdiag.common.replication import t_interval
+from repdiag.common.units import Units
 
 
 def headline_metrics(table: pd.DataFrame, settings: StatsSettings) -> list[str]:
@@ -286,6 +289,30 @@ def correlation_rows(
     return frame
 
 
+def between_within_table(runs: pd.DataFrame, settings: StatsSettings) -> pd.DataFrame:
+    """``between_within.csv``: per headline metric, its slope on binding split into the slope
+    across objectives (their seed means) and within them (across seeds), with the random-intercept
+    fit beside them (:func:`repdiag.common.mixed.between_within`); the training runs are the
+    rows, each objective a group."""
+    metrics = headline_metrics(runs, settings)
+    units = Units(
+        tuple(map(str, runs["training_run"])), tuple(map(str, runs["unit"])), "training run",
+        tuple(map(str, runs["model"])),
+    )  # fmt: skip
+    y = runs["binding"].to_numpy(float)
+    rows = []
+    for metric in metrics:
+        split = between_within(
+            runs[metric].to_numpy(float), y, units, confidence=settings.confidence
+        )
+        rows.append({"metric": metric, "target": "binding", "group": "objective", **asdict(split)})
+    frame = pd.DataFrame(
+        rows, columns=["metric", "target", "group", *BetweenWithin.__dataclass_fields__]
+    )
+    frame["confidence"] = settings.confidence
+    return frame
+
+
 def comparison_models(everything: pd.DataFrame) -> pd.DataFrame:
     """The networks of the family comparison: the objective families' runs, the controls and
     the binding-supervised upper bounds (the dose series and the JER intervention are analysed
@@ -340,6 +367,7 @@ def statistics_tables(
         "families": families,
         "robustness": robustness,
         "dose_series": dose_correlations(everything, options),
+        "between_within": between_within_table(runs, settings),
     }
     tables["paper_comparison"] = paper_comparison(means, depth, tables, settings, runs)
     if n < settings.min_models:

@@ -223,6 +223,21 @@ def test_objectives_are_the_unit_of_the_family_comparison(fake_run):
     assert comparison.loc["jer_binding_r", "n_models"] == 4
     assert comparison.loc["jer_binding_r", "note"].startswith("unit: objective")
     assert comparison.loc["n_models", "run_text"].startswith("4 units (8 training runs)")
+    # beside each n, what it could detect (repdiag.common.power at the paper's r)
+    from repdiag.common.power import correlation_power
+
+    assert rows.loc["jer", "power_at_paper_r"] == pytest.approx(correlation_power(0.69, 4))
+    # the split of the slope: across the 4 objectives' means, within them across seeds
+    split = tables["between_within"].set_index("metric").loc["jer"]
+    line = sps.linregress(means["jer"], means["binding"])
+    assert split["between"] == pytest.approx(line.slope) and split["between_df"] == 2
+    assert (split["n_rows"], split["n_groups"], split["group"]) == (8, 4, "objective")
+    deviations = table.assign(unit=[f"obj{i // 2}" for i in range(len(table))])
+    centred = deviations[["jer", "binding"]] - deviations.groupby("unit")[
+        ["jer", "binding"]
+    ].transform("mean")
+    within = float(centred["jer"] @ centred["binding"] / (centred["jer"] @ centred["jer"]))
+    assert split["within"] == pytest.approx(within) and split["within_df"] == 8 - 4 - 1
     # a family of one objective: its interval is over that objective's two runs
     family = tables["families"].set_index(["family", "metric"]).loc[(FAMILIES[0], "jer")]
     seeds = table.loc[table["family"] == FAMILIES[0], "jer"].to_numpy(float)
