@@ -29,12 +29,15 @@ if "gpu" not in workflow.global_resources and count_visible_gpus():
     workflow.register_resource("gpu", count_visible_gpus())
 
 # Two config files defining one model (zoo backbone, zoo run) would be merged key by key: the
-# --configfile files, and config/config.yaml with them where a profile does not replace it.
+# --configfile files, and config/config.yaml with them where a profile does not replace it. A
+# job of a cluster executor rereads the files without the profile's replace flag (Snakemake's
+# job command line): the main process, which planned it, has checked what it merged.
 check_repeated_entries(
     merged_config_files(
         workflow.configfiles,
         workflow.overwrite_configfiles or [],
-        workflow.config_settings.replace_workflow_config,
+        workflow.config_settings.replace_workflow_config
+        or not workflow.is_main_process,
     )
 )
 fill_defaults(config)
