@@ -4,7 +4,7 @@ from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    from repdiag.binding.causal_effects import CausalFiles, causal_effects
+    from repdiag.binding.causal.effects import CausalFiles, causal_effects
     from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import write_csv
 

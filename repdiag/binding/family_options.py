@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from repdiag.binding.causal_options import causal_models
+from repdiag.binding.causal.options import causal_models
 from repdiag.common.families import APART_FAMILIES, CONTROL_FAMILY
 from repdiag.core.errors import ConfigError
 from repdiag.core.series import named_series, series_cells

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from repdiag.binding.causal_options import causal_cells, causal_models
+from repdiag.binding.causal.options import causal_cells, causal_models
 from repdiag.binding.family_options import family_members, family_models
 from repdiag.binding.replicate_options import REPLICATE_DIR, replicate_models
 from repdiag.common.figures import figure_paths

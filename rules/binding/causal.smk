@@ -1,14 +1,14 @@
 # The JER intervention (repdiag.binding.causal): per base and seed, the plain, raise, lower,
 # sham, geometry and null arms (series named in binding_causal.series). `snakemake binding_causal`.
-import repdiag.binding.causal_options
+import repdiag.binding.causal.options
 import repdiag.encoders.zoo.spec
 
-CAUSAL_CELLS = repdiag.binding.causal_options.causal_cells(config)
+CAUSAL_CELLS = repdiag.binding.causal.options.causal_cells(config)
 # every arm's model, plain included, once
-CAUSAL_MEMBERS = repdiag.binding.causal_options.causal_members(config)
-CALIBRATION_RUNS = repdiag.binding.causal_options.calibration_runs(config)
+CAUSAL_MEMBERS = repdiag.binding.causal.options.causal_members(config)
+CALIBRATION_RUNS = repdiag.binding.causal.options.calibration_runs(config)
 # the arms with a push (every arm but plain): their cumulative push enters the displacement
-CAUSAL_PUSHED = repdiag.binding.causal_options.causal_pushed(config)
+CAUSAL_PUSHED = repdiag.binding.causal.options.causal_pushed(config)
 
 
 rule causal_calibration:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from repdiag.binding import APART_FAMILIES
-from repdiag.binding.causal_options import causal_models
+from repdiag.binding.causal.options import causal_models
 from repdiag.core.config import load_config
 from repdiag.core.store import open_store
 from tests.conftest import snakemake

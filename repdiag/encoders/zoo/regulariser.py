@@ -23,7 +23,7 @@ coefficient, ``v_hat_t`` the bias-corrected second moment after the step: a push
 reaches the first moment at its full size, so this is its steady-state share), and the run
 accumulates it over the steps into ``P``, the arm's own cumulative push, saved beside the weights
 (``push.safetensors``). ``<theta_arm - theta_plain, P> / ||P||`` is how far the arm actually
-moved along its push (:func:`repdiag.binding.causal.displacement`).
+moved along its push (:func:`repdiag.binding.causal.analysis.displacement`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ training; binding measured; every arm against the plain run of its seed, by inte
 
 Per base (the dose series' lambda = 0.3) and seed, six training runs that differ only in a push
 added to the objective's gradient on the backbone (repdiag.encoders.zoo.regulariser,
-repdiag.binding.causal_options): ``plain`` (none), ``raise`` and ``lower`` (the final tap's
+repdiag.binding.causal.options): ``plain`` (none), ``raise`` and ``lower`` (the final tap's
 estimated PR2 up, and down at half the strength), ``sham`` (a fixed seeded direction orthogonal
 to both gradients, as large as the raise arm's push), ``geometry`` (the batch's G.PR up) and
 ``null`` (a negligible push: how far chaos alone takes a run). The unit is the training run; the

@@ -1,4 +1,4 @@
-"""repdiag.binding.causal_effects: the causal test from its runs' files, end to end in process."""
+"""repdiag.binding.causal.effects: the causal test from its runs' files, end to end in process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from safetensors.numpy import save_file
 from scipy import stats as sps
 
 from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.causal_effects import CausalFiles, causal_effects
+from repdiag.binding.causal.effects import CausalFiles, causal_effects
 from repdiag.core.store import write_json
 from tests.binding.stats_fakes import SETTINGS, fake_models, model_paths, write_fake_results
 

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import pandas as pd
 
-from repdiag.binding.causal import (
+from repdiag.binding.causal.analysis import (
     binding_per_jer,
     causal_contrasts,
     displacement_summary,
     plain_associations,
 )
-from repdiag.binding.causal_report import (
+from repdiag.binding.causal.report import (
     causal_figure,
     causal_markdown,
     family_table,
     interval_text,
     manipulation_matrix,
 )
-from tests.binding.test_causal import SEEDS, arms_frame
+from tests.binding.causal.test_analysis import SEEDS, arms_frame
 
 CALIBRATION = pd.DataFrame(
     [

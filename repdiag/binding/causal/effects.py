@@ -2,9 +2,9 @@
 
 One call for the workflow's adapter and for a notebook: the per-model table
 (:func:`repdiag.binding.analysis.aggregate.aggregate`), each run's record, full-spectrum JER and
-weight displacement (:mod:`repdiag.binding.causal`), the arms, the per-seed contrasts with their
+weight displacement (:mod:`repdiag.binding.causal.analysis`), the arms, the per-seed contrasts with their
 families, the displacement summary, binding per unit of JER, the plain runs' associations and
-the markdown summary (:mod:`repdiag.binding.causal_report`).
+the markdown summary (:mod:`repdiag.binding.causal.report`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.causal import (
+from repdiag.binding.causal.analysis import (
     arm_table,
     binding_per_jer,
     causal_contrasts,
@@ -26,7 +26,7 @@ from repdiag.binding.causal import (
     run_record,
     weight_displacements,
 )
-from repdiag.binding.causal_report import causal_markdown
+from repdiag.binding.causal.report import causal_markdown
 from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.tables import read_table
 
@@ -72,7 +72,7 @@ def causal_effects(
 ) -> CausalEffects:
     """The causal test's tables. ``models``: each run's config entry (family, source), in the
     table's order; ``cells`` maps each run to its base, arm and seed
-    (``repdiag.binding.causal_options``). Every run is kept (intention to treat)."""
+    (``repdiag.binding.causal.options``). Every run is kept (intention to treat)."""
     table = aggregate(models, files.metrics, files.jacobians, settings, files.zoo_meta).models
     final = table.set_index("model")["final_layer"].astype(str)
     moved = weight_displacements(cells, files.weights, files.pushes)

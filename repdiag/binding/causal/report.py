@@ -1,5 +1,5 @@
 """The JER intervention's report: ``results/binding_causal/summary.md`` and its figure, from the
-tables of :mod:`repdiag.binding.causal`."""
+tables of :mod:`repdiag.binding.causal.analysis`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from repdiag.binding.analysis.columns import metric_label
-from repdiag.binding.causal import ACTIVE_ARMS, MATCH_TOLERANCE, UNIT
+from repdiag.binding.causal.analysis import ACTIVE_ARMS, MATCH_TOLERANCE, UNIT
 from repdiag.common.tables import format_number, markdown_table
 
 ARM_ORDER = ("plain", "null", "raise", "lower", "sham", "geometry")

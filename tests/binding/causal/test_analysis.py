@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
-from repdiag.binding.causal import (
+from repdiag.binding.causal.analysis import (
     arm_table,
     binding_per_jer,
     causal_contrasts,

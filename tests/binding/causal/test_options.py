@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repdiag.binding.causal_options import (
+from repdiag.binding.causal.options import (
     calibration_runs,
     causal_cells,
     causal_members,
@@ -19,7 +19,7 @@ from repdiag.binding.causal_options import (
 from repdiag.core.config import fill_defaults, load_config
 from repdiag.core.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def raw_test_config() -> dict:
