@@ -4,12 +4,7 @@
 # rewrites after every step keeps what was measured). On a CPU-only machine it runs on the CPU.
 #   benchmarks/gpu.sh --json results/benchmarks/gpu.json   # the paper's pass and projection
 #   benchmarks/gpu.sh --tiny                                # seconds on a CPU (the tests)
-# Python: $REPDIAG_PYTHON, else .venv/bin/python, else python3.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-python=${REPDIAG_PYTHON:-.venv/bin/python}
-[ -x "$python" ] || python=python3
-export HF_HUB_OFFLINE=1  # random weights only: never the network
-export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}  # deterministic cuBLAS
+# Python: $REPDIAG_PYTHON, else .venv/bin/python, else python3 (benchmarks/python_env.sh).
+source "$(dirname "$0")/python_env.sh"  # $python, the root as working folder, offline
 exec timeout --signal=INT --kill-after=15 "${REPDIAG_GPU_BENCH_TIMEOUT_S:-480}" \
     "$python" benchmarks/gpu.py "$@"
