@@ -28,8 +28,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	# byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set (this machine's CI), a package
 	# installed with --no-compile is compiled again by every process that imports it
-	$(BIN)/python -m pip install -q $(TORCH_PINS)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	# one resolver pass for the torch pair and the package (its dev extras included)
+	$(BIN)/python -m pip install -q $(TORCH_PINS) -e '.[dev]'
 	@touch $(STAMP)
 
 # The config is validated before Snakemake reads it: Snakemake evaluates template (YTE) configs
