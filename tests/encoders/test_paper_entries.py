@@ -10,7 +10,9 @@ For each encoder: its taps (blocks or stages, ``final``, ``head`` where the mode
 ``final`` as wide as the model's pooled embedding before any projection (computed from the library
 model and the architecture config, not from the taps), the last tap equal to what the model itself
 returns, finite outputs at the entry's input size, and one randomized Jacobian spectrum of
-``final`` (one image, k = 2; once per architecture, see ``SPECTRUM_AS``).
+``final`` (one image, k = 2; once per architecture, see ``SPECTRUM_AS``). The ViT-L entries
+(``META_ONLY``) are built on the meta device: their taps, widths and output shapes are checked,
+their values on the ViT-B/S entry of the same library model class.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ SPECTRUM_AS = {
     "eva02_clip_l14": "eva02_clip_b16",
     "vicreg_rn50w2": "vicreg_rn50",
 }
+
+# Built on the meta device (architecture and shapes, no weights or values): each is the same
+# library model class as an entry run in full (its ``SPECTRUM_AS`` representative), at a width
+# and depth whose random initialisation and two forwards on one core were 40% of this module.
+META_ONLY = ("mae_vit_l16", "dinov2_vit_l14", "clip_vit_l14", "eva02_clip_l14")
+FULL = [key for key in ENCODERS if key not in META_ONLY]
 
 
 @functools.cache
@@ -228,9 +236,11 @@ def test_spectra_skipped_only_where_the_same_architecture_has_one():
     for key, representative in SPECTRUM_AS.items():
         assert representative in ENCODERS and representative not in SPECTRUM_AS
         assert architecture(MODELS[key]) == architecture(MODELS[representative]), key
+    for key in META_ONLY:  # library weights only: no weights file of ours goes unread
+        assert key in SPECTRUM_AS and MODELS[key]["source"] in ("timm", "open_clip"), key
 
 
-@pytest.mark.parametrize("key", ENCODERS)
+@pytest.mark.parametrize("key", FULL)
 def test_paper_encoder_builds_with_random_weights(key, entries, hub_dirs, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.hub, "_hub_dir", str(tmp_path / "torch_hub"))
     entry, weights = offline_entry(entries[key], hub_dirs, tmp_path)
@@ -279,6 +289,25 @@ def test_paper_encoder_builds_with_random_weights(key, entries, hub_dirs, tmp_pa
     assert spectra.methods["final"] == "randomized" and s.shape == (1, K)
     assert bool(torch.isfinite(s).all()) and bool((s > 0).all())
     assert bool((s[:, :-1] >= s[:, 1:]).all())  # sorted descending
+
+
+@pytest.mark.parametrize("key", META_ONLY)
+def test_large_paper_encoder_has_its_taps_and_widths_on_the_meta_device(key, entries):
+    entry, _ = offline_entry(entries[key], {}, Path("unused"))
+    encoder = build_encoder(key, entry, meta=True)
+    blocks, width, head = expected_taps(entry, encoder.model)
+    mae = entry["id"].endswith(".mae")
+    tail = ["projection"] if mae else ["head"] if head else []
+    assert encoder.layers == [*blocks, "final", *tail]
+    size = declared_size(entry)
+    assert encoder.preprocess.input_size == size
+    x = encoder.preprocess(np.zeros((1, size, size, 3), dtype=np.uint8)).to("meta")
+    with torch.no_grad():
+        out = encoder.layer_outputs(x)
+        returned = encoder.model(x)
+    assert all(out[name].shape == (1, width) for name in [*blocks, "final"])  # ViTs: one width
+    last = out["projection" if mae else "head" if head else "final"]  # the model's own output
+    assert last.shape == returned.reshape(1, -1).shape == (1, 512 if mae else head or width)
 
 
 @pytest.mark.parametrize("key", CONTROLS)

@@ -156,8 +156,9 @@ def assert_nothing_looks_complete(workdir: Path, stage: Stage) -> None:
 # Every stage is killed with the whole run (node failure: Snakemake dies too); the job alone
 # (Snakemake sees a failed job) in two stages: what Snakemake does then does not depend on the
 # stage, while each stage's writer must leave nothing complete either way.
-# The refused rerun (the message telling the user to --unlock) is shown on one stage: it is
-# Snakemake's answer to the lock left behind, which every stage's kill is checked to leave.
+# The refused rerun (the message telling the user to --unlock) and `--unlock` itself are shown
+# on one stage: they are Snakemake's answer to the lock left behind, which every stage's kill is
+# checked to leave; the other stages lift it as --unlock does (one Snakemake start saved each).
 REFUSAL_SHOWN_ON = "train_zoo"
 KILLS = [
     *((name, "all") for name in STAGES),
@@ -191,7 +192,10 @@ def test_killed_stage_reruns_to_the_uninterrupted_result(
             refused = snakemake(workdir, stage.target, check=False)
             assert refused.returncode != 0
             assert "--unlock" in refused.stdout + refused.stderr
-        snakemake(workdir, "--unlock")
+            snakemake(workdir, "--unlock")
+            assert not (workdir / ".snakemake" / "locks").exists()  # what the else branch does
+        else:
+            shutil.rmtree(workdir / ".snakemake" / "locks")
     snakemake(workdir, stage.target)
 
     for out in stage.outputs:
