@@ -154,15 +154,15 @@ def assert_nothing_looks_complete(workdir: Path, stage: Stage) -> None:
 
 
 # Every stage is killed with the whole run (node failure: Snakemake dies too); the job alone
-# (Snakemake sees a failed job) in two stages: what Snakemake does then does not depend on the
-# stage, while each stage's writer must leave nothing complete either way.
+# (Snakemake sees a failed job) in one stage, the Jacobians, whose chunk cache must be reused
+# after it: what Snakemake does then does not depend on the stage, and a writer killed with the
+# whole run is killed exactly as one killed alone (SIGKILL to its process).
 # The refused rerun (the message telling the user to --unlock) and `--unlock` itself are shown
 # on one stage: they are Snakemake's answer to the lock left behind, which every stage's kill is
 # checked to leave; the other stages lift it as --unlock does (one Snakemake start saved each).
 REFUSAL_SHOWN_ON = "train_zoo"
 KILLS = [
     *((name, "all") for name in STAGES),
-    ("train_zoo", "job"),
     ("jacobian_spectra", "job"),  # the chunk cache is reused after a job-only kill too
 ]
 
