@@ -8,13 +8,16 @@ any other global is refused. A batch file can therefore only produce dicts, list
 numbers and integer numpy arrays of at most 2 dimensions, each filled from exactly its own bytes
 in the file (numpy's array state ``(version, shape, dtype, fortran, data)``): an array that claims
 more bytes than it holds (a 131-byte file claiming (N, 3072)) or is constructed without data
-(``ndarray(shape)``, which allocates whatever the file claims, unfilled) is refused.
+(``ndarray(shape)``, which allocates whatever the file claims, unfilled) is refused. Shared
+references are counted as what they expand to (:func:`expanded_size`): at most one element per
+byte of the file, which an honest batch meets with room to spare.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -157,13 +160,57 @@ def _filled(value: Any, depth: int = 0) -> Any:
     return value
 
 
+def expanded_size(value: Any) -> int:
+    """Elements ``value`` holds once every shared reference is expanded, as ``np.asarray`` or a
+    copy would expand it: 1 per object plus the sizes of a container's items, counted again each
+    time an object is referenced (a pickle's memo lets a 541-byte file reference one list five
+    levels deep, 3.1e8 ints once expanded). Computed without expanding: each object's size once,
+    by identity. A container that holds itself is refused."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    keep: list[Any] = []  # the objects whose ids are keys of ``sizes``, alive until the end
+    open_ids: set[int] = set()
+    while stack:
+        item, done = stack.pop()
+        key = id(item)
+        children = (
+            [*item.keys(), *item.values()] if isinstance(item, dict)
+            else item if isinstance(item, list | tuple) else ()
+        )  # fmt: skip
+        if done:
+            open_ids.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            continue
+        if key in sizes:
+            continue
+        if key in open_ids:
+            raise _refuse("a list or dict that contains itself")
+        if not children:
+            sizes[key] = 1
+            keep.append(item)
+            continue
+        open_ids.add(key)
+        keep.append(item)
+        stack.append((item, True))
+        stack.extend((child, False) for child in children)
+    return sizes[id(value)]
+
+
 def read_pickle_batch(path: str | Path) -> dict[str, Any]:
     """One batch file as a dict with str keys, read with :class:`NumpyOnlyUnpickler`: every
     array it holds is filled from the file's own bytes (its size is bounded by the file's)."""
     path = Path(path)
     try:
         with open(path, "rb") as stream:
-            batch = _filled(NumpyOnlyUnpickler(stream, path).load())
+            loaded = NumpyOnlyUnpickler(stream, path).load()
+            size = os.fstat(stream.fileno()).st_size
+        expanded = expanded_size(loaded)
+        if expanded > size + 1024:  # each element takes at least one byte of pickle unless shared
+            raise _refuse(
+                f"lists that expand to {expanded} elements from a {size}-byte file (references "
+                "shared through the pickle memo)"
+            )
+        batch = _filled(loaded)
     except StoreError as err:
         if str(err).startswith(str(path)):
             raise

@@ -8,14 +8,15 @@ Jacobian probe folders) is opened, checked and decoded here.
    with ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` must say "regular file", so a FIFO or a device
    named ``*.png`` is refused at once instead of blocking the job forever;
 2. reads the header only and refuses, naming the file, an image over the pixel budget
-   (:data:`MAX_IMAGE_PIXELS`, ``REPDIAG_MAX_IMAGE_PIXELS``), with a side ratio over
-   ``options.max_aspect``, or of another size than ``options.shape``;
+   (:data:`MAX_IMAGE_PIXELS`, ``REPDIAG_MAX_IMAGE_PIXELS``; a 16-bit, 32-bit or float pixel
+   charged as 2 or 3, :func:`mode_cost`), with a side ratio over ``options.max_aspect``, or of
+   another size than ``options.shape``, and a JPEG of more than :data:`MAX_JPEG_SCANS` scans;
 3. decodes (JPEG at the smallest power-of-two scale that still covers the output, PIL's
    ``draft``), then, with ``options.size``, resamples only the centre square to ``size x size``
    (crop before resize: a 20000 x 1 image costs 20000 pixels, not 4.48 M x 224);
 4. converts by mode: 8-bit modes (grey, palette, CMYK, alpha) through ``convert("RGB")``;
    16-bit grey (``I;16*``) scaled from 0..65535; 32-bit integer (``I``) and float (``F``) images
-   from their own min..max (a float image already inside [0, 1] taken as is). PIL's ``convert``
+   from their own min..max (a float image already inside [0, 1] taken as is), in row blocks. PIL's ``convert``
    would clip those to 0..255 (nearly all white) or truncate them.
 
 :data:`DECODED` counts the files and pixels decoded in this process (what the reliability tests
@@ -40,6 +41,11 @@ MAX_IMAGE_PIXELS = 50_000_000
 """Largest image (width x height) decoded; ``REPDIAG_MAX_IMAGE_PIXELS`` overrides it."""
 MAX_ASPECT = 50.0
 """Largest ratio of an image's long side to its short side."""
+MAX_JPEG_SCANS = 64
+"""Scans a JPEG may hold: each scan is a pass over the whole image (a baseline JPEG has 1, a
+progressive one about 10); 15,000 repeated scans in 1.3 MB took 55 s to decode."""
+CONVERT_BLOCK = 1 << 20
+"""Pixels converted at a time from a 16-bit, 32-bit or float image (float64 temporaries)."""
 
 
 class ImageError(RepdiagError, ValueError):
@@ -128,14 +134,26 @@ def _open_regular(path: Path, root: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
-def _check_header(path: Path, width: int, height: int, options: ReadOptions) -> None:
+def mode_cost(mode: str) -> int:
+    """Memory of decoding one pixel of ``mode``, in 8-bit RGB pixels (3 bytes): 1 for 8-bit
+    modes; 2 for 16-bit grey (2 bytes read, 1 grey and 3 RGB written); 3 for 32-bit integer and
+    float images (4 + 1 + 3). The pixel budget is charged this many pixels per pixel."""
+    if mode.startswith("I;16"):
+        return 2
+    return 3 if mode in ("I", "F") else 1
+
+
+def _check_header(path: Path, image: Any, options: ReadOptions) -> None:
+    width, height = image.size
     limit = max_image_pixels() if options.max_pixels is None else options.max_pixels
-    if width * height > limit:
+    cost = mode_cost(image.mode)
+    if width * height * cost > limit:
+        deeper = f" (x{cost}: {image.mode} pixels take {cost} times the memory)" if cost > 1 else ""
         # the variable sets only the default budget; a reader's own limit is fixed
         raise_it = " or raise REPDIAG_MAX_IMAGE_PIXELS" if options.max_pixels is None else ""
         raise ImageError(
-            f"image {path} is {width} x {height} = {width * height} pixels, over the budget of "
-            f"{limit}; shrink it{' or' if not raise_it else ','} remove it from the folder"
+            f"image {path} is {width} x {height} = {width * height} pixels{deeper}, over the "
+            f"budget of {limit}; shrink it{' or' if not raise_it else ','} remove it from the folder"
             f"{raise_it}"
         )
     if min(width, height) < 1 or max(width, height) > options.max_aspect * min(width, height):
@@ -150,6 +168,24 @@ def _check_header(path: Path, width: int, height: int, options: ReadOptions) -> 
         )
 
 
+def _check_scans(path: Path, stream: Any) -> None:
+    """At most :data:`MAX_JPEG_SCANS` start-of-scan markers (``FF DA``) in the file. Entropy-coded
+    data stuffs every ``FF`` byte with ``00``, so ``FF DA`` is a marker wherever it appears (an
+    embedded thumbnail's scans count too); read in blocks, the stream put back where it was."""
+    where, scans, tail = stream.tell(), 0, b""
+    stream.seek(0)
+    while block := stream.read(1 << 20):
+        data = tail + block
+        scans += data.count(b"\xff\xda")
+        tail = data[-1:]
+        if scans > MAX_JPEG_SCANS:
+            raise ImageError(
+                f"image {path} is a JPEG of more than {MAX_JPEG_SCANS} scans, each a pass over "
+                "the whole image; re-encode it (a progressive JPEG has about 10)"
+            )
+    stream.seek(where)
+
+
 def _to_rgb(image: Any) -> Any:
     """``image`` (decoded) as an 8-bit RGB PIL image, converted by its mode (module doc, 4)."""
     from PIL import Image
@@ -157,16 +193,20 @@ def _to_rgb(image: Any) -> Any:
     mode = image.mode
     if not (mode.startswith("I;16") or mode in ("I", "F")):
         return image if mode == "RGB" else image.convert("RGB")
-    values = np.asarray(image, dtype=np.float64)
+    values = np.asarray(image)  # its own 2 or 4 bytes a pixel; scaled in row blocks below
     if mode.startswith("I;16"):
-        scaled = values / 65535.0
-    elif mode == "F" and values.size and values.min() >= 0 and values.max() <= 1:
-        scaled = values
+        low, high = 0.0, 65535.0
     else:
-        finite = values[np.isfinite(values)]
-        low, high = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
-        scaled = (values - low) / (high - low) if high > low else values * 0.0
-    grey = np.round(np.nan_to_num(scaled, nan=0.0).clip(0, 1) * 255).astype(np.uint8)
+        finite = values[np.isfinite(values)] if mode == "F" else values
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        if mode == "F" and low >= 0 and high <= 1:
+            low, high = 0.0, 1.0
+    grey = np.empty(values.shape, np.uint8)
+    rows = max(1, CONVERT_BLOCK // max(1, values.shape[1]))
+    for start in range(0, values.shape[0], rows):
+        block = values[start : start + rows].astype(np.float64)
+        scaled = (block - low) / (high - low) if high > low else block * 0.0
+        grey[start : start + rows] = np.round(np.nan_to_num(scaled, nan=0.0).clip(0, 1) * 255)
     return Image.fromarray(np.repeat(grey[..., None], 3, axis=2), "RGB")
 
 
@@ -207,7 +247,9 @@ def read_rgb(path: str | Path, options: ReadOptions | None = None) -> Any:
     with _open_regular(path, root) as stream:
         try:
             with Image.open(stream) as image:
-                _check_header(path, *image.size, options)
+                _check_header(path, image, options)
+                if image.format == "JPEG":
+                    _check_scans(path, stream)
                 return _decode(image, path, options)
         except Image.DecompressionBombError as err:
             raise ImageError(f"image {path} is refused by PIL as too large ({err})") from err

@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from repdiag.core.errors import StoreError
-from repdiag.core.store import check_finite, store_arrays
+from repdiag.core.store import check_finite, checked_store
 
 
 def _coordinate_preview(values: np.ndarray, total: int, limit: int = 4) -> str:
@@ -57,6 +57,8 @@ def _array_summary(path: Path, name: str, var: xr.DataArray) -> str:
     for block in _blocks(var):
         try:
             values = np.asarray(var.isel(block).values)
+        except StoreError:  # the guarded reader's refusal names the chunk and why
+            raise
         except Exception as err:  # checksum mismatch, codec errors: name the array, not bytes
             raise StoreError(
                 f"store {path}: array {name!r} cannot be read ({type(err).__name__}); "
@@ -76,19 +78,22 @@ def _array_summary(path: Path, name: str, var: xr.DataArray) -> str:
 def describe_store(path: str | Path) -> str:
     """Dimensions with sizes, coordinate previews, provenance attrs and per-array statistics.
 
-    The store's files, metadata and chunks are checked (:func:`repdiag.core.store.store_arrays`:
-    what it decodes is bounded by its bytes on disk) and the arrays summarised block by block:
+    The store's files, metadata and chunks are checked (:func:`repdiag.core.store.checked_store`:
+    what it decodes is bounded by its bytes on disk and each chunk by its array's chunk size) and
+    the arrays summarised block by block:
     memory is bounded by READ_ELEMENTS, not the store's size. No index is built: a coordinate is
     read only for its first five values, which are printed.
     """
     path = Path(path)
-    store_arrays(path)
+    store = checked_store(path)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)
         try:
             ds = xr.open_zarr(
-                path, zarr_format=3, consolidated=True, chunks=None, create_default_indexes=False
+                store, zarr_format=3, consolidated=True, chunks=None, create_default_indexes=False
             )
+        except StoreError:
+            raise
         except Exception as err:
             raise StoreError(
                 f"store {path} cannot be opened ({type(err).__name__}); delete it and rerun "

@@ -45,6 +45,13 @@ from repdiag.core.store_checks import (
     disk_bytes,
 )
 from repdiag.core.store_checks import damaged as _damaged
+from repdiag.core.store_reader import (
+    MAX_METADATA_BYTES,
+    GuardedStore,
+    chunk_bound,
+    parse_metadata,
+    read_file,
+)
 from repdiag.core.version import __version__
 
 log = logging.getLogger(__name__)
@@ -272,31 +279,35 @@ def write_store(
     return path
 
 
-def _read_metadata(path: Path, file: Path, what: str) -> dict[str, Any]:
-    try:
-        metadata = json.loads(file.read_bytes())
-    except FileNotFoundError:
-        raise _damaged(path, f"{what} has no metadata file {file.name}") from None
-    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise _damaged(path, f"{what} has corrupt metadata {file} ({err})") from err
-    if not isinstance(metadata, dict):
-        raise _damaged(path, f"{what} has corrupt metadata {file} (not a JSON object)")
-    return metadata
+def _read_metadata(path: Path, key: str, what: str) -> dict[str, Any]:
+    raw = read_file(path, key, MAX_METADATA_BYTES)
+    if raw is None:
+        raise _damaged(path, f"{what} has no metadata file {Path(key).name}")
+    return parse_metadata(path, key, what, raw)
 
 
 def store_arrays(path: str | os.PathLike[str]) -> list[str]:
-    """Names of the arrays of the store at ``path``, after checking its files, metadata and chunks.
+    """Names of the arrays of the store at ``path``, after checking its files, metadata and chunks
+    (:func:`checked_store`)."""
+    return list(checked_store(path).bounds)
+
+
+def checked_store(path: str | os.PathLike[str]) -> GuardedStore:
+    """The store at ``path`` as a :class:`~repdiag.core.store_reader.GuardedStore`, after checking
+    its files, metadata and chunks; its ``bounds`` name its arrays.
 
     The store must be what :func:`write_store` writes and nothing else
     (:mod:`repdiag.core.store_checks`: no link, no zarr v2 file, only zarr v3 arrays with this
-    workflow's codecs and chunk layout, plain names, decoded sizes bounded by the bytes on disk).
-    The group's ``zarr.json`` must be zarr format 3 with consolidated metadata; every array it
-    lists must have a ``zarr.json`` identical to its consolidated entry, that zarr can parse, and
-    every chunk written. Raises :class:`StoreError` naming the store and the array otherwise.
-    Chunk contents are not read here (:func:`open_store` does, checksums included).
+    workflow's codecs and chunk layout, plain names, decoded sizes bounded by the bytes on disk),
+    checked on the tree before any file is read. The group's ``zarr.json`` must be zarr format 3
+    with consolidated metadata; every array it lists must have a ``zarr.json`` identical to its
+    consolidated entry, that zarr can parse, and every chunk written. Raises :class:`StoreError`
+    naming the store and the array otherwise. Chunk contents are not read here (:func:`open_store`
+    does, through the returned store: links refused at the read, each chunk's decoded size
+    bounded by its array's chunk, checksums).
     """
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         left = sorted(path.parent.glob(f".{glob.escape(path.name)}.old-*"))
         hint = (
             f" (a writer killed while replacing it left the previous version at {left[-1]})"
@@ -306,9 +317,10 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
         raise StoreError(
             f"store {path} does not exist{hint}: run the workflow rule that produces it"
         )
-    if not path.is_dir():
+    if not path.is_dir() and not path.is_symlink():
         raise _damaged(path, "it is not a directory (a zarr store is one)")
-    group = _read_metadata(path, path / "zarr.json", "the group")
+    on_disk = disk_bytes(path)  # the tree first: no link, FIFO or device is ever opened
+    group = _read_metadata(path, "zarr.json", "the group")
     if group.get("zarr_format") != 3 or group.get("node_type") != "group":
         raise _damaged(
             path,
@@ -319,7 +331,6 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
     entries = consolidated.get("metadata") if isinstance(consolidated, dict) else None
     if not isinstance(entries, dict):
         raise _damaged(path, f"{path / 'zarr.json'} has no consolidated metadata")
-    on_disk = disk_bytes(path)
     decoded = {}
     for name, entry in entries.items():
         check_name(path, name)
@@ -327,7 +338,7 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
             raise _damaged(path, f"array {name!r} has a corrupt consolidated metadata entry")
         check_entry(path, name, entry)
         what = f"array {name!r}"
-        if _read_metadata(path, path / name / "zarr.json", what) != entry:
+        if _read_metadata(path, f"{name}/zarr.json", what) != entry:
             raise _damaged(
                 path,
                 f"{what}: {path / name / 'zarr.json'} disagrees with the consolidated metadata "
@@ -335,12 +346,14 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
             )
         decoded[name] = check_declared_sizes(path, name, entry)
     check_decoded_bytes(path, decoded, on_disk)
-    names = []
+    store = GuardedStore(path, {name: chunk_bound(entry) for name, entry in entries.items()})
     for name in entries:
         what = f"array {name!r}"
         try:
-            array = zarr.open_array(path / name, mode="r", zarr_format=3)
+            array = zarr.open_array(store, path=name, mode="r", zarr_format=3)
             written, expected = array.nchunks_initialized, array.nchunks
+        except StoreError:
+            raise
         except Exception as err:  # zarr raises many types for invalid metadata
             raise _damaged(
                 path, f"{what} has invalid metadata ({type(err).__name__}: {err})"
@@ -351,16 +364,18 @@ def store_arrays(path: str | os.PathLike[str]) -> list[str]:
             )
         if not any(isinstance(codec, Crc32cCodec) for codec in array.compressors):
             log.debug("store %s: array %r has no checksum (written before checksums)", path, name)
-        names.append(name)
-    return names
+    return store
 
 
-def _unreadable(path: Path, names: Iterable[str], err: Exception) -> StoreError:
+def _unreadable(store: GuardedStore, names: Iterable[str], err: Exception) -> StoreError:
     """The error for a store that failed to load: read array by array to name the damaged ones."""
+    path = Path(store.root)
     bad = {}
     for name in names:
         try:
-            zarr.open_array(path / name, mode="r", zarr_format=3)[...]
+            zarr.open_array(store, path=name, mode="r", zarr_format=3)[...]
+        except StoreError as guard:  # the reader's own refusal says what is wrong
+            return guard
         except Exception as array_err:  # checksum mismatch (ValueError), codec errors, ...
             bad[name] = f"{type(array_err).__name__}: {array_err}"
     if not bad:
@@ -379,6 +394,7 @@ def open_store(
     check_values: bool = True,
     variables: Iterable[str] | None = None,
     contract: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+    checked: GuardedStore | None = None,
 ) -> xr.Dataset:
     """Open a store written by :func:`write_store`, fully validated, loaded into memory.
 
@@ -388,9 +404,11 @@ def open_store(
     those variables (and their coordinates) are loaded; metadata and chunk completeness are
     checked for every array all the same. ``contract`` maps array names to the dtype and dims
     ``docs/contracts.md`` gives them; an array present with another dtype or dims is an error.
+    ``checked``: the :func:`checked_store` of ``path`` already made by the caller.
     """
     path = Path(path)
-    names = store_arrays(path)
+    store = checked or checked_store(path)
+    names = list(store.bounds)
     required = list(required)
     selected = None if variables is None else list(variables)
     missing = [name for name in [*required, *(selected or [])] if name not in names]
@@ -403,13 +421,15 @@ def open_store(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=UserWarning)
-            ds = xr.open_zarr(path, zarr_format=3, consolidated=True)
+            ds = xr.open_zarr(store, zarr_format=3, consolidated=True)
             if selected is not None:
                 ds = ds[selected]
                 suspects = [str(name) for name in ds.variables]
             ds = ds.load()
+    except StoreError:  # the guarded reader's refusal (a link, a forged frame)
+        raise
     except Exception as err:  # zarr/xarray raise many types for corrupt chunks
-        raise _unreadable(path, suspects, err) from err
+        raise _unreadable(store, suspects, err) from err
     check_contract(ds, contract or {}, f"store {path}")
     if check_values:
         for name, var in ds.variables.items():

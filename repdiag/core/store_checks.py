@@ -81,8 +81,15 @@ def decode_ratio() -> int:
     return ratio
 
 
+def stored_bytes(info: os.stat_result) -> int:
+    """Bytes a file really holds: its size, or its allocated blocks when fewer (a sparse file's
+    holes hold nothing, and would otherwise lift the decode ratio)."""
+    return min(info.st_size, info.st_blocks * 512)
+
+
 def disk_bytes(path: Path) -> dict[str, int]:
-    """Bytes on disk per top-level entry of the store at ``path`` (``""``: its own files).
+    """Bytes of chunk files on disk per array of the store at ``path`` (:func:`stored_bytes`):
+    what the decode ratio is taken on. Metadata and stray files count for nothing.
 
     Refuses a symbolic link anywhere (the store included), anything but folders and regular
     files, and zarr v2 files, naming the entry.
@@ -108,8 +115,9 @@ def disk_bytes(path: Path) -> dict[str, int]:
                     "zarr format 3 only",
                 )
             if stat.S_ISREG(mode):
-                key = relative.split("/", 1)[0] if "/" in relative else ""
-                sizes[key] = sizes.get(key, 0) + os.lstat(entry).st_size
+                key, _, inside = relative.partition("/")
+                if inside.startswith("c/"):  # a chunk: only chunks hold what is decoded
+                    sizes[key] = sizes.get(key, 0) + stored_bytes(os.lstat(entry))
             elif not stat.S_ISDIR(mode):
                 raise damaged(path, f"{relative} is neither a file nor a folder")
     return sizes

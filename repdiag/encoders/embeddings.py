@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
-import zarr
 
 from repdiag.core.errors import EncoderError, StoreError
 from repdiag.core.gpu import autocast, numerics
 from repdiag.core.runtime import Progress, select_device
-from repdiag.core.store import check_finite, open_store, write_store
+from repdiag.core.store import check_finite, checked_store, open_store, write_store
 from repdiag.encoders.factory import Encoder, build_encoder
 from repdiag.encoders.preprocess import load_image_folder
 
@@ -212,14 +211,12 @@ def _open_layer(path: Path, variable: str) -> xr.Dataset:
     """
     if not path.exists():
         raise StoreError(f"store {path} does not exist: run the rule extract_embeddings")
-    try:  # the consolidated metadata only; open_store checks the whole store once
-        names = list(zarr.open_group(path, mode="r", zarr_format=3).array_keys())
-    except Exception:  # damaged metadata: open_store names what is wrong
-        names = None
-    if names is not None and variable not in names:
+    store = checked_store(path)  # checked before zarr parses any of it
+    names = list(store.bounds)
+    if variable not in names:
         layers = [name[4:] for name in names if name.startswith("emb_")]
         raise StoreError(f"store {path} has no array {variable!r}; its layers are {layers}")
-    return open_store(path, variables=[variable, "image_set"])
+    return open_store(path, variables=[variable, "image_set"], checked=store)
 
 
 def _grouped(ids: np.ndarray, values: np.ndarray, where: str, image_set: str) -> np.ndarray:

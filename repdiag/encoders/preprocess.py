@@ -158,6 +158,11 @@ def from_torchvision(weights: Any | None) -> Preprocess:
     return Preprocess(int(size), tf.mean, tf.std, _interpolation_name(tf.interpolation))
 
 
+FOLDER_MAX_IMAGES = 20_000
+"""Images of one folder decoded into memory at once (at 224 px, 2.8 GiB): 15,000 1 x 1 PNGs
+(1 MB on disk) would otherwise become 2.3 GB of upsampled pixels."""
+
+
 def load_image_folder(
     folder: str | Path, size: int, limit: int | None = None
 ) -> tuple[list[str], np.ndarray]:
@@ -168,12 +173,18 @@ def load_image_folder(
     ``folder``, within the pixel budget and side ratio, converted by mode, and its centre square
     resampled to ``size`` x ``size`` (bicubic), which is what resizing the shorter side to
     ``size`` and centre-cropping gives, without ever resizing the long side. Only the kept files
-    are decoded. Ids are ``folder/<relative path>``.
+    are decoded, at most :data:`FOLDER_MAX_IMAGES`. Ids are ``folder/<relative path>``.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise EncoderError(f"image folder {folder} does not exist (config key embeddings.folder)")
     paths = list_images(folder, IMAGE_SUFFIXES)[:limit]
+    if len(paths) > FOLDER_MAX_IMAGES:  # each kept image becomes size x size x 3 bytes
+        raise EncoderError(
+            f"image folder {folder} holds {len(paths)} images, over {FOLDER_MAX_IMAGES} "
+            f"({FOLDER_MAX_IMAGES * size * size * 3 / 2**30:.1f} GiB at {size} px); point "
+            "embeddings.folder at a subset of at most that many"
+        )
     if not paths:
         raise EncoderError(
             f"image folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}); "

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repdiag.cifar.pickles import read_pickle_batch
+from repdiag.cifar.pickles import expanded_size, read_pickle_batch
 from repdiag.core.errors import StoreError
 
 RECONSTRUCT = np.ndarray.__reduce__(np.zeros(0))[0]
@@ -83,3 +83,33 @@ def test_arrays_cifar_does_not_hold_are_refused_naming_the_file(tmp_path, value,
     path = _write(tmp_path / "b", {"data": value})
     with pytest.raises(StoreError, match=r"\S*b: .*" + pattern):
         read_pickle_batch(path)
+
+
+def test_shared_references_are_counted_as_what_they_expand_to(tmp_path):
+    """Issue 60: lists and ints only (nothing for the allow-list to refuse), one list referenced
+    50 times at each of five levels through the pickle memo: a file of a few hundred bytes whose
+    labels expand to 50**5 = 3.1e8 ints in np.asarray. Refused from the counts, nothing expanded."""
+    level = list(range(50))
+    for _ in range(4):
+        level = [level] * 50
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({"data": [], "labels": level}, protocol=2))
+    assert path.stat().st_size < 1000
+    with pytest.raises(StoreError, match=r"lists that expand to 31\d{7} elements from a \d+-byte"):
+        read_pickle_batch(path)
+
+
+def test_a_list_that_holds_itself_is_refused(tmp_path):
+    loop: list = []
+    loop.append(loop)
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({"data": [], "labels": loop}, protocol=2))
+    with pytest.raises(StoreError, match="contains itself"):
+        read_pickle_batch(path)
+
+
+def test_expanded_size_counts_every_reference():
+    shared = [1, 2, 3]
+    assert expanded_size([shared, shared]) == 1 + 2 * 4  # the outer list, twice (list + 3 ints)
+    assert expanded_size({"a": shared}) == 1 + 1 + 4  # dict, key, list of three
+    assert expanded_size(np.zeros(1000)) == 1  # an array's elements are its own bytes

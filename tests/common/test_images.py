@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from repdiag.common import images
 from repdiag.common.images import (
     DECODED,
+    MAX_JPEG_SCANS,
     ImageError,
     ReadOptions,
     list_images,
     max_image_pixels,
+    mode_cost,
     read_rgb,
     read_rgb_array,
 )
@@ -127,3 +130,46 @@ def test_the_default_budget_names_the_variable_that_raises_it(tmp_path, monkeypa
         match=r"over the budget of 1000; shrink it, remove it from the folder or raise REPDIAG_MAX_IMAGE_PIXELS",
     ):
         read_rgb(path)
+
+
+def test_deep_pixels_are_charged_by_their_memory_and_converted_in_blocks(tmp_path, monkeypatch):
+    """Issue 60: 16-bit and float images took 7x the memory of 8-bit ones under one budget."""
+    assert (mode_cost("RGB"), mode_cost("L"), mode_cost("I;16"), mode_cost("F")) == (1, 1, 2, 3)
+    ramp = (np.arange(64 * 64, dtype=np.uint16) * 16).reshape(64, 64)
+    deep = _png(tmp_path / "g16.png", ramp)
+    flat = _png(tmp_path / "g8.png", (ramp >> 8).astype(np.uint8))
+    budget = ReadOptions(max_pixels=64 * 64 + 1)
+    read_rgb(flat, budget)
+    with pytest.raises(ImageError, match=r"4096 pixels \(x2: I;16 pixels take 2 times"):
+        read_rgb(deep, budget)
+    monkeypatch.setattr(images, "CONVERT_BLOCK", 100)  # rows of 64: one block is one row
+    blocked = read_rgb_array(deep)
+    np.testing.assert_array_equal(blocked[..., 0], np.round(ramp / 65535 * 255).astype(np.uint8))
+    values = np.linspace(-3, 5, 64 * 64, dtype=np.float32).reshape(64, 64)
+    values[0, 0] = np.nan
+    Image.fromarray(values, "F").save(tmp_path / "f.tiff")
+    grey = read_rgb_array(tmp_path / "f.tiff")[..., 0].astype(float)
+    wide = values.astype(np.float64)
+    scaled = np.nan_to_num((wide - np.nanmin(wide)) / (np.nanmax(wide) - np.nanmin(wide)))
+    np.testing.assert_array_equal(grey, np.round(scaled * 255))
+
+
+def _progressive(path: Path, repeats: int) -> Path:
+    """A progressive JPEG whose last scan is repeated ``repeats`` more times before its end."""
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (32, 32, 3), np.uint8)).save(path, progressive=True)
+    data = path.read_bytes()
+    last = data.rindex(b"\xff\xda")
+    path.write_bytes(data[:last] + data[last:-2] * (1 + repeats) + data[-2:])
+    return path
+
+
+def test_a_jpeg_of_too_many_scans_is_refused_before_decoding(tmp_path):
+    """Issue 60: one scan repeated 15,000 times (1.3 MB) took 55 s to decode under the budget."""
+    plain = _progressive(tmp_path / "plain.jpg", 0)
+    assert 2 <= plain.read_bytes().count(b"\xff\xda") <= MAX_JPEG_SCANS
+    assert read_rgb_array(plain).shape == (32, 32, 3)
+    DECODED.reset()
+    with pytest.raises(ImageError, match=f"more than {MAX_JPEG_SCANS} scans"):
+        read_rgb(_progressive(tmp_path / "bomb.jpg", 200))
+    assert DECODED.files == 0

@@ -43,11 +43,25 @@ def test_a_store_written_here_passes(tmp_path):
     assert sorted(store_arrays(_store(tmp_path / "s.zarr"))) == ["emb", "image"]
 
 
-def test_disk_bytes_are_counted_per_array(tmp_path):
+def test_disk_bytes_are_the_chunk_bytes_per_array(tmp_path):
     path = _store(tmp_path / "s.zarr")
     sizes = disk_bytes(path)
-    assert set(sizes) == {"", "emb", "image"}
-    assert sizes["emb"] == sum(f.stat().st_size for f in (path / "emb").rglob("*") if f.is_file())
+    assert set(sizes) == {"emb", "image"}  # metadata counts for nothing
+    chunks = [f for f in (path / "emb" / "c").rglob("*") if f.is_file()]
+    assert sizes["emb"] == sum(f.stat().st_size for f in chunks)
+
+
+def test_a_sparse_padding_file_adds_only_its_allocated_bytes(tmp_path):
+    """Issue 60: a 2 GB sparse file among the chunks (100 KB on disk) lifted the decode ratio."""
+    path = _store(tmp_path / "s.zarr")
+    before = disk_bytes(path)["emb"]
+    with open(path / "emb" / "c" / "padding", "wb") as padding:
+        padding.truncate(2 << 30)  # apparent 2 GiB, no block allocated
+    assert (path / "emb" / "c" / "padding").stat().st_size == 2 << 30
+    assert disk_bytes(path)["emb"] - before <= 4096
+    image = disk_bytes(path)["image"]
+    (path / "image" / "stray").write_bytes(b"x" * 10_000)  # beside the chunks: not counted
+    assert disk_bytes(path)["image"] == image
 
 
 @pytest.mark.parametrize("name", ["../other.zarr/emb", "a/b", "..", "x..y", "", "a\\b"])

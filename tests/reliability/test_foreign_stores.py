@@ -1,14 +1,17 @@
 """Stores this workflow did not write (issue "one store reader"): zarr v2 entries, a pickle codec,
 sharded arrays, a 1 GiB coordinate in a 100 KB store, entry names that leave the store, linked
-arrays. Each is refused by name through the real readers (``open_binding_store``,
-``open_store``, ``repdiag inspect``) before any chunk is decoded; resource cases run in a
-subprocess that reports its own peak memory."""
+arrays, a forged chunk frame with a good checksum, group metadata that is no file or nests deep.
+Each is refused by name through the real readers (``open_binding_store``, ``open_store``,
+``repdiag inspect``) before any chunk is decoded; resource cases run in a subprocess that
+reports its own peak memory."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +24,9 @@ import zarr
 from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
 from repdiag.binding.store import open_binding_store
 from repdiag.core.errors import StoreError
+from repdiag.core.inspect import describe_store
 from repdiag.core.store import DEFAULT_COMPRESSORS, open_store, with_checksum, write_store
+from repdiag.core.store_reader import ZSTD_MAGIC
 from tests.reliability.memory import run_measured
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,3 +199,75 @@ def test_a_linked_array_folder_is_refused_naming_it(tmp_path):
         open_binding_store(path)
     result = xr.open_zarr(other, zarr_format=3)  # the neighbour itself stays readable
     assert "query_image" in result
+
+
+def rle_bomb(size: int) -> bytes:
+    """A valid zstd frame (RFC 8878) that states and decodes to ``size`` zero bytes from 4 bytes
+    per 128 KiB: run-length blocks, followed by the CRC32C zarr's crc32c codec appends."""
+    import google_crc32c
+
+    block = 1 << 17
+    frame = bytearray(struct.pack("<IB", ZSTD_MAGIC, 0xE0) + struct.pack("<Q", size))
+    for start in range(0, size, block):
+        n = min(block, size - start)
+        last = int(start + n >= size)
+        frame += (last | (1 << 1) | (n << 3)).to_bytes(3, "little") + b"\0"  # type 1: RLE
+    return bytes(frame) + struct.pack("<I", google_crc32c.value(bytes(frame)))
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        (1 << 28, "chunk {key} decodes to 268435456 bytes, over the 12288 bytes"),
+        (1 << 30, "{key} holds 32785 bytes, over 13408"),  # more than zstd makes of 12288 bytes
+    ],
+)
+def test_a_forged_chunk_with_a_good_checksum_is_refused_unread(tmp_path, size, expected):
+    """Issue 60, class 1: metadata untouched, one chunk of query_image replaced by a valid zstd
+    frame of run-length blocks (8 KB for 256 MiB, 32 KB for 1 GiB), its checksum correct.
+    Before, open_store decoded it (peak in GB) and blamed a checksum; now the file's size and the
+    frame's stated size are read first."""
+    path = _binding(tmp_path / "binding.zarr")
+    chunk = next(p for p in sorted((path / "query_image" / "c").rglob("*")) if p.is_file())
+    chunk.write_bytes(rle_bomb(size))
+    key = chunk.relative_to(path).as_posix()
+    result = _in_subprocess(
+        f"""
+        from repdiag.core.errors import StoreError
+        from repdiag.core.inspect import describe_store
+        from repdiag.core.store import open_store
+        before = peak_mib()
+        result = {{"errors": []}}
+        for reader in (open_store, describe_store):
+            try:
+                reader({str(path)!r})
+            except StoreError as err:
+                result["errors"].append(str(err))
+        result["before_mib"] = before
+        """
+    )
+    assert len(result["errors"]) == 2
+    for message in result["errors"]:
+        assert expected.format(key=key) in message, message
+    assert result["peak_mib"] - result["before_mib"] < 50  # nothing of the frame decoded
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "deep"])
+def test_group_metadata_that_is_no_file_or_nests_deep_is_refused_at_once(tmp_path, kind):
+    """Issue 60, class 1: the group's zarr.json as a FIFO (a read would wait forever), a link to
+    /dev/zero (a read would never end) or JSON nested 100,000 deep (a RecursionError)."""
+    path = _binding(tmp_path / "binding.zarr")
+    metadata = path / "zarr.json"
+    metadata.unlink()
+    if kind == "fifo":
+        os.mkfifo(metadata)
+        expected = "zarr.json is neither a file nor a folder"
+    elif kind == "dev_zero":
+        metadata.symlink_to("/dev/zero")
+        expected = "zarr.json is a symbolic link"
+    else:
+        metadata.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+        expected = "zarr.json (nested too deep)"
+    for reader in (open_binding_store, describe_store):
+        with pytest.raises(StoreError, match=re.escape(expected)):
+            reader(path)

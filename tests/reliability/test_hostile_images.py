@@ -194,6 +194,27 @@ def test_a_probe_folder_decodes_only_the_images_it_keeps(tmp_path):
     assert result["peak_mib"] - result["before_mib"] < GROWTH_MIB
 
 
+def test_an_image_folder_of_more_files_than_its_cap_is_refused_before_decoding(
+    tmp_path, monkeypatch
+):
+    """Issue 60, class 2: 15,000 1 x 1 PNGs (1 MB) were upsampled and kept (2.7 GB). The cap
+    (20,000 at 2.8 GiB) is lowered to 5 here so that six files exercise it."""
+    from repdiag.common.images import DECODED
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders import preprocess
+
+    folder = tmp_path / "natural"
+    for i in range(6):
+        _tiny_png(folder / f"{i}.png", 1, 1)
+    monkeypatch.setattr(preprocess, "FOLDER_MAX_IMAGES", 5)
+    DECODED.reset()
+    with pytest.raises(EncoderError, match=r"holds 6 images, over 5 .*embeddings\.folder"):
+        preprocess.load_image_folder(folder, 224)
+    assert DECODED.files == 0
+    ids, images = preprocess.load_image_folder(folder, 8, limit=5)  # a limit within the cap
+    assert len(ids) == 5 and images.shape == (5, 8, 8, 3)
+
+
 class _ClaimsMore:
     """numpy's own array recipe with a shape far larger than the bytes it carries."""
 
