@@ -5,8 +5,9 @@ Jacobian probe folders) is opened, checked and decoded here.
 
 1. opens only a regular file: the path is resolved and must stay inside ``options.root`` (a
    symbolic link, at any component, that leads out of the tree is refused); the file is opened
-   with ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` must say "regular file", so a FIFO or a device
-   named ``*.png`` is refused at once instead of blocking the job forever;
+   with ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` must say "regular file" of one name, so a FIFO
+   or a device named ``*.png`` is refused at once instead of blocking the job forever, and a
+   hard link (whose other name may be anywhere) is refused like a link out of the tree;
 2. reads the header only and refuses, naming the file, an image over the pixel budget
    (:data:`MAX_IMAGE_PIXELS`, ``REPDIAG_MAX_IMAGE_PIXELS``; a 16-bit, 32-bit or float pixel
    charged as 2 or 3, :func:`mode_cost`), with a side ratio over ``options.max_aspect``, or of
@@ -123,7 +124,14 @@ def _open_regular(path: Path, root: Path) -> Any:
         fd = os.open(real, flags)
     except OSError as err:
         raise ImageError(f"image {path} cannot be opened ({err})") from err
-    mode = os.fstat(fd).st_mode
+    info = os.fstat(fd)
+    mode = info.st_mode
+    if stat.S_ISREG(mode) and info.st_nlink > 1:
+        os.close(fd)
+        raise ImageError(
+            f"image {path} is a hard link ({info.st_nlink} names): its other names may lie "
+            "outside the folder, which is read as a unit; copy the file in"
+        )
     if not stat.S_ISREG(mode):
         os.close(fd)
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else ""

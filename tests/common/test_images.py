@@ -173,3 +173,17 @@ def test_a_jpeg_of_too_many_scans_is_refused_before_decoding(tmp_path):
     with pytest.raises(ImageError, match=f"more than {MAX_JPEG_SCANS} scans"):
         read_rgb(_progressive(tmp_path / "bomb.jpg", 200))
     assert DECODED.files == 0
+
+
+def test_a_hard_linked_image_is_refused_naming_it(tmp_path):
+    """Issue 60, class 3: a hard link passed where a symbolic link out of the folder is refused."""
+    outside = _png(tmp_path / "outside" / "secret.png", np.zeros((4, 4, 3), np.uint8))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    os.link(outside, folder / "a.png")
+    with pytest.raises(ImageError, match=r"a\.png is a hard link \(2 names\)"):
+        read_rgb(folder / "a.png", ReadOptions(root=folder))
+    (folder / "a.png").unlink()  # one name again: read
+    os.link(outside, folder / "b.png")
+    outside.unlink()
+    assert read_rgb_array(folder / "b.png", ReadOptions(root=folder)).shape == (4, 4, 3)
