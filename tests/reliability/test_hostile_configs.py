@@ -391,6 +391,32 @@ def test_a_zoo_meta_json_goes_through_the_config_caps(tmp_path: Path) -> None:
         load_zoo_model(_zoo_run(tmp_path / "kw", meta_edit=loads_weights))
 
 
+def test_a_zoo_head_wider_than_its_weights_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """Issue 60, class 1: meta.json's head of widths [32, 25000, 25000, 32] over a file with no
+    head allocated 3.2 GB before the strict load failed; the shapes are compared on the meta
+    device first."""
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.zoo.checkpoint import load_zoo_model
+
+    load_zoo_model(_zoo_run(tmp_path / "ok"))  # sets this process's peak for the control
+
+    def wide_head(meta: dict) -> None:
+        meta["head"] = {"type": "mlp", "dims": [32, 25000, 25000, 32]}
+
+    run = _zoo_run(tmp_path / "wide", meta_edit=wide_head)
+    errors: list[str] = []
+
+    def load() -> None:
+        with pytest.raises(EncoderError) as err:
+            load_zoo_model(run)
+        errors.append(str(err.value))
+
+    growth = _peak_rss_growth(load)
+    assert "does not hold the architecture" in errors[0] and "(file: absent)" in errors[0], errors
+    assert "head." in errors[0] and str(run / "meta.json") in errors[0]
+    assert growth < 200 * 2**20, growth  # nothing of the 2.5 GB head allocated
+
+
 @pytest.mark.parametrize("dtype", ["int32", "bool"])
 def test_zoo_weights_go_through_check_weights(tmp_path: Path, dtype: str) -> None:
     import torch

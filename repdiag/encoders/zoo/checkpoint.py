@@ -216,6 +216,29 @@ def check_meta(meta: dict[str, Any], meta_path: Path) -> None:
     check_model_size(meta_path.parent.name, backbone, size, str(meta_path))
 
 
+def check_shapes(
+    shapes: dict[str, torch.Size],
+    tensors: dict[str, torch.Tensor],
+    model_path: Path,
+    meta_path: Path,
+) -> None:
+    """Every tensor meta.json's architecture declares (``shapes``, from a build on the meta device)
+    is in the weights file with that shape, checked before the architecture is allocated: a
+    meta.json that declares a head of widths [32, 25000, 25000, 32] over a file of a small one
+    would otherwise allocate 3.2 GB before the strict load fails."""
+    wrong = [
+        f"{key} {tuple(shape)} (file: {tuple(tensors[key].shape) if key in tensors else 'absent'})"
+        for key, shape in shapes.items()
+        if key not in tensors or tensors[key].shape != shape
+    ]
+    if wrong:
+        raise EncoderError(
+            f"{model_path} does not hold the architecture {meta_path} declares: "
+            f"{'; '.join(wrong[:3])}{' ...' if len(wrong) > 3 else ''}; rerun train_zoo for "
+            f"{model_path.parent.name}"
+        )
+
+
 def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> ZooModel:
     """Rebuild the encoder of ``results/zoo/<run>/``: strict loads, eval mode, on ``device``."""
     run_dir = Path(run_dir)
@@ -231,6 +254,15 @@ def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> Zoo
     tensors = check_weights(
         _read_tensors(model_path, meta.get("weights_sha256")), run_dir.name, model_path
     )
+    with torch.device("meta"):  # shapes first: nothing is allocated that the file does not hold
+        shapes = {
+            k: v.shape
+            for k, v in build_backbone(meta["timm_model"], meta["timm_kwargs"]).state_dict().items()
+        }
+        head_meta = build_head(meta["head"])
+    if head_meta is not None:
+        shapes |= {HEAD_PREFIX + k: v.shape for k, v in head_meta.state_dict().items()}
+    check_shapes(shapes, tensors, model_path, meta_path)
     backbone = build_backbone(meta["timm_model"], meta["timm_kwargs"])
     backbone_keys = set(backbone.state_dict())
     check_float_slots(backbone.state_dict(), tensors, run_dir.name, model_path)
