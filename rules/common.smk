@@ -132,10 +132,10 @@ DIGEST_CACHE = ".snakemake/repdiag/digests.json"
 
 
 def folder_digests(*named):
-    """``{dotted key: manifest digest}`` of each ``(dotted key, folder)`` whose folder is set."""
-    return digests(
-        [(where, path, "dir") for where, path in named if path], DIGEST_CACHE
-    )
+    """``{dotted key: digest}`` of each ``(dotted key, folder)`` whose folder is set: its
+    manifest, or its files' content under ``folder_digest: content``."""
+    kind = "dir-content" if config["folder_digest"] == "content" else "dir"
+    return digests([(where, path, kind) for where, path in named if path], DIGEST_CACHE)
 
 
 def model_digests(wildcards):

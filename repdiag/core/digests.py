@@ -13,7 +13,9 @@ of each in the job's params (and the job records it in its store's provenance):
   file at any depth, in name order. Cheap for thousands of images (one ``stat`` each, no reads);
   a file added, removed, renamed, resized or rewritten reruns its jobs, and so does a file only
   touched (its mtime is in the manifest): hashing every image on every parse would cost more
-  than the rare rerun.
+  than the rare rerun. Where times cannot be trusted (a copy that keeps them, coarse times),
+  ``folder_digest: content`` hashes every listed file's bytes instead, on every parse
+  (``benchmarks/digests.py`` measures the two side by side).
 
 A path that does not exist gets the digest ``missing``: the job itself reports it.
 """
@@ -123,28 +125,41 @@ def folder_manifest(folder: str | Path) -> list[tuple[str, int, int, str]]:
     return found
 
 
-def folder_digest(folder: str | Path) -> str:
-    """``manifest:<sha256 hex>`` of :func:`folder_manifest` (``missing`` when not a folder)."""
+def folder_digest(folder: str | Path, content: bool = False) -> str:
+    """``manifest:<sha256 hex>`` of :func:`folder_manifest` (``missing`` when not a folder), or
+    with ``content``, ``content:<sha256 hex>`` of every listed file's name, link target and bytes
+    (read in full, uncached: nothing of a file's metadata is trusted)."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         return MISSING
     sha = hashlib.sha256()
     for name, size, mtime_ns, target in folder_manifest(root):
-        sha.update(f"{name}\0{size}\0{mtime_ns}\0{target}\n".encode())
-    return f"manifest:{sha.hexdigest()}"
+        if not content:
+            sha.update(f"{name}\0{size}\0{mtime_ns}\0{target}\n".encode())
+            continue
+        sha.update(f"{name}\0{target}\0".encode())
+        try:
+            with open(root / name, "rb") as stream:
+                while block := stream.read(1 << 20):
+                    sha.update(block)
+        except OSError as err:  # a dangling link or a FIFO: its name stands, the reader refuses it
+            sha.update(f"unreadable {type(err).__name__}".encode())
+        sha.update(b"\n")
+    return f"{'content' if content else 'manifest'}:{sha.hexdigest()}"
 
 
 def digests(
     files: Iterable[tuple[str, str | Path, str]], cache: str | Path | None = None
 ) -> dict[str, str]:
-    """``{dotted key: digest}`` of ``(dotted key, path, "file"|"dir")`` triples: a file's content
-    (:func:`file_sha256`), a folder's manifest (:func:`folder_digest`)."""
+    """``{dotted key: digest}`` of ``(dotted key, path, "file"|"dir"|"dir-content")`` triples: a
+    file's content (:func:`file_sha256`), a folder's manifest or its files' content
+    (:func:`folder_digest`)."""
     out = {}
     for where, path, kind in files:
-        if kind == "dir":
-            out[where] = folder_digest(path)
+        if kind in ("dir", "dir-content"):
+            out[where] = folder_digest(path, content=kind == "dir-content")
         elif kind == "file":
             out[where] = file_sha256(path, cache)
         else:
-            raise ValueError(f"{where}: kind {kind!r} is neither 'file' nor 'dir'")
+            raise ValueError(f"{where}: kind {kind!r} is not 'file', 'dir' or 'dir-content'")
     return out

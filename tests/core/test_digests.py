@@ -84,3 +84,23 @@ def test_missing_paths_and_bad_kinds(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="x: kind 'link'"):
         digests([("x", tmp_path, "link")])
+
+
+def test_a_content_digest_sees_a_rewrite_that_keeps_size_and_time(tmp_path: Path) -> None:
+    """``folder_digest: content``: a file rewritten with other bytes of the same size, its time
+    put back (as ``cp -p`` or ``rsync -t`` leave it), changes the content digest and not the
+    manifest; the content digest is the hash of names, link targets and bytes."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    image = folder / "a.png"
+    image.write_bytes(b"x" * 100)
+    (folder / ".hidden.png").write_bytes(b"not listed")
+    stat = image.stat()
+    manifest, content = folder_digest(folder), folder_digest(folder, content=True)
+    expected = hashlib.sha256(b"a.png\0\0" + b"x" * 100 + b"\n").hexdigest()
+    assert content == f"content:{expected}" and manifest.startswith("manifest:")
+    image.write_bytes(b"y" * 100)
+    os.utime(image, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert folder_digest(folder) == manifest  # the manifest trusts the time
+    assert folder_digest(folder, content=True) != content
+    assert digests([("k", folder, "dir-content")]) == {"k": folder_digest(folder, content=True)}
