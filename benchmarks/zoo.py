@@ -25,6 +25,7 @@ the old train_zoo job ran with glibc's default).
 
     .venv/bin/python benchmarks/zoo.py [--config config/config.yaml] [--steps 3] [--rounds 3] [--threads 1]
     .venv/bin/python benchmarks/zoo.py --config config/zoo_long.yaml --project  # the whole zoo's time
+    .venv/bin/python benchmarks/zoo.py --backbone vit --objectives barlow_twins vicreg mae dino simclr clip supervised
 """
 
 from __future__ import annotations
@@ -326,9 +327,15 @@ def main() -> None:
     parser.add_argument(
         "--project", action="store_true", help="project the config's zoo from the measured rates"
     )
+    parser.add_argument(
+        "--backbone", help="train every run on this zoo.backbones entry (e.g. vit) instead"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(args.config)
+    if args.backbone:  # the same runs on another backbone (issue 58: the ViT at the ResNet's bar)
+        for run in config["zoo"]["objectives"].values():
+            run["backbone"] = args.backbone
     specs = objective_specs(config)
     specs = {k: v for k, v in specs.items() if not args.objectives or k in args.objectives}
     print(f"{load()} on {os.cpu_count()} cores; {args.threads} torch thread(s)", flush=True)

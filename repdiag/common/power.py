@@ -58,3 +58,57 @@ def units_needed(r: float, power: float = 0.8, alpha: float = 0.05) -> int:
     while correlation_power(r, n, alpha) < power:
         n += 1
     return n
+
+
+def design_rows(
+    units: int, correlations: tuple[float, ...], family_size: int = 1, alpha: float = 0.05
+) -> list[dict[str, float]]:
+    """One row per true correlation r: the power over ``units`` units at level ``alpha`` and at
+    Holm's strictest step (``alpha / family_size``: what the family's smallest p must pass), the
+    units needed for 80% power at each level, and the smallest |r| detected with 80% power."""
+    strict = alpha / family_size
+    return [
+        {
+            "r": r,
+            "power": correlation_power(r, units, alpha),
+            "power_holm_first": correlation_power(r, units, strict),
+            "units_for_80": units_needed(r, 0.8, alpha),
+            "units_for_80_holm_first": units_needed(r, 0.8, strict),
+        }
+        for r in correlations
+    ] + [
+        {
+            "r": math.nan,
+            "detectable_80": detectable_correlation(units, 0.8, alpha),
+            "detectable_80_holm_first": detectable_correlation(units, 0.8, strict),
+        }
+    ]
+
+
+def design_table(units: int, correlations: tuple[float, ...], family_size: int = 1) -> str:
+    """:func:`design_rows` as a Markdown table (docs/binding.md's pre-registered designs)."""
+    rows = design_rows(units, correlations, family_size)
+    first = f"Holm's first step (0.05 / {family_size})"
+    lines = [
+        f"| true r | power, {units} units, 0.05 | power, {first} | units for 80%, 0.05 "
+        f"| units for 80%, {first} |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['r']:.2f} | {row['power']:.2f} | {row['power_holm_first']:.2f} "
+        f"| {row['units_for_80']} | {row['units_for_80_holm_first']} |"
+        for row in rows[:-1]
+    ]
+    last = rows[-1]
+    lines.append(
+        f"| smallest r detected with 80% power over {units} units | "
+        f"{last['detectable_80']:.2f} | {last['detectable_80_holm_first']:.2f} | | |"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m repdiag.common.power UNITS FAMILY_SIZE R [R ...]
+    import sys
+
+    n_units, family, *rs = sys.argv[1:]
+    print(design_table(int(n_units), tuple(float(r) for r in rs), int(family)))

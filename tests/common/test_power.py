@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from repdiag.common.power import correlation_power, detectable_correlation, units_needed
+from repdiag.common.power import (
+    correlation_power,
+    design_rows,
+    design_table,
+    detectable_correlation,
+    units_needed,
+)
 
 
 def test_the_family_comparisons_numbers():
@@ -43,3 +49,15 @@ def test_the_power_matches_a_simulation_of_pearsons_test():
         for _ in range(4000)
     )
     assert hits / 4000 == pytest.approx(correlation_power(r, n), abs=0.02)
+
+
+def test_the_design_table_is_the_power_functions_at_both_levels():
+    rows = design_rows(14, (0.69, 0.4), family_size=2)
+    assert rows[0]["power"] == correlation_power(0.69, 14)
+    assert rows[0]["power_holm_first"] == correlation_power(0.69, 14, 0.025)
+    assert rows[0]["power_holm_first"] < rows[0]["power"]  # the stricter level has less power
+    assert rows[0]["units_for_80"] == units_needed(0.69) == 14
+    assert rows[1]["units_for_80_holm_first"] == units_needed(0.4, 0.8, 0.025)
+    assert rows[-1]["detectable_80"] == detectable_correlation(14)
+    table = design_table(14, (0.69,), 2)
+    assert "| 0.69 | 0.83 | 0.75 | 14 | 16 |" in table  # docs/binding.md's second design
