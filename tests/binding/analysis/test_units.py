@@ -82,6 +82,23 @@ def test_units_name_objectives_and_the_settings_that_differ():
     assert runs[2] == "simclr [steps=1000], seed 0" and runs[5] == "oracle"
 
 
+def test_one_objective_on_two_backbones_is_two_units():
+    """The family comparison's second design (docs/binding.md): objective x backbone units. The
+    configuration holds the backbone, so a ViT run and a ResNet run of one objective are two
+    units, named by what differs, and their seeds stay nested in each."""
+    vit = {"backbone": "vit", "timm_model": "vit_tiny_patch16_224"}
+    table = pd.DataFrame(
+        [
+            row("clip_s0", "vision_language", meta("clip", 0)),
+            row("clip_s1", "vision_language", meta("clip", 1)),
+            row("clip_vit_s0", "vision_language", meta("clip", 0, **vit)),
+        ]
+    )
+    labels = unit_labels(table)
+    assert labels[0] == labels[1] != labels[2]
+    assert "backbone" in labels[0] and "backbone" in labels[2]
+
+
 def test_a_checkpoint_and_the_untrained_network_twice_are_refused_naming_the_rows():
     dose = meta("supervised", 0, hparams={"slot_weight": 1.0})
     table = pd.DataFrame(
