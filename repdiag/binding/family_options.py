@@ -21,7 +21,7 @@ from typing import Any
 from repdiag.binding.causal.options import causal_models
 from repdiag.common.families import APART_FAMILIES, CONTROL_FAMILY
 from repdiag.core.errors import ConfigError
-from repdiag.core.series import named_series, series_cells
+from repdiag.core.series import checkpoint_name, named_series, series_cells
 from repdiag.encoders.zoo.spec import run_spec
 
 AXES = ("objective", "seed")
@@ -35,7 +35,8 @@ def family_cells(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One record per run of the compared series: ``series``, ``objective`` (the axis label),
     ``seed``, ``run`` (the zoo run: the cell's own, or the existing run named for it),
     ``model`` (the model of that run, named like it) and ``declared`` (False for an existing
-    run: it belongs to whichever part of the config declared it)."""
+    run: it belongs to whichever part of the config declared it); then one per step the run
+    saves (its ``save_at``: run and model ``<run>-step<t>``, ``saved_by`` the run)."""
     records = []
     for name, declared, existing in named_series(config, "binding_families.series", "its runs"):
         if set(declared.get("axes") or {}) != set(AXES):
@@ -45,16 +46,19 @@ def family_cells(config: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         for cell in series_cells(name, declared):
             run = existing.get(cell["name"], cell["name"])
-            records.append(
-                {
-                    "series": name,
-                    "objective": cell["labels"]["objective"],
-                    "seed": int(cell["values"]["seed"]),
-                    "run": run,
-                    "model": run,
-                    "declared": cell["name"] not in existing,
-                }
-            )
+            record = {
+                "series": name,
+                "objective": cell["labels"]["objective"],
+                "seed": int(cell["values"]["seed"]),
+                "run": run,
+                "model": run,
+                "declared": cell["name"] not in existing,
+            }
+            records.append(record)
+            saved = ((config.get("zoo") or {}).get("objectives") or {}).get(run) or {}
+            for step in saved.get("save_at") or []:  # checkpoints nested in their run
+                child = checkpoint_name(run, step)
+                records.append(record | {"run": child, "model": child, "saved_by": run})
     return records
 
 

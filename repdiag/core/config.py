@@ -309,7 +309,10 @@ def fill_defaults(
             if config.get("series"):
                 expand_series(config)
                 fill_defaults(config, root, SCHEMA.parent)
+            models = len(config.get("models") or {})
             expand_saved(config)
+            if len(config.get("models") or {}) != models:  # a series run's saved steps: models
+                fill_defaults(config, root, SCHEMA.parent)
         return config
     schema, base = _resolve(schema, base)
     if isinstance(config, dict):

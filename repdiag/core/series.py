@@ -261,6 +261,21 @@ def _check_saving(where: str, name: str, entry: Mapping[str, Any]) -> None:
         )
 
 
+def _declare_saved_model(config: dict[str, Any], parent: str, child: str) -> None:
+    """A model for the saved step ``child`` of a run whose model a series declared (key and id
+    the run's name), in the run's family, unless some model already reads ``child`` (a hand-
+    declared checkpoint model keeps its own key)."""
+    models = config.setdefault("models", {})
+    entry = models.get(parent) or {}
+    if entry.get("source") != "zoo" or entry.get("id") != parent:
+        return
+    if any(
+        (m or {}).get("source") == "zoo" and (m or {}).get("id") == child for m in models.values()
+    ):
+        return
+    models[child] = {"source": "zoo", "id": child, "family": entry.get("family")}
+
+
 def expand_saved(config: dict[str, Any]) -> None:
     """Declare the zoo run ``<name>-step<t>`` (:func:`checkpoint_name`) for every step ``t`` a
     run's ``save_at`` lists, in place: the run's settings with ``stop_at: t`` and ``saved_by``
@@ -282,6 +297,7 @@ def expand_saved(config: dict[str, Any]) -> None:
                     "declares with other settings; rename one of them"
                 )
             runs[child] = declared
+            _declare_saved_model(config, name, child)
     for name, entry in runs.items():
         parent = entry.get("saved_by") if isinstance(entry, dict) else None
         if parent is None:

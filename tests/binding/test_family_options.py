@@ -122,3 +122,22 @@ def test_a_run_both_compared_and_regularised_is_refused() -> None:
     raw["series"]["fam"]["existing"]["simclr_fam_s0"] = "jer_raise_s0"
     with pytest.raises(ConfigError, match=r"\['jer_raise_s0'\] are also arms of the JER"):
         check_family_config(resolved(raw))
+
+
+def test_saved_steps_of_compared_runs_are_members_nested_in_their_run() -> None:
+    """A compared run's `save_at` steps are models of the comparison (built by binding_families,
+    not by the main study), each recorded with the run that saved it."""
+    raw = raw_test_config()
+    raw["series"]["fam"]["run"]["save_at"] = [1]
+    config = resolved(raw)
+    check_family_config(config)
+    saved = [c for c in family_cells(config) if "saved_by" in c]
+    assert [(c["model"], c["saved_by"], c["declared"]) for c in saved] == [
+        ("simclr_fam_s1-step1", "simclr_fam_s1", True),
+        ("supervised_fam_s1-step1", "supervised_fam_s1", True),
+    ]
+    assert {"simclr_fam_s1-step1", "supervised_fam_s1-step1"} <= set(family_models(config))
+    assert {"simclr_fam_s1-step1", "supervised_fam_s1-step1"} <= set(family_members(config))
+    from repdiag.binding.outputs import binding_models
+
+    assert not {"simclr_fam_s1-step1", "supervised_fam_s1-step1"} & set(binding_models(config))

@@ -211,3 +211,36 @@ def test_a_saved_step_whose_name_is_taken_is_refused():
     config["zoo"]["objectives"]["simclr-step1"] = {"objective": "clip", "steps": 1}
     with pytest.raises(ConfigError, match=r"step 1 is the run 'simclr-step1'"):
         fill_defaults(config)
+
+
+def test_a_series_runs_saved_steps_get_models_and_hand_declared_ones_keep_theirs():
+    """A run a series declares (model key and id its name) gets a model per saved step, in its
+    family; a step some model already reads (config/test.yaml's hand-declared `dose` checkpoint)
+    gets no second one."""
+    from tests.encoders.zoo.conftest import tiny_config
+
+    config = tiny_config()
+    config["series"] = {
+        "fam": {
+            "name": "{objective}_fam_s{seed}",
+            "family": "contrastive",
+            "run": {"backbone": "vit", "steps": 3, "batch_size": 8, "save_at": [1]},
+            "axes": {
+                "objective": {"set": "objective", "values": ["simclr"]},
+                "seed": {"set": "seed", "values": [0, 1]},
+            },
+        }
+    }
+    config = fill_defaults(config)
+    models = config["models"]
+    for seed in (0, 1):
+        child = f"simclr_fam_s{seed}-step1"
+        declared = {key: models[child][key] for key in ("source", "id", "family")}
+        assert declared == {"source": "zoo", "id": child, "family": "contrastive"}
+        assert config["zoo"]["objectives"][child]["saved_by"] == f"simclr_fam_s{seed}"
+    before = copy.deepcopy(models)
+    fill_defaults(config)  # idempotent
+    assert config["models"] == before
+    test_config = load_config(REPO / "config" / "test.yaml")
+    readers = [k for k, m in test_config["models"].items() if m.get("id") == "dose-step2"]
+    assert readers == ["dose"]  # the hand-declared model alone

@@ -13,6 +13,7 @@ binding-supervised upper bounds, dose-series runs or JER interventions: ``APART_
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -141,9 +142,22 @@ def learned_models(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def trained_models(table: pd.DataFrame) -> pd.DataFrame:
-    """The models of an objective family (not controls, not told the binding): the population of
-    every correlation and fit."""
-    return table[~table["family"].isin(APART_FAMILIES)].reset_index(drop=True)
+    """The final networks of an objective family (not controls, not told the binding): the
+    population of every correlation and fit. A step a run saved on its way (``step`` below the
+    configured ``steps``) is a point inside its run, not a network of its own, and is left out."""
+    return table[~table["family"].isin(APART_FAMILIES) & ~saved_steps(table)].reset_index(drop=True)
+
+
+def saved_steps(table: pd.DataFrame) -> pd.Series:
+    """Rows of a network saved before its run's last step: ``step`` below the ``steps`` of its
+    configuration (False where either is unknown: a pretrained encoder, a control)."""
+    configured = [
+        json.loads(text).get("steps") if isinstance(text, str) and text.startswith("{") else None
+        for text in table.get("configuration", pd.Series(None, index=table.index))
+    ]
+    step = pd.to_numeric(table.get("step", pd.Series(np.nan, index=table.index)), errors="coerce")
+    total = pd.to_numeric(pd.Series(configured, index=table.index), errors="coerce")
+    return (step < total).fillna(False)
 
 
 FAMILY_COLUMNS = [
@@ -316,9 +330,10 @@ def between_within_table(runs: pd.DataFrame, settings: StatsSettings) -> pd.Data
 def comparison_models(everything: pd.DataFrame) -> pd.DataFrame:
     """The networks of the family comparison: the objective families' runs, the controls and
     the binding-supervised upper bounds (the dose series and the JER intervention are analysed
-    apart: repdiag.binding.dose, repdiag.binding.causal)."""
+    apart: repdiag.binding.dose, repdiag.binding.causal); final networks only (:func:`saved_steps`)."""
     apart = [f for f in APART_FAMILIES if f not in COMPARED_APART]
-    return everything[~everything["family"].isin(apart)].reset_index(drop=True)
+    keep = ~everything["family"].isin(apart) & ~saved_steps(everything)
+    return everything[keep].reset_index(drop=True)
 
 
 def statistics_tables(

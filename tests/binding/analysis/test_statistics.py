@@ -12,7 +12,12 @@ from scipy import stats as sps
 
 from repdiag.binding.analysis.aggregate import aggregate
 from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
-from repdiag.binding.analysis.statistics import family_table, ols_fits, statistics_tables
+from repdiag.binding.analysis.statistics import (
+    family_table,
+    ols_fits,
+    saved_steps,
+    statistics_tables,
+)
 from repdiag.binding.analysis.units import configuration
 from repdiag.common.claims import study_claims
 from repdiag.common.exact import PERMUTATION_DRAWS, format_p, permutation_correlation_p
@@ -252,13 +257,23 @@ def aggregate_depth(fake_run) -> pd.DataFrame:
     return aggregate(models, *model_paths(root, models), SETTINGS).depth
 
 
-def test_seeds_counted_as_units_or_a_pooled_checkpoint_are_refused_naming_the_rows(fake_run):
+def test_seeds_counted_as_units_are_refused_and_a_saved_step_is_left_out(fake_run):
+    """Two seeds of an objective as two points are refused, naming the rows. A step a run saved
+    on its way (step 100 of a 300-step run) is a point inside its run: the comparison over final
+    networks leaves it out, so its tables equal those without it; a second row of the same run
+    at its last step is still refused."""
     root, models, _ = fake_run
     table = seeded(aggregate(models, *model_paths(root, models), SETTINGS).models)
     with pytest.raises(ReplicationError) as err:
         ols_fits(table, SETTINGS)  # two seeds of an objective as two points
     assert "the OLS fits" in str(err.value) and "obj0: m00, m01" in str(err.value)
+    depth = aggregate_depth(fake_run)
     checkpoint = table.iloc[[0]].assign(model="m00_step100", step=100.0)
+    assert bool(saved_steps(checkpoint).iloc[0]) and not saved_steps(table).any()
     pooled = pd.concat([table, checkpoint], ignore_index=True)
-    with pytest.raises(ReplicationError, match=r"obj0, seed 0: m00, m00_step100"):
-        statistics_tables(pooled, aggregate_depth(fake_run), SETTINGS)
+    with_saved = statistics_tables(pooled, depth, SETTINGS)
+    without = statistics_tables(table, depth, SETTINGS)
+    pd.testing.assert_frame_equal(with_saved["correlations"], without["correlations"])
+    twice = pd.concat([table, table.iloc[[0]].assign(model="m00_again")], ignore_index=True)
+    with pytest.raises(ReplicationError, match=r"obj0, seed 0: m00, m00_again"):
+        statistics_tables(twice, depth, SETTINGS)
