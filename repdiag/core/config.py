@@ -309,9 +309,7 @@ def fill_defaults(
             if config.get("series"):
                 expand_series(config)
                 fill_defaults(config, root, SCHEMA.parent)
-            models = len(config.get("models") or {})
-            expand_saved(config)
-            if len(config.get("models") or {}) != models:  # a series run's saved steps: models
+            if expand_saved(config):  # it declared models (a series run's saved steps)
                 fill_defaults(config, root, SCHEMA.parent)
         return config
     schema, base = _resolve(schema, base)

@@ -261,27 +261,28 @@ def _check_saving(where: str, name: str, entry: Mapping[str, Any]) -> None:
         )
 
 
-def _declare_saved_model(config: dict[str, Any], parent: str, child: str) -> None:
+def _declare_saved_model(config: dict[str, Any], parent: str, child: str) -> bool:
     """A model for the saved step ``child`` of a run whose model a series declared (key and id
     the run's name), in the run's family, unless some model already reads ``child`` (a hand-
-    declared checkpoint model keeps its own key)."""
+    declared checkpoint model keeps its own key). Whether it declared one."""
     models = config.setdefault("models", {})
     entry = models.get(parent) or {}
-    if entry.get("source") != "zoo" or entry.get("id") != parent:
-        return
-    if any(
-        (m or {}).get("source") == "zoo" and (m or {}).get("id") == child for m in models.values()
-    ):
-        return
+    readers = [m for m in models.values() if (m or {}).get("id") == child]
+    if entry.get("source") != "zoo" or entry.get("id") != parent or readers:
+        return False
     models[child] = {"source": "zoo", "id": child, "family": entry.get("family")}
+    return True
 
 
-def expand_saved(config: dict[str, Any]) -> None:
+def expand_saved(config: dict[str, Any]) -> bool:
     """Declare the zoo run ``<name>-step<t>`` (:func:`checkpoint_name`) for every step ``t`` a
     run's ``save_at`` lists, in place: the run's settings with ``stop_at: t`` and ``saved_by``
-    the run, whose one training writes it (repdiag.encoders.zoo.saved). A ``saved_by`` no
-    ``save_at`` explains, or a run of that name with other settings, is a ConfigError."""
+    the run, whose one training writes it (repdiag.encoders.zoo.saved), and its model where a
+    series declared the run's (:func:`_declare_saved_model`; returns whether it declared any).
+    A ``saved_by`` no ``save_at`` explains, or a run of that name with other settings, is a
+    ConfigError."""
     runs = (config.get("zoo") or {}).get("objectives") or {}
+    declared_models = False
     for name, entry in list(runs.items()):
         if not isinstance(entry, dict) or not entry.get("save_at"):
             continue
@@ -297,7 +298,7 @@ def expand_saved(config: dict[str, Any]) -> None:
                     "declares with other settings; rename one of them"
                 )
             runs[child] = declared
-            _declare_saved_model(config, name, child)
+            declared_models = _declare_saved_model(config, name, child) or declared_models
     for name, entry in runs.items():
         parent = entry.get("saved_by") if isinstance(entry, dict) else None
         if parent is None:
@@ -308,3 +309,4 @@ def expand_saved(config: dict[str, Any]) -> None:
                 f"zoo.objectives.{name}.saved_by: set by the workflow for the steps a run's "
                 "save_at lists; remove it (or list the step in the run's save_at)"
             )
+    return declared_models
