@@ -121,3 +121,13 @@ def test_the_steps_table_has_one_row_per_zoo_run_with_its_values(workflow_run: P
         model = models[models["run"] == row["run"]].iloc[0]  # the model that loads the run
         low, high = model["binding_cosine_ci_low"], model["binding_cosine_ci_high"]
         assert row["binding cosine"] == f"{model['binding_cosine']:.3f} [{low:.2f}, {high:.2f}]"
+
+
+def test_the_change_a_parameter_example_starts_from_the_configs_value():
+    """README and docs/guide.md change metrics.readouts.knn.k from config/config.yaml's value."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    k = config["metrics"]["readouts"]["knn"]["k"]
+    assert f"metrics.readouts.knn.k: {k} -> {k + 1}" in (REPO / "README.md").read_text()
+    assert f"changed from {k} to {k + 1}" in (REPO / "docs" / "guide.md").read_text()

@@ -17,6 +17,12 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         "statistics over %d models (%d bootstrap resamples)", len(models), settings.n_bootstrap
     )
     tables = statistics_tables(models, depth, settings)
+    primary = getattr(snakemake.params, "primary", None)
+    if primary:  # the family comparison's pre-registered family (rules/binding/families.smk)
+        from repdiag.binding.analysis.primary import primary_table
+        from repdiag.binding.analysis.statistics import family_means
+
+        tables["primary"] = primary_table(family_means(models), settings, primary)
     for name, table in tables.items():
         if isinstance(table, pd.DataFrame):
             write_csv(table, snakemake.output[name])

@@ -56,11 +56,21 @@ use rule stats_tables as family_tables with:
         dose_series=f"{FAMILIES_DIR}/dose_series.csv",
         between_within=f"{FAMILIES_DIR}/between_within.csv",
         paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
+        primary=f"{FAMILIES_DIR}/primary.csv",
     log:
         log_file("family_tables", "all"),
     benchmark:
         bench_file("family_tables", "all")
     priority: 0
+    params:
+        stats=seeded(
+            {
+                **config["stats"],
+                "binding_score": config["binding_families"]["binding_score"],
+            },
+            config,
+        ),
+        primary=config["binding_families"]["primary"],
 
 
 use rule plot_metric_scatter as family_scatter with:

@@ -70,4 +70,6 @@ def test_on_request_models_leave_the_main_study_and_fill_their_own_targets() -> 
     )
     assert "results/binding_causal/summary.md" in outputs["binding_causal"]
     assert "results/binding_families/correlations.csv" in outputs["binding_families"]
-    assert len(outputs["binding_families"]) == len(TABLES) + 3  # + scatter png/pdf + summary
+    assert (
+        len(outputs["binding_families"]) == len(TABLES) + 4
+    )  # + primary, scatter png/pdf, summary

@@ -210,6 +210,11 @@ def test_the_family_comparison_takes_the_objective_as_the_unit(extras: Path) -> 
     assert binding.loc["supervised", "mean"] == pytest.approx(
         models[models["family"] == "supervised"]["binding_cosine"].mean()
     )
+    primary = pd.read_csv(results / "primary.csv")  # the pre-registered family, win rate
+    assert list(primary["metric"]) == ["jer", "g_pr"]
+    assert set(primary["binding_score"]) == {"win_rate"} and set(primary["family_size"]) == {2}
+    assert primary["pearson_r"].isna().all() and not primary["rejected"].any()  # 2 units
+    assert (primary["note"].str.len() > 0).all()
     summary = (results / "summary.md").read_text()
     assert "too few" in summary  # 2 objectives: the tables say so instead of giving numbers
     image = mpimg.imread(results / "metric_scatter.png")

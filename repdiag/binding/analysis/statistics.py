@@ -336,6 +336,12 @@ def comparison_models(everything: pd.DataFrame) -> pd.DataFrame:
     return everything[keep].reset_index(drop=True)
 
 
+def family_means(table: pd.DataFrame) -> pd.DataFrame:
+    """The units of the family comparison, one row each: the objective families' final networks
+    (:func:`trained_models`), seeds averaged (:func:`repdiag.binding.analysis.units.unit_means`)."""
+    return unit_means(trained_models(with_units(table)), "the family comparison")
+
+
 def statistics_tables(
     table: pd.DataFrame, depth: pd.DataFrame, settings: StatsSettings
 ) -> dict[str, pd.DataFrame | str]:

@@ -121,8 +121,8 @@ def knn_scores(
     candidates: np.ndarray,
     reference: np.ndarray | None = None,
     *,
-    k: int = 10,
-    weights: str = "similarity",
+    k: int,
+    weights: str,
 ) -> np.ndarray:
     """score(q, c) = cos(s(q), s(c)), ``s(x) = x + sum_{r in N_k(x)} w(x, r) r`` (kNN smoothing).
 
@@ -157,8 +157,8 @@ def local_pca_scores(
     candidates: np.ndarray,
     reference: np.ndarray | None = None,
     *,
-    k: int = 20,
-    dim: int = 5,
+    k: int,
+    dim: int,
 ) -> np.ndarray:
     """score(q, c) = -(sum_j (u_j . r)^2 / l_j + (|r|^2 - sum_j (u_j . r)^2) / s2), r = c - q.
 

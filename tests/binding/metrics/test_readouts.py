@@ -10,6 +10,10 @@ from repdiag.binding.metrics import readouts as ro
 from repdiag.common.intervals import wilson_interval
 from repdiag.core.errors import RegistryError
 
+# kNN's settings, passed whole: the readouts take no default of their own (the schema holds them)
+KNN5 = {"k": 5, "weights": "similarity"}
+KNN10 = {"k": 10, "weights": "similarity"}
+
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
@@ -106,9 +110,9 @@ def test_knn_matches_loop(task, weights: str) -> None:
 
 
 def test_knn_scores_are_scale_free_cosines(task) -> None:
-    scores = ro.readout_scores(task["query"], task["candidates"], "knn", task["reference"], k=5)
+    scores = ro.readout_scores(task["query"], task["candidates"], "knn", task["reference"], **KNN5)
     scaled = ro.readout_scores(
-        3 * task["query"], 0.5 * task["candidates"], "knn", 7 * task["reference"], k=5
+        3 * task["query"], 0.5 * task["candidates"], "knn", 7 * task["reference"], **KNN5
     )
     np.testing.assert_allclose(scaled, scores, atol=1e-12)
     assert np.all(np.abs(scores) <= 1 + 1e-12)
@@ -119,7 +123,7 @@ def test_knn_keeps_up_with_cosine_on_a_binding_encoder(seed: int, noise: float) 
     """Latent-class embeddings bind under cosine; kNN must not lose more than 0.05 of it."""
     query, candidates, reference, correct = _latent_classes(seed, noise)
     cosine = ro.binding_accuracy(query, candidates, correct)
-    knn = ro.binding_accuracy(query, candidates, correct, "knn", reference, k=10)
+    knn = ro.binding_accuracy(query, candidates, correct, "knn", reference, **KNN10)
     assert cosine["ci_low"] > 2 * cosine["chance"]  # clearly above chance
     assert knn["accuracy"] >= cosine["accuracy"] - 0.05
 
@@ -128,7 +132,7 @@ def test_knn_keeps_up_with_cosine_on_a_binding_encoder(seed: int, noise: float) 
     ("readout", "options"),
     [
         ("cosine", {}),
-        ("knn", {"k": 10}),
+        ("knn", KNN10),
         ("knn", {"k": 10, "weights": "binary"}),
         ("local_pca", {"k": 20, "dim": 5}),
     ],
@@ -178,7 +182,11 @@ def test_exact_copies_are_found_by_every_readout(task) -> None:
     correct = rng.integers(0, 4, size=6)
     candidates = task["candidates"].copy()
     candidates[np.arange(6), correct] = task["query"]
-    options = {"cosine": {}, "knn": {"k": 6}, "local_pca": {"k": 8, "dim": 4}}
+    options = {
+        "cosine": {},
+        "knn": {"k": 6, "weights": "similarity"},
+        "local_pca": {"k": 8, "dim": 4},
+    }
     for name, opts in options.items():
         result = ro.binding_accuracy(
             task["query"], candidates, correct, name, task["reference"], **opts
@@ -227,7 +235,7 @@ def test_constant_encoder_scores_exactly_chance_under_every_readout(n_candidates
     candidates = np.tile(vector, (40, n_candidates, 1))
     reference = np.tile(vector, (30, 1))
     correct = rng.integers(0, n_candidates, size=40)
-    options = {"cosine": {}, "knn": {"k": 10}, "local_pca": {"k": 20, "dim": 5}}
+    options = {"cosine": {}, "knn": KNN10, "local_pca": {"k": 20, "dim": 5}}
     for name, opts in options.items():
         result = ro.binding_accuracy(query, candidates, correct, name, reference, **opts)
         assert result["accuracy"] == pytest.approx(1 / n_candidates, rel=1e-12), name
@@ -260,10 +268,10 @@ def test_result_fields_and_interval_match_scipy() -> None:
 
 def test_candidate_order_does_not_matter(task) -> None:
     correct = np.array([0, 1, 2, 3, 0, 1])
-    base = ro.readout_scores(task["query"], task["candidates"], "knn", task["reference"], k=5)
+    base = ro.readout_scores(task["query"], task["candidates"], "knn", task["reference"], **KNN5)
     perm = np.array([2, 0, 3, 1])
     shuffled = ro.readout_scores(
-        task["query"], task["candidates"][:, perm], "knn", task["reference"], k=5
+        task["query"], task["candidates"][:, perm], "knn", task["reference"], **KNN5
     )
     np.testing.assert_allclose(shuffled, base[:, perm])
     inverse = np.argsort(perm)
@@ -275,11 +283,14 @@ def test_candidate_order_does_not_matter(task) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"readout": "knn"}, "needs a reference"),
-        ({"readout": "knn", "reference": np.ones((3, 5)), "k": 4}, "k=4"),
-        ({"readout": "knn", "reference": np.ones((9, 4))}, r"\(n, 5\) like the queries"),
-        ({"readout": "local_pca", "reference": np.full((9, 5), np.inf)}, "reference holds NaN"),
-        ({"readout": "knn", "reference": np.ones((9, 5)), "weights": "rank"}, "weights"),
+        ({"readout": "knn", **KNN5}, "needs a reference"),
+        ({"readout": "knn", "reference": np.ones((3, 5)), **KNN5, "k": 4}, "k=4"),
+        ({"readout": "knn", "reference": np.ones((9, 4)), **KNN5}, r"\(n, 5\) like the queries"),
+        (
+            {"readout": "local_pca", "reference": np.full((9, 5), np.inf), "k": 4, "dim": 2},
+            "holds NaN",
+        ),
+        ({"readout": "knn", "reference": np.ones((9, 5)), "k": 5, "weights": "rank"}, "weights"),
         ({"readout": "local_pca", "reference": np.ones((9, 5)), "k": 4, "dim": 4}, "dim=4"),
         ({"correct_index": np.array([0, 0, 9])}, r"\[0, 2\)"),
         ({"correct_index": np.array([0.0, 0, 1])}, "integers"),
@@ -344,3 +355,23 @@ def test_the_win_rate_separates_encoders_that_tie_in_accuracy() -> None:
     for scores, win in ((last, 1 / 8), (second, 1 / 8 + 7 / 8 * 6 / 7)):
         assert ro.hit_credit(scores, correct).mean() == 1 / 8
         assert ro.win_rate(scores, correct).mean() == pytest.approx(win, abs=1e-12)
+
+
+def test_each_readouts_settings_are_its_schema_section_with_no_default_of_its_own() -> None:
+    """One home for every value (issue 61): a readout's keyword settings are exactly the keys of
+    ``metrics.readouts.<name>`` in schemas/metrics.schema.yaml, whose defaults are the only ones
+    (filled into the config once, by repdiag.core.config.fill_defaults): a signature default
+    would be a second home that could drift from the schema's."""
+    import inspect
+
+    from repdiag.core.config import schema_defaults
+
+    sections = schema_defaults("metrics")["readouts"]
+    for name in ro.READOUTS.names():
+        keyword = {
+            key: parameter.default
+            for key, parameter in inspect.signature(ro.READOUTS.get(name)).parameters.items()
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+        assert sorted(keyword) == sorted(sections.get(name, {})), name
+        assert all(default is inspect.Parameter.empty for default in keyword.values()), name
