@@ -95,6 +95,12 @@ def slot_probe_accuracy(features: np.ndarray, slot_shape: np.ndarray) -> float:
     return float(np.mean(scores))
 
 
+def same_weights(first: nn.Module, second: nn.Module) -> bool:
+    """Whether two modules hold the same tensors under the same names, bit for bit."""
+    a, b = first.state_dict(), second.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
+
+
 def probe_check(
     trained: nn.Module,
     initial: nn.Module,
@@ -105,12 +111,19 @@ def probe_check(
     margin: float = PROBE_MARGIN,
     n_images: int = N_PROBE,
 ) -> dict[str, Any]:
-    """Per-slot shape probe accuracy of the trained and the random-initialised backbone."""
+    """Per-slot shape probe accuracy of the trained and the random-initialised backbone (probed
+    once when their weights are equal: a run of 0 steps is its initialisation)."""
     batch = scene_batch(scenes, scene_seed + PROBE_SEED_OFFSET, 0, n_images)
-    accuracy = {
-        name: slot_probe_accuracy(pooled_features(model, batch.images, mean, std), batch.slot_shape)
-        for name, model in (("trained", trained), ("random_init", initial))
-    }
+
+    def probe(model: nn.Module) -> float:
+        return slot_probe_accuracy(
+            pooled_features(model, batch.images, mean, std), batch.slot_shape
+        )
+
+    accuracy = {"trained": probe(trained)}
+    accuracy["random_init"] = (
+        accuracy["trained"] if same_weights(trained, initial) else probe(initial)
+    )
     return {
         "slot_probe_accuracy": accuracy["trained"],
         "slot_probe_accuracy_random_init": accuracy["random_init"],

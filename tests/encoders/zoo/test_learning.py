@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from repdiag.core.config import load_config
-from repdiag.encoders.zoo.learning import plateau_check, slot_probe_accuracy
+from repdiag.encoders.zoo.learning import plateau_check, same_weights, slot_probe_accuracy
 from repdiag.encoders.zoo.objectives.clip import clip_loss
 from repdiag.encoders.zoo.objectives.simclr import nt_xent_loss
 from repdiag.encoders.zoo.objectives.simmim import simmim_loss
@@ -167,3 +167,14 @@ def test_a_short_supervised_run_on_its_scenes_is_flagged_learned(short_runs):
     assert learning["left_plateau"] and learning["learned"], learning
     # told the slots, it also reads them better than its random initialisation
     assert learning["slot_probe_gain"] > 0.02 and learning["beats_random_init"], learning
+
+
+def test_same_weights_compares_every_tensor_bit_for_bit():
+    first = torch.nn.Linear(3, 2)
+    second = torch.nn.Linear(3, 2)
+    second.load_state_dict(first.state_dict())
+    assert same_weights(first, second)
+    with torch.no_grad():
+        second.bias[0] = torch.nextafter(second.bias[0], torch.tensor(2.0))
+    assert not same_weights(first, second)
+    assert not same_weights(first, torch.nn.Linear(3, 2, bias=False))
