@@ -53,6 +53,26 @@ def _set_entry(path: Path, name: str, entry: dict | None) -> None:
     (path / "zarr.json").write_text(json.dumps(group))
 
 
+def _readers_in_subprocess(path: Path) -> dict:
+    """open_store and repdiag inspect on ``path`` in a fresh interpreter: their StoreError
+    messages (``errors``), its peak before them (``before_mib``) and at the end (``peak_mib``)."""
+    return _in_subprocess(
+        f"""
+        from repdiag.core.errors import StoreError
+        from repdiag.core.inspect import describe_store
+        from repdiag.core.store import open_store
+        before = peak_mib()
+        result = {{"errors": []}}
+        for reader in (open_store, describe_store):
+            try:
+                reader({str(path)!r})
+            except StoreError as err:
+                result["errors"].append(str(err))
+        result["before_mib"] = before
+        """
+    )
+
+
 def _in_subprocess(code: str, env: dict | None = None) -> dict:
     """Run ``code`` (which sets ``result``) in a fresh interpreter; its result and peak RSS."""
     return run_measured(code, env=env)
@@ -160,21 +180,7 @@ def test_a_1_gib_coordinate_in_a_small_store_is_refused_before_it_is_decoded(tmp
     path = _big_coordinate_store(tmp_path / "big.zarr")
     on_disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     assert on_disk < 2_000_000
-    result = _in_subprocess(
-        f"""
-        from repdiag.core.errors import StoreError
-        from repdiag.core.inspect import describe_store
-        from repdiag.core.store import open_store
-        before = peak_mib()
-        result = {{"errors": []}}
-        for reader in (open_store, describe_store):
-            try:
-                reader({str(path)!r})
-            except StoreError as err:
-                result["errors"].append(str(err))
-        result["before_mib"] = before
-        """
-    )
+    result = _readers_in_subprocess(path)
     assert len(result["errors"]) == 2
     for message in result["errors"]:
         assert "array 'image' decodes to 1073741824 bytes from" in message, message
@@ -231,21 +237,7 @@ def test_a_forged_chunk_with_a_good_checksum_is_refused_unread(tmp_path, size, e
     chunk = next(p for p in sorted((path / "query_image" / "c").rglob("*")) if p.is_file())
     chunk.write_bytes(rle_bomb(size))
     key = chunk.relative_to(path).as_posix()
-    result = _in_subprocess(
-        f"""
-        from repdiag.core.errors import StoreError
-        from repdiag.core.inspect import describe_store
-        from repdiag.core.store import open_store
-        before = peak_mib()
-        result = {{"errors": []}}
-        for reader in (open_store, describe_store):
-            try:
-                reader({str(path)!r})
-            except StoreError as err:
-                result["errors"].append(str(err))
-        result["before_mib"] = before
-        """
-    )
+    result = _readers_in_subprocess(path)
     assert len(result["errors"]) == 2
     for message in result["errors"]:
         assert expected.format(key=key) in message, message

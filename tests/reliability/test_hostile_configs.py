@@ -356,6 +356,23 @@ def _zoo_run(tmp_path: Path, meta_edit=None, tensor_edit=None) -> Path:
     return run
 
 
+def _refused_load(run: Path) -> tuple[str, int]:
+    """The EncoderError message of loading the zoo run ``run`` and the peak resident growth in
+    bytes while it was refused."""
+    from repdiag.core.errors import EncoderError
+    from repdiag.encoders.zoo.checkpoint import load_zoo_model
+
+    errors: list[str] = []
+
+    def load() -> None:
+        with pytest.raises(EncoderError) as err:
+            load_zoo_model(run)
+        errors.append(str(err.value))
+
+    growth = _peak_rss_growth(load)
+    return errors[0], growth
+
+
 def test_a_zoo_meta_json_goes_through_the_config_caps(tmp_path: Path) -> None:
     from repdiag.core.errors import EncoderError
     from repdiag.encoders.zoo.checkpoint import load_zoo_model
@@ -367,15 +384,8 @@ def test_a_zoo_meta_json_goes_through_the_config_caps(tmp_path: Path) -> None:
         meta["timm_kwargs"].update({"img_size": 4096, "patch_size": 1})
 
     run = _zoo_run(tmp_path / "huge", meta_edit=huge)
-    errors: list[str] = []
-
-    def load() -> None:
-        with pytest.raises(EncoderError) as err:
-            load_zoo_model(run)
-        errors.append(str(err.value))
-
-    growth = _peak_rss_growth(load)
-    assert str(run / "meta.json") in errors[0] and "above the cap" in errors[0], errors
+    error, growth = _refused_load(run)
+    assert str(run / "meta.json") in error and "above the cap" in error, error
     assert growth < 500 * 2**20, growth  # refused on the meta device, before the 3 GB build
 
     def over_cap(meta: dict) -> None:
@@ -395,7 +405,6 @@ def test_a_zoo_head_wider_than_its_weights_is_refused_before_it_is_built(tmp_pat
     """Issue 60, class 1: meta.json's head of widths [32, 25000, 25000, 32] over a file with no
     head allocated 3.2 GB before the strict load failed; the shapes are compared on the meta
     device first."""
-    from repdiag.core.errors import EncoderError
     from repdiag.encoders.zoo.checkpoint import load_zoo_model
 
     load_zoo_model(_zoo_run(tmp_path / "ok"))  # sets this process's peak for the control
@@ -404,16 +413,9 @@ def test_a_zoo_head_wider_than_its_weights_is_refused_before_it_is_built(tmp_pat
         meta["head"] = {"type": "mlp", "dims": [32, 25000, 25000, 32]}
 
     run = _zoo_run(tmp_path / "wide", meta_edit=wide_head)
-    errors: list[str] = []
-
-    def load() -> None:
-        with pytest.raises(EncoderError) as err:
-            load_zoo_model(run)
-        errors.append(str(err.value))
-
-    growth = _peak_rss_growth(load)
-    assert "does not hold the architecture" in errors[0] and "(file: absent)" in errors[0], errors
-    assert "head." in errors[0] and str(run / "meta.json") in errors[0]
+    error, growth = _refused_load(run)
+    assert "does not hold the architecture" in error and "(file: absent)" in error, error
+    assert "head." in error and str(run / "meta.json") in error
     assert growth < 200 * 2**20, growth  # nothing of the 2.5 GB head allocated
 
 
