@@ -105,9 +105,10 @@ def test_validate_help_documents_no_weights(capsys):
 
 
 def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsys):
-    """config/config.yaml: 130 zoo runs (17 + the 16 of the dose series and its trajectory + the 60
-    runs of binding_causal's six arms x 10 seeds + the 16 of the dose series' replicate + the 21
-    of binding_families), built from their specs (no checkpoint needed), and 7 controls."""
+    """config/config.yaml: 165 zoo runs (17 + the 16 of the dose series and its trajectory + the 60
+    runs of binding_causal's six arms x 10 seeds + the 16 of the dose series' replicate + the 28
+    of binding_families, 21 ResNet and 7 ViT, each with its step-1000 checkpoint), built from their
+    specs (no checkpoint needed), and 7 controls."""
     import re
 
     from repdiag.core.config import load_config
@@ -117,7 +118,7 @@ def test_plan_of_the_embedded_default_lists_every_zoo_model_and_the_totals(capsy
     out = capsys.readouterr().out
     config = load_config("config/config.yaml")
     zoo = [key for key, entry in config["models"].items() if entry["source"] == "zoo"]
-    assert len(zoo) == 130
+    assert len(zoo) == 165
     for key in zoo:  # a saved step's model names its run (dose_1_s0-step100)
         assert f"{key}: zoo run {config['models'][key]['id']} (from its spec)" in out
     # 16 + 8 probe images; a zoo ResNet tap's d_out VJPs: 32 + 64 + 128 + 256 (auto: all exact)

@@ -55,28 +55,39 @@ def test_the_test_series_names_two_objectives_x_two_seeds() -> None:
     assert family_members(load_config(REPO / "config" / "test.yaml")) == []
 
 
-def test_the_default_compares_seven_objectives_x_three_seeds_at_3000_steps_with_the_controls():
+def test_the_default_compares_seven_objectives_on_two_backbones_with_saved_steps():
+    """The second design (docs/binding.md): the seven objectives at 3000 steps on the ResNet
+    (3 seeds, SimMIM its masked modelling) and the ViT (1 seed, MAE), each run saving step 1000,
+    with the controls."""
     config = load_config(REPO / "config/config.yaml")
     check_family_config(config)
     cells = family_cells(config)
-    objectives = {"barlow_twins", "vicreg", "simmim", "dino", "simclr", "clip", "supervised"}
-    assert {c["objective"] for c in cells} == objectives
-    assert sorted((c["objective"], c["seed"]) for c in cells) == sorted(
-        (o, s) for o in objectives for s in (0, 1, 2)
-    )
+    finals = [c for c in cells if "saved_by" not in c]
+    common = {"barlow_twins", "vicreg", "dino", "simclr", "clip", "supervised"}
     runs = config["zoo"]["objectives"]
-    for cell in cells:
+    backbone = {c["run"]: runs[c["run"]]["backbone"] for c in finals}
+    resnet = sorted((c["objective"], c["seed"]) for c in finals if backbone[c["run"]] == "resnet")
+    vit = sorted((c["objective"], c["seed"]) for c in finals if backbone[c["run"]] == "vit")
+    assert resnet == sorted((o, s) for o in common | {"simmim"} for s in (0, 1, 2))
+    assert vit == sorted((o, 0) for o in common | {"mae"})
+    for cell in finals:
         run = runs[cell["run"]]
         assert (run["objective"], run["seed"]) == (cell["objective"], cell["seed"])
-        assert (run["steps"], run["batch_size"], run["backbone"]) == (3000, 32, "resnet")
-        # each objective's family, as in the main study's 300-step runs
-        assert (
-            config["models"][cell["model"]]["family"]
-            == config["models"][f"{cell['objective']}_s0"]["family"]
-        )
+        assert (run["steps"], run["batch_size"], run["save_at"]) == (3000, 32, [1000])
+        if cell["objective"] != "mae":  # each objective's family, as in the main study's runs
+            assert (
+                config["models"][cell["model"]]["family"]
+                == config["models"][f"{cell['objective']}_s0"]["family"]
+            )
+    saved = {c["model"]: c["saved_by"] for c in cells if "saved_by" in c}
+    assert saved == {f"{c['run']}-step1000": c["run"] for c in finals}
+    for child, parent in saved.items():
+        assert runs[child]["stop_at"] == 1000 and runs[child]["saved_by"] == parent
+        assert config["models"][child]["family"] == config["models"][parent]["family"]
     controls = {k for k, e in config["models"].items() if e["family"] == "control"}
     assert len(controls) == 8
     assert set(family_members(config)) == set(family_models(config)) | controls
+    assert len(family_models(config)) == 2 * (21 + 7)
 
 
 def with_series(**changes) -> dict:

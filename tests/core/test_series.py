@@ -138,9 +138,10 @@ def test_the_default_config_declares_the_dose_series_by_grid():
     assert {dose: sorted(seeds) for dose, seeds in doses.items()} == {
         dose: [0, 1, 2, 3] for dose in (0.0, 0.1, 0.3, 1.0)
     }
-    # checkpoints of one run, step 0 being random_resnet (not a second copy of it)
+    # checkpoints of one dose run, step 0 being random_resnet (not a second copy of it); the
+    # family comparison's runs each save step 1000 (binding_families, 28 runs)
     steps = sorted(run["stop_at"] for run in runs.values() if run["stop_at"] is not None)
-    assert steps == [100, 200]
+    assert steps == [100, 200] + [1000] * 28
     zero_step = [name for name, run in runs.items() if run["steps"] == 0 or run["stop_at"] == 0]
     assert zero_step == ["random_resnet"]
     assert all(models[name]["id"] == name for name in runs if name in models)
