@@ -167,8 +167,7 @@ def expanded_size(value: Any) -> int:
     levels deep, 3.1e8 ints once expanded). Computed without expanding: each object's size once,
     by identity. A container that holds itself is refused."""
     sizes: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(value, False)]
-    keep: list[Any] = []  # the objects whose ids are keys of ``sizes``, alive until the end
+    stack: list[tuple[Any, bool]] = [(value, False)]  # every object stays reachable from value
     open_ids: set[int] = set()
     while stack:
         item, done = stack.pop()
@@ -187,10 +186,8 @@ def expanded_size(value: Any) -> int:
             raise _refuse("a list or dict that contains itself")
         if not children:
             sizes[key] = 1
-            keep.append(item)
             continue
         open_ids.add(key)
-        keep.append(item)
         stack.append((item, True))
         stack.extend((child, False) for child in children)
     return sizes[id(value)]

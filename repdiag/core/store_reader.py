@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore
 
@@ -82,8 +83,6 @@ def chunk_bound(entry: Mapping[str, Any]) -> int | None:
         return 4 + elements * (4 + VLEN_ITEM_BYTES)
     if name == "fixed_length_utf32":
         return elements * int(data_type["configuration"]["length_bytes"])
-    import numpy as np
-
     return elements * np.dtype(name).itemsize
 
 

@@ -128,3 +128,15 @@ def test_a_chunk_that_declares_more_than_its_array_holds_is_refused(tmp_path):
     chunk.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=r"chunk x/c/0/0 decodes to 97 bytes, over the 96"):
         open_store(path)
+
+
+def test_a_chunk_whose_frame_states_no_size_is_refused(tmp_path):
+    """The smallest hostile chunk: a 6-byte zstd header that states no content size (a
+    streaming frame, which numcodecs would decode to whatever it holds)."""
+    path = _store(tmp_path)
+    (path / "x" / "c" / "0" / "0").write_bytes(header(0x00, b"\x50", b"", b""))
+    with pytest.raises(StoreError, match=r"chunk x/c/0/0 is a zstd frame that does not state"):
+        open_store(path)
+    (path / "x" / "c" / "0" / "0").write_bytes(b"")  # an empty chunk file: not a frame
+    with pytest.raises(StoreError, match=r"chunk x/c/0/0 is not zstd-compressed"):
+        open_store(path)

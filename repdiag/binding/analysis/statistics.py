@@ -13,7 +13,6 @@ binding-supervised upper bounds, dose-series runs or JER interventions: ``APART_
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -35,6 +34,7 @@ from repdiag.binding.analysis.units import (
     comparison_units,
     require_units,
     runs_behind,
+    saved_steps,
     unit_means,
     with_units,
 )
@@ -146,18 +146,6 @@ def trained_models(table: pd.DataFrame) -> pd.DataFrame:
     population of every correlation and fit. A step a run saved on its way (``step`` below the
     configured ``steps``) is a point inside its run, not a network of its own, and is left out."""
     return table[~table["family"].isin(APART_FAMILIES) & ~saved_steps(table)].reset_index(drop=True)
-
-
-def saved_steps(table: pd.DataFrame) -> pd.Series:
-    """Rows of a network saved before its run's last step: ``step`` below the ``steps`` of its
-    configuration (False where either is unknown: a pretrained encoder, a control)."""
-    configured = [
-        json.loads(text).get("steps") if isinstance(text, str) and text.startswith("{") else None
-        for text in table.get("configuration", pd.Series(None, index=table.index))
-    ]
-    step = pd.to_numeric(table.get("step", pd.Series(np.nan, index=table.index)), errors="coerce")
-    total = pd.to_numeric(pd.Series(configured, index=table.index), errors="coerce")
-    return (step < total).fillna(False)
 
 
 FAMILY_COLUMNS = [

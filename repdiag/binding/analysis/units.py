@@ -78,6 +78,15 @@ def _settings(row: pd.Series) -> dict[str, Any] | None:
     return json.loads(text) if isinstance(text, str) and text.startswith("{") else None
 
 
+def saved_steps(table: pd.DataFrame) -> pd.Series:
+    """Rows of a network saved before its run's last step: ``step`` below the ``steps`` of its
+    configuration (False where either is unknown: a pretrained encoder, a control)."""
+    configured = [(_settings(row) or {}).get("steps") for _, row in table.iterrows()]
+    step = pd.to_numeric(table.get("step", pd.Series(np.nan, index=table.index)), errors="coerce")
+    total = pd.to_numeric(pd.Series(configured, index=table.index, dtype=object), errors="coerce")
+    return (step < total).fillna(False)
+
+
 def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """``{"hparams.label": "slot_shape", ...}``: nested settings as dotted keys."""
     out: dict[str, str] = {}
