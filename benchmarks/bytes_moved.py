@@ -31,6 +31,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,16 @@ def op_class(func: torch._ops.OpOverload, inputs: list, outputs: list, tokens: i
     return "other"
 
 
+def _run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)``; on the meta device (shapes only), a copy to another device is
+    answered with zeros of its shape: the engine hands its spectra to the CPU at the end."""
+    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    target = kwargs.get("device")
+    if source is not None and source.is_meta and target is not None and target.type != "meta":
+        return torch.zeros(source.shape, dtype=kwargs.get("dtype") or source.dtype, device=target)
+    return func(*args, **kwargs)
+
+
 class ByteCensus(TorchDispatchMode):
     """Bytes of the tensor inputs plus outputs of every op run under it, by :func:`op_class`."""
 
@@ -85,7 +96,7 @@ class ByteCensus(TorchDispatchMode):
         self.ops: dict[str, int] = defaultdict(int)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        out = _run(func, args, kwargs or {})
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
         kind = op_class(func, inputs, outputs, self.tokens)
         if kind is not None:
@@ -100,41 +111,72 @@ class ByteCensus(TorchDispatchMode):
         return out
 
 
-def census(
-    depth: int = 2,
-    dim: int = 32,
-    size: int = 32,
-    patch: int = 8,
-    images: int = 2,
-    k: int = 4,
-    power_iters: int = 1,
-    layers: list[str] | None = None,
-) -> dict[str, Any]:
-    """The census of one engine pass (``auto``, float32, CPU) of a ViT of ``depth`` blocks,
-    width ``dim``, on ``images`` random images of ``size`` px at ``layers`` (default: the middle
-    block and ``final``, as the paper pass on ViT-L)."""
+@dataclass(frozen=True)
+class Pass:
+    """One engine pass (``auto``, float32) of a timm ViT with random weights: ``kwargs`` shrink
+    the model (empty: the model as timm builds it), ``layers`` default to the middle block and
+    ``final``, as the paper's pass on ViT-L."""
+
+    name: str = "vit_tiny_patch16_224"
+    kwargs: dict = field(default_factory=dict)
+    images: int = 2
+    k: int = 8
+    power_iters: int = 2
+    layers: tuple[str, ...] = ()
+    device: str = "cpu"
+    size: int = 224
+    patch: int = 14
+
+    @property
+    def tokens(self) -> int:  # the patches and the class token
+        return (self.size // self.patch) ** 2 + 1
+
+
+def small_vit(depth: int = 2, dim: int = 32, size: int = 32, patch: int = 8, **rest) -> Pass:
+    """A tiny ViT of ``depth`` blocks and width ``dim`` on ``size`` px images, on the CPU."""
+    kwargs = {"img_size": size, "patch_size": patch, "embed_dim": dim, "depth": depth,
+              "num_heads": max(1, dim // 32)}  # fmt: skip
+    block = f"block{depth // 2 - 1:02d}" if depth > 1 else "block00"
+    return Pass(kwargs=kwargs, layers=(block, "final"), size=size, patch=patch, **rest)
+
+
+# The paper's ViT-L/14 pass (benchmarks/gpu_paper.py's "full" size) counted on the meta device:
+# shapes only, so the 95 TFLOP per image are never computed.
+VIT_L = Pass("vit_large_patch14_clip_224", images=8, k=32, power_iters=5,
+             layers=("block11", "final"), device="meta")  # fmt: skip
+
+
+def census(spec: Pass, tangent_rules: bool = True) -> dict[str, Any]:
+    """The census of one engine pass of ``spec``; ``tangent_rules`` False runs the engine as it
+    was before :mod:`repdiag.encoders.jacobian.tangent_rules` (torch's own linear and layer norm
+    rules)."""
     from gpu_paper import build
 
+    from repdiag.encoders.jacobian import rewrites
     from repdiag.encoders.jacobian.engine import jacobian_spectra
 
-    spec = {"name": "vit_tiny_patch16_224", "pooling": "cls",
-            "kwargs": {"img_size": size, "patch_size": patch, "embed_dim": dim, "depth": depth,
-                       "num_heads": max(1, dim // 32)}}  # fmt: skip
-    device = torch.device("cpu")
-    taps = build(spec, device)
-    layers = layers or [f"block{depth // 2 - 1:02d}" if depth > 1 else "block00", "final"]
-    tokens = (size // patch) ** 2 + 1  # the patches and the class token
-    x = torch.randn(images, 3, size, size, generator=torch.Generator().manual_seed(7))
-    counter = ByteCensus(tokens)
-    with counter:
-        jacobian_spectra(
-            taps, x, layers, method="auto", k=k, power_iters=power_iters, seed=0,
-            batch_size=images * k, device=device, precision="fp32",
-        )  # fmt: skip
+    device = torch.device(spec.device)
+    taps = build({"name": spec.name, "pooling": "cls", "kwargs": spec.kwargs}, device)
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(spec.images, 3, spec.size, spec.size, generator=generator).to(device)
+    counter = ByteCensus(spec.tokens)
+    saved = rewrites._JacobianRewrites.tangent_rules
+    rewrites._JacobianRewrites.tangent_rules = tangent_rules
+    try:
+        with counter:
+            jacobian_spectra(
+                taps, x, list(spec.layers), method="auto", k=spec.k,
+                power_iters=spec.power_iters, seed=0, batch_size=spec.images * spec.k,
+                device=device, precision="fp32",
+            )  # fmt: skip
+    finally:
+        rewrites._JacobianRewrites.tangent_rules = saved
     total = sum(counter.bytes.values())
     return {
-        "model": spec | {"layers": layers, "tokens": tokens},
-        "images": images, "k": k, "power_iters": power_iters,
+        "model": {"name": spec.name, "kwargs": spec.kwargs, "layers": list(spec.layers),
+                  "tokens": spec.tokens, "device": spec.device},
+        "images": spec.images, "k": spec.k, "power_iters": spec.power_iters,
+        "tangent_rules": tangent_rules,
         "total_bytes": total,
         "bytes": counter.bytes,
         "fraction": {c: b / total for c, b in counter.bytes.items()},
@@ -143,25 +185,44 @@ def census(
     }  # fmt: skip
 
 
+def side_by_side(spec: Pass) -> dict[str, Any]:
+    """The landed engine (torch's rules) and this one on the same pass, in one process."""
+    landed, ours = census(spec, tangent_rules=False), census(spec, tangent_rules=True)
+    return {"landed": landed, "rules": ours, "ratio": ours["total_bytes"] / landed["total_bytes"]}
+
+
+def _print(result: dict[str, Any]) -> None:
+    landed, ours = result["landed"], result["rules"]
+    model = ours["model"]
+    print(f"{model['name']} {model['kwargs']} on {model['device']}, taps {model['layers']}, "
+          f"{ours['images']} images, k = {ours['k']}, q = {ours['power_iters']}")  # fmt: skip
+    print(f"  {'class':14s} {'landed GB':>10s} {'rules GB':>10s}  ratio")
+    for kind in CLASSES:
+        before, after = landed["bytes"][kind], ours["bytes"][kind]
+        ratio = f"{after / before:5.2f}" if before else "    -"
+        print(f"  {kind:14s} {before / 1e9:10.3f} {after / 1e9:10.3f}  {ratio}")
+    print(f"  {'total':14s} {landed['total_bytes'] / 1e9:10.3f} "
+          f"{ours['total_bytes'] / 1e9:10.3f}  {result['ratio']:5.2f}")  # fmt: skip
+    for name in ours["detail"]:
+        print(f"  (of which {name}: {landed['detail'][name] / 1e9:.3f} -> "
+              f"{ours['detail'][name] / 1e9:.3f} GB)")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vit-l", action="store_true",
+                        help="the paper's ViT-L/14 pass on the meta device (about 30 s)")  # fmt: skip
     for name, default in (("depth", 4), ("dim", 64), ("size", 64), ("patch", 8), ("images", 2),
                           ("k", 8), ("power-iters", 2)):  # fmt: skip
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--json", type=Path, help="also write the census here")
     args = parser.parse_args(argv)
-    result = census(args.depth, args.dim, args.size, args.patch, args.images, args.k,
-                    args.power_iters)  # fmt: skip
-    total = result["total_bytes"]
-    print(f"{result['model']['kwargs']}, taps {result['model']['layers']}, "
-          f"{result['images']} images, k = {result['k']}, q = {result['power_iters']}: "
-          f"{total / 1e9:.3f} GB moved")  # fmt: skip
-    for kind in CLASSES:
-        print(
-            f"  {kind:14s} {result['bytes'][kind] / 1e9:9.3f} GB  {result['fraction'][kind]:6.1%}"
-        )
-    for name, moved in result["detail"].items():
-        print(f"  (of which {name}: {moved / 1e9:.3f} GB)")
+    spec = VIT_L if args.vit_l else small_vit(
+        args.depth, args.dim, args.size, args.patch, images=args.images, k=args.k,
+        power_iters=args.power_iters,
+    )  # fmt: skip
+    result = side_by_side(spec)
+    _print(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return result

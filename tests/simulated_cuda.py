@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ class CudaTensor(torch.Tensor):
         return made if device is not None and not _on_cuda(device) else CudaTensor(made)
 
     def tolist(self) -> Any:
+        _host_read()
         return self.elem.tolist()
 
     def cpu(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
@@ -180,11 +182,26 @@ def _check(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         )
 
 
+# Ops that return data the host must wait for (a CUDA synchronisation each); a copy of a cuda:0
+# tensor to the CPU is one too.
+HOST_READS = {_aten._local_scalar_dense, _aten.nonzero, _aten.is_nonzero, _aten.equal}
+
+
+def _host_read() -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].host_reads[where()] += 1
+
+
 def _run(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     """Run ``func`` on the CPU data; its outputs are on cuda:0 when an input is or when asked."""
     on_cuda = any(isinstance(t, CudaTensor) for t in tree_leaves((args, kwargs)))
     devices = [d for d in tree_leaves((args, kwargs)) if isinstance(d, torch.device)]
     target = devices[0] if devices else None
+    if on_cuda and (
+        func.overloadpacket in HOST_READS
+        or (func.overloadpacket is _aten._to_copy and target is not None and not _on_cuda(target))
+    ):
+        _host_read()
     if target is not None:  # the op's device argument, given by keyword or by position
         args, kwargs = tree_map(lambda v: CPU if isinstance(v, torch.device) else v, (args, kwargs))
     moves = func.overloadpacket in MIXED_DEVICES_ALLOWED
@@ -327,7 +344,10 @@ class SimulatedMemory:
     ``free``/``total``: what ``mem_get_info`` returns; ``allocated``: ``memory_allocated``;
     ``peak``: ``max_memory_allocated`` (``reset_peak_memory_stats`` sets it to ``allocated``; a
     test raises it to what a pass would reach). ``capability``: ``get_device_capability``.
-    ``synchronized``, ``emptied``: calls of ``synchronize`` and ``empty_cache``."""
+    ``synchronized``, ``emptied``: calls of ``synchronize`` and ``empty_cache``.
+    ``host_reads``: where the host waited for the device's data (``.item()``, ``bool()``,
+    ``.tolist()``, ``nonzero``, a copy to the CPU: each a synchronisation on CUDA), by
+    :func:`where` (``sum(host_reads.values())`` is their number)."""
 
     free: int = 70 * GiB
     total: int = 80 * GiB
@@ -337,6 +357,7 @@ class SimulatedMemory:
     name: str = "simulated CUDA (CPU data)"
     synchronized: int = 0
     emptied: int = 0
+    host_reads: Counter[str] = dataclasses.field(default_factory=Counter)
 
     def reset_peak(self, device: Any = None) -> None:
         self.peak = self.allocated

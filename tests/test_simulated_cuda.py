@@ -90,6 +90,19 @@ def test_the_harness_keeps_cudas_same_device_rule_and_runs_clean_code():
         assert back.weight.device.type == "cpu" and not isinstance(back.weight, CudaTensor)
 
 
+def test_the_harness_counts_each_wait_of_the_host_for_the_device():
+    with simulated_cuda() as cuda:
+        x = torch.randn(4, device=cuda)
+        y = x * 2 + torch.ones(4).to(cuda)  # work and a copy to the device: no wait
+        assert sum(simulated_memory().host_reads.values()) == 0
+        y.sum().item(), bool(y.any()), y.tolist(), y.cpu(), torch.nonzero(y)
+        reads = simulated_memory().host_reads
+        assert sum(reads.values()) == 5
+        assert all("test_simulated_cuda.py:" in site for site in reads)
+        torch.ones(3).sum().item()  # a CPU tensor: nothing to wait for
+        assert sum(reads.values()) == 5
+
+
 def _scalar_summary(x: torch.Tensor) -> torch.Tensor:
     """A known break: a 0-dim CPU tensor stacked with CUDA ones (CUDA refuses it; the CPU and
     the old harness, which let every CPU scalar through, did not)."""
@@ -362,6 +375,41 @@ def test_each_zoo_objective_trains_on_cuda(run):
     assert all(p.device.type == "cpu" for p in result.backbone.parameters())
     if run == "simclr":
         assert np.isfinite(result.meta["jer_regulariser"]["estimate_first"])
+
+
+@pytest.mark.parametrize("run", ["barlow_twins", "dino", "clip", "mae", "supervised"])
+def test_a_zoo_training_step_never_waits_for_the_device(run):
+    """Losses stay on the device (read in blocks by LossLog); augmentation decisions are drawn
+    on the host. A known break, a loss read every step, is seen."""
+    from repdiag.encoders.zoo import train as training
+    from repdiag.encoders.zoo.spec import run_spec
+
+    spec = {**run_spec(tiny_config(), run), "batch_size": 4}
+    with simulated_cuda() as cuda:
+        objective = training.build_objective(spec, cuda)[0]
+        optimizer = training.make_optimizer(objective, spec)
+        gen = torch.Generator().manual_seed(0)
+        training.train_step(objective, optimizer, spec, 0, gen)
+        reads = simulated_memory().host_reads
+        reads.clear()
+        loss = training.train_step(objective, optimizer, spec, 1, gen)
+        assert dict(reads) == {}
+        float(loss)
+        assert sum(reads.values()) == 1
+
+
+def test_a_zoo_run_reads_its_losses_once_per_block_of_steps():
+    """At most one synchronisation per step: over 25 more steps the run waits once more."""
+    from repdiag.encoders.zoo.spec import run_spec
+    from repdiag.encoders.zoo.train import READ_EVERY, train
+
+    waits = {}
+    for steps in (2, 2 + READ_EVERY):
+        spec = {**run_spec(tiny_config(), "simclr"), "steps": steps, "batch_size": 4}
+        with simulated_cuda() as cuda:
+            train(spec, cuda)
+            waits[steps] = sum(simulated_memory().host_reads.values())
+    assert waits[2 + READ_EVERY] - waits[2] == 1
 
 
 def test_the_supervised_zoo_run_on_cuda_trains_as_on_the_cpu():

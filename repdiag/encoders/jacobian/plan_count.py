@@ -5,8 +5,9 @@
 (2 FLOPs per multiply-add). For each tap l: ``fwd_l`` (a forward pass up to l), ``vjp_l`` (one
 vector-Jacobian product, input gradient only: the parameters are frozen), ``jvp_l`` (one more
 direction of a vmapped Jacobian-vector product) and ``call_l`` (the rest of one vmapped JVP call:
-the primal forward, and the primal times the parameters' zero tangents that functorch also
-multiplies, about one more forward) (:class:`Units`, :func:`measure`). A network that is a stem,
+the primal forward, plus the primal times the parameters' zero tangents where an op runs
+torch's own forward-mode rule rather than the engine's :mod:`.tangent_rules`) (:class:`Units`,
+:func:`measure`, run under the engine's rewrites). A network that is a stem,
 consecutive blocks and a tail is counted piecewise, each distinct block once (:class:`TapUnits`).
 Memory: A_l, the bytes one image's forward keeps for the backward, and G_l, the peak extra bytes
 of one VJP, measured on meta by tracking live tensors (:class:`LiveBytes`).
@@ -98,8 +99,8 @@ class LiveBytes(TorchDispatchMode):
 class Units:
     """Counted FLOPs of one image: ``fwd`` (the forward pass), ``vjp`` (one VJP's backward),
     ``jvp`` (one more direction of a vmapped JVP) and ``jvp_call`` (the rest of a vmapped JVP
-    call: the primal forward and the products of the primal with the parameters' zero tangents,
-    done once per call); ``saved``: bytes the forward keeps for the backward; ``peak``: extra
+    call, done once per call: the primal forward, and the products of the primal with the
+    parameters' zero tangents where torch's own rules run); ``saved``: bytes the forward keeps for the backward; ``peak``: extra
     bytes at the peak of one VJP. Parts of a network add up."""
 
     fwd: float = 0.0

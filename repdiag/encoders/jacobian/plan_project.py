@@ -202,9 +202,9 @@ def plan_model(
         "batch_size": batch_size,
         "chunk_size": call_images,
     }
-    # the engine's rewrites (patch embeddings as matmuls, global pooling as a mean) count the
-    # same FLOPs, and test_plan checks against the engine run with them: plain mode here
-    with jacobian_mode(module):
+    # under the engine's rewrites, as the engine runs: the tangent rules of linear and layer norm
+    # (.tangent_rules) skip the parameters' zero tangents that torch's own rules multiply
+    with jacobian_mode(module, rewrites=True):
         with torch.no_grad():
             outputs = readout(x, layers)
         d_out = {name: int(outputs[name].reshape(1, -1).shape[1]) for name in layers}
