@@ -18,11 +18,10 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     )
     tables = statistics_tables(models, depth, settings)
     primary = getattr(snakemake.params, "primary", None)
-    if primary:  # the family comparison's pre-registered family (rules/binding/families.smk)
-        from repdiag.binding.analysis.primary import primary_table
-        from repdiag.binding.analysis.statistics import family_means
+    if primary:  # the family comparison's own tables (rules/binding/families.smk)
+        from repdiag.binding.analysis.primary import family_design_tables
 
-        tables["primary"] = primary_table(family_means(models), settings, primary)
+        tables |= family_design_tables(models, settings, primary)
     for name, table in tables.items():
         if isinstance(table, pd.DataFrame):
             write_csv(table, snakemake.output[name])

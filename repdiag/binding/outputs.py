@@ -98,12 +98,12 @@ def causal_outputs(config: Mapping[str, Any]) -> list[str]:
 
 def family_outputs(config: Mapping[str, Any]) -> list[str]:
     """`snakemake binding_families`: the main study's tables, scatter and digest over the compared
-    families, and the pre-registered primary family (``primary.csv``), in results/binding_families
-    (nothing when no series is named)."""
+    families, the pre-registered primary family (``primary.csv``) and the within-run split
+    (``within_run.csv``), in results/binding_families (nothing when no series is named)."""
     if not family_members(config):
         return []
     return [
-        *(f"{FAMILIES_DIR}/{name}" for name in (*TABLES, "primary.csv")),
+        *(f"{FAMILIES_DIR}/{name}" for name in (*TABLES, "primary.csv", "within_run.csv")),
         *figure_paths("metric_scatter", FAMILIES_DIR),
         f"{FAMILIES_DIR}/summary.md",
     ]

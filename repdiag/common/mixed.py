@@ -59,26 +59,55 @@ class BetweenWithin:
     note: str = ""
 
 
-def _between(frame: pd.DataFrame, confidence: float) -> dict[str, float]:
-    """OLS slope of the group means, its t interval and p on k - 2 df."""
+@dataclass(frozen=True)
+class Line:
+    """:func:`line_fit`'s OLS line ``y = intercept + slope x`` with t intervals on n - 2 df."""
+
+    slope: float = NAN
+    slope_low: float = NAN
+    slope_high: float = NAN
+    slope_p: float = NAN
+    intercept: float = NAN
+    intercept_low: float = NAN
+    intercept_high: float = NAN
+    intercept_p: float = NAN
+    df: int = 0
+
+
+def line_fit(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> Line:
+    """OLS of ``y`` on ``x`` with an intercept: each coefficient with its t interval and two-sided
+    p on n - 2 degrees of freedom (NaN below 3 points or for a constant x)."""
     from scipy.special import stdtr, stdtrit
 
-    means = frame.groupby("group")[["x", "y"]].mean()
-    k = len(means)
-    if k < 3:
-        return {"between_df": max(k - 2, 0)}
-    xm, ym = means["x"].to_numpy(), means["y"].to_numpy()
-    xc = xm - xm.mean()
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    xc = x - x.mean() if n else x
     sxx = float(xc @ xc)
-    if sxx == 0.0:
-        return {"between_df": k - 2}
-    b = float(xc @ (ym - ym.mean())) / sxx
-    residual = ym - ym.mean() - b * xc
-    se = math.sqrt(float(residual @ residual) / (k - 2) / sxx)
-    half = float(stdtrit(k - 2, 1 - (1 - confidence) / 2)) * se
-    p = float(2 * stdtr(k - 2, -abs(b / se))) if se > 0 else (0.0 if b else 1.0)
-    return {"between": b, "between_low": b - half, "between_high": b + half,
-            "between_p": p, "between_df": k - 2}  # fmt: skip
+    if n < 3 or sxx == 0.0:
+        return Line(df=max(n - 2, 0))
+    b = float(xc @ (y - y.mean())) / sxx
+    a = float(y.mean() - b * x.mean())
+    residual = y - a - b * x
+    s2 = float(residual @ residual) / (n - 2)
+    t = float(stdtrit(n - 2, 1 - (1 - confidence) / 2))
+
+    def test(value: float, se: float) -> tuple[float, float, float]:
+        p = float(2 * stdtr(n - 2, -abs(value / se))) if se > 0 else (0.0 if value else 1.0)
+        return value - t * se, value + t * se, p
+
+    slope = test(b, math.sqrt(s2 / sxx))
+    intercept = test(a, math.sqrt(s2 * (1 / n + x.mean() ** 2 / sxx)))
+    return Line(b, *slope, a, *intercept, df=n - 2)
+
+
+def _between(frame: pd.DataFrame, confidence: float) -> dict[str, float]:
+    """OLS slope of the group means, its t interval and p on k - 2 df."""
+    means = frame.groupby("group")[["x", "y"]].mean()
+    line = line_fit(means["x"], means["y"], confidence)
+    if not np.isfinite(line.slope):
+        return {"between_df": line.df}
+    return {"between": line.slope, "between_low": line.slope_low, "between_high": line.slope_high,
+            "between_p": line.slope_p, "between_df": line.df}  # fmt: skip
 
 
 def _mixed(frame: pd.DataFrame) -> dict[str, float]:

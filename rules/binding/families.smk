@@ -57,6 +57,7 @@ use rule stats_tables as family_tables with:
         between_within=f"{FAMILIES_DIR}/between_within.csv",
         paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
         primary=f"{FAMILIES_DIR}/primary.csv",
+        within_run=f"{FAMILIES_DIR}/within_run.csv",
     log:
         log_file("family_tables", "all"),
     benchmark:

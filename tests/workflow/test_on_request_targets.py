@@ -215,6 +215,9 @@ def test_the_family_comparison_takes_the_objective_as_the_unit(extras: Path) -> 
     assert set(primary["binding_score"]) == {"win_rate"} and set(primary["family_size"]) == {2}
     assert primary["pearson_r"].isna().all() and not primary["rejected"].any()  # 2 units
     assert (primary["note"].str.len() > 0).all()
+    within = pd.read_csv(results / "within_run.csv")  # no saved steps in config/test.yaml
+    assert "jer" in set(within["metric"]) and set(within["n_runs"]) == {0}
+    assert within["note"].str.contains("0 runs with a saved step").all()
     summary = (results / "summary.md").read_text()
     assert "too few" in summary  # 2 objectives: the tables say so instead of giving numbers
     image = mpimg.imread(results / "metric_scatter.png")

@@ -76,3 +76,19 @@ def _holm_over_family(p_values: pd.Series) -> np.ndarray:
     p = p_values.to_numpy(float)
     adjusted = holm(np.where(np.isfinite(p), p, 1.0))
     return np.where(np.isfinite(p), adjusted, np.nan)
+
+
+def family_design_tables(
+    models: pd.DataFrame, settings: StatsSettings, primary: Sequence[str]
+) -> dict[str, pd.DataFrame]:
+    """The second design's own tables beside the main study's: ``primary`` (the pre-registered
+    family over the units' final networks) and ``within_run`` (the secondary within-run split
+    over every headline metric, :mod:`repdiag.binding.analysis.within_run`)."""
+    from repdiag.binding.analysis.statistics import family_means, headline_metrics
+    from repdiag.binding.analysis.within_run import within_run_table
+
+    metrics = headline_metrics(models, settings)
+    return {
+        "primary": primary_table(family_means(models), settings, primary),
+        "within_run": within_run_table(models, metrics, settings.confidence, settings.seed),
+    }
