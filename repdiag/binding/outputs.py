@@ -4,13 +4,14 @@ budget), as paths, from the config alone (gathered by :func:`repdiag.studies.fin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from repdiag.binding.causal.options import causal_cells, causal_models
 from repdiag.binding.family_options import family_members, family_models
 from repdiag.binding.replicate_options import REPLICATE_DIR, replicate_models
 from repdiag.common.figures import figure_paths
+from repdiag.encoders.zoo.spec import zoo_runs_of
 
 TABLES = (
     "models.csv",
@@ -45,9 +46,38 @@ def binding_models(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key: entry for key, entry in models.items() if key not in requested_only}
 
 
-def zoo_runs_of(models: Mapping[str, Any]) -> list[str]:
-    """The zoo runs (``id``) of the models with ``source: zoo``, sorted, each once."""
-    return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
+AGGREGATE_STATS_KEYS = (
+    "readout",
+    "binding_score",
+    "jer_formula",
+    "jer_at",
+    "probe_set",
+    "confidence",
+)
+"""The ``stats`` keys the models table reads (another key changes no row)."""
+
+
+def aggregate_models(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """The aggregate rules' ``models`` param: each model's family, source and covariates."""
+    models = config["models"]
+    return {
+        key: {
+            "family": models[key]["family"],
+            "source": models[key]["source"],
+            "covariates": models[key].get("covariates", {}),
+        }
+        for key in keys
+    }
+
+
+def aggregate_stats(config: Mapping[str, Any], binding_score: str | None = None) -> dict[str, Any]:
+    """The aggregate rules' ``stats`` param: :data:`AGGREGATE_STATS_KEYS` of the config, the
+    binding score (the models table's ``binding`` column) replaced by a target's own where it
+    has one (``binding_families.binding_score``), so that its tables and models.csv agree."""
+    stats = {key: config["stats"][key] for key in AGGREGATE_STATS_KEYS}
+    if binding_score is not None:
+        stats["binding_score"] = binding_score
+    return stats
 
 
 def _per_model(models: Mapping[str, Any]) -> list[str]:

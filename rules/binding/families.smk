@@ -27,19 +27,11 @@ use rule aggregate_models as family_aggregate with:
         bench_file("family_aggregate", "all")
     priority: 0
     params:
-        models={
-            key: {
-                "family": MODELS[key]["family"],
-                "source": MODELS[key]["source"],
-                "covariates": MODELS[key].get("covariates", {}),
-            }
-            for key in FAMILY_MEMBERS
-        },
+        models=repdiag.binding.outputs.aggregate_models(config, FAMILY_MEMBERS),
         zoo_models=FAMILY_ZOO_MODELS,
-        stats={
-            key: config["stats"][key]
-            for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
-        },
+        stats=repdiag.binding.outputs.aggregate_stats(
+            config, config["binding_families"]["binding_score"]
+        ),
 
 
 use rule stats_tables as family_tables with:

@@ -2,16 +2,13 @@
 # Gaussian-noise control, an optional image folder): a GPU job per model (repdiag.encoders.jacobian).
 import repdiag.core.slurm
 import repdiag.encoders.entries
+import repdiag.encoders.jacobian.options
 
+JACOBIAN_PROBE_FOLDER = repdiag.encoders.jacobian.options.probe_folder(
+    config["jacobians"]
+)
 JACOBIAN_FOLDER_DIGEST = folder_digests(
-    (
-        "jacobians.probes.folder.path",
-        (
-            config["jacobians"]["probes"]["folder"]["path"]
-            if config["jacobians"]["probes"]["folder"]["n"] > 0
-            else None
-        ),
-    )
+    ("jacobians.probes.folder.path", JACOBIAN_PROBE_FOLDER)
 )
 
 
@@ -25,12 +22,7 @@ rule jacobian_spectra:
         zoo=lambda wildcards: repdiag.encoders.entries.zoo_files(
             MODELS[wildcards.model]
         ),
-        folder=(
-            config["jacobians"]["probes"]["folder"]["path"]
-            if config["jacobians"]["probes"]["folder"]["n"] > 0
-            else []
-        )
-        or [],
+        folder=JACOBIAN_PROBE_FOLDER or [],
     output:
         store=directory("results/jacobians/{model}.zarr"),
         summary="results/jacobians/{model}.json",

@@ -2,6 +2,7 @@
 # binding_replicate.series, every run with a null push, through the main study's aggregation and
 # its dose-series analysis, then set beside the main run's dose series verdict by verdict.
 # `snakemake binding_replicate` (after `snakemake binding`); results in results/binding_replicate/.
+import repdiag.binding.outputs
 import repdiag.binding.replicate_options
 
 REPLICATE_MODELS = repdiag.binding.replicate_options.replicate_models(config)
@@ -25,19 +26,9 @@ use rule aggregate_models as replicate_aggregate with:
         bench_file("replicate_aggregate", "all")
     priority: 0
     params:
-        models={
-            key: {
-                "family": MODELS[key]["family"],
-                "source": MODELS[key]["source"],
-                "covariates": MODELS[key].get("covariates", {}),
-            }
-            for key in REPLICATE_MODELS
-        },
+        models=repdiag.binding.outputs.aggregate_models(config, REPLICATE_MODELS),
         zoo_models=REPLICATE_MODELS,
-        stats={
-            key: config["stats"][key]
-            for key in ("readout", "jer_formula", "jer_at", "probe_set", "confidence")
-        },
+        stats=repdiag.binding.outputs.aggregate_stats(config),
 
 
 rule replicate_comparison:

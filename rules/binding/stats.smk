@@ -1,6 +1,7 @@
 # The analysis across models (repdiag.binding.analysis, repdiag.common.statistics, repdiag.binding.plots): one table of every
 # model, the statistics of the binding paper, its figures and a digest, all annotated for
 # `snakemake --report results/report.html`.
+import repdiag.binding.outputs
 
 
 rule aggregate_models:
@@ -28,28 +29,10 @@ rule aggregate_models:
     conda:
         "../../envs/analysis.yaml"
     params:
-        models={
-            key: {
-                "family": entry["family"],
-                "source": entry["source"],
-                "covariates": entry.get("covariates", {}),
-            }
-            for key, entry in BINDING_MODELS.items()
-        },
+        models=repdiag.binding.outputs.aggregate_models(config, BINDING_MODELS),
         # sorted: the order of models in the file is no change
         zoo_models=sorted(key for key in ZOO_MODEL_RUNS if key in BINDING_MODELS),
-        # the stats keys the table reads, and only those (another key changes no row)
-        stats={
-            key: config["stats"][key]
-            for key in (
-                "readout",
-                "binding_score",
-                "jer_formula",
-                "jer_at",
-                "probe_set",
-                "confidence",
-            )
-        },
+        stats=repdiag.binding.outputs.aggregate_stats(config),
     script:
         "../../workflow_scripts/binding_aggregate_models.py"
 

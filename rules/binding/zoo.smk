@@ -1,6 +1,5 @@
 # The embedded zoo: small timm encoders trained on synthetic scenes, one job per run
 # (repdiag.encoders.zoo). Only runs named by a model with `source: zoo` are trained.
-import repdiag.binding.outputs
 import repdiag.encoders.zoo.spec
 
 TRAINED_RUNS = repdiag.encoders.zoo.spec.trained_runs(config)
@@ -14,7 +13,7 @@ PLAIN_RUNS = [
     run for run in TRAINED_RUNS if run not in PUSHED_RUNS and run not in SAVING_RUNS
 ]
 # the runs of the main study's models (the JER intervention's are binding_causal's)
-BINDING_ZOO_RUNS = repdiag.binding.outputs.zoo_runs_of(BINDING_MODELS)
+BINDING_ZOO_RUNS = repdiag.encoders.zoo.spec.zoo_runs_of(BINDING_MODELS)
 
 
 rule train_zoo:

@@ -8,7 +8,6 @@ from repdiag.binding.outputs import (
     binding_models,
     final_outputs,
     main_outputs,
-    zoo_runs_of,
 )
 from tests.binding.test_family_options import raw_test_config, resolved
 from tests.planning import resolved_config
@@ -44,16 +43,6 @@ def test_without_zoo_models_there_is_no_zoo_run_and_no_curve() -> None:
     assert "results/metrics/random.json" in paths
 
 
-def test_zoo_runs_are_counted_once_per_run() -> None:
-    models = {
-        "a": {"source": "zoo", "id": "run1"},
-        "b": {"source": "zoo", "id": "run1"},
-        "c": {"source": "zoo", "id": "run0"},
-        "d": {"source": "timm", "name": "resnet18"},
-    }
-    assert zoo_runs_of(models) == ["run0", "run1"]
-
-
 def test_the_on_request_targets_are_empty_until_their_series_are_named() -> None:
     outputs = final_outputs(resolved_config())
     assert outputs["binding_causal"] == [] and outputs["binding_families"] == []
@@ -71,5 +60,24 @@ def test_on_request_models_leave_the_main_study_and_fill_their_own_targets() -> 
     assert "results/binding_causal/summary.md" in outputs["binding_causal"]
     assert "results/binding_families/correlations.csv" in outputs["binding_families"]
     assert (
-        len(outputs["binding_families"]) == len(TABLES) + 4
-    )  # + primary, scatter png/pdf, summary
+        len(outputs["binding_families"]) == len(TABLES) + 5
+    )  # + primary, within_run, scatter png/pdf, summary
+
+
+def test_every_aggregate_reads_the_stats_keys_its_table_uses_and_a_target_its_own_score() -> None:
+    """The family comparison's models.csv takes binding_families.binding_score as its
+    ``binding`` column, as its tables do (they once disagreed: accuracy in the table, win rate
+    in its label)."""
+    from repdiag.binding.outputs import AGGREGATE_STATS_KEYS, aggregate_models, aggregate_stats
+
+    config = resolved_config()
+    assert set(aggregate_stats(config)) == set(AGGREGATE_STATS_KEYS)
+    assert aggregate_stats(config)["binding_score"] == config["stats"]["binding_score"]
+    families = aggregate_stats(config, config["binding_families"]["binding_score"])
+    assert families["binding_score"] == "win_rate" != config["stats"]["binding_score"]
+    key = next(iter(config["models"]))
+    entry = config["models"][key]
+    assert aggregate_models(config, [key]) == {
+        key: {"family": entry["family"], "source": entry["source"],
+              "covariates": entry.get("covariates", {})}
+    }  # fmt: skip

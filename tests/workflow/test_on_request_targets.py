@@ -210,6 +210,8 @@ def test_the_family_comparison_takes_the_objective_as_the_unit(extras: Path) -> 
     assert binding.loc["supervised", "mean"] == pytest.approx(
         models[models["family"] == "supervised"]["binding_cosine"].mean()
     )
+    # the table's binding column is the family comparison's score, as its tables say
+    assert models["binding"].tolist() == models["binding_cosine_win"].tolist()
     primary = pd.read_csv(results / "primary.csv")  # the pre-registered family, win rate
     assert list(primary["metric"]) == ["jer", "g_pr"]
     assert set(primary["binding_score"]) == {"win_rate"} and set(primary["family_size"]) == {2}

@@ -49,6 +49,13 @@ def probe_counts(jacobians: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
+def probe_folder(jacobians: Mapping[str, Any]) -> str | None:
+    """The image folder the probes read (``probes.folder.path``), or None when they take none
+    from it (``probes.folder.n`` is 0): the rule's input and its digest both follow this."""
+    folder = jacobians["probes"]["folder"]
+    return folder["path"] if folder["n"] > 0 else None
+
+
 def check_jacobians_config(config: Mapping[str, Any]) -> None:
     """Semantic checks of ``jacobians`` (registered in ``repdiag.encoders.CONFIG_CHECKS``).
 

@@ -85,10 +85,14 @@ def check_timm_kwarg_types(where: str, kwargs: Mapping[str, Any]) -> None:
             )
 
 
-def zoo_runs(config: Mapping[str, Any]) -> list[str]:
-    """Run names used by some model with ``source: zoo`` (sorted, unique): the runs to train."""
-    models = config.get("models") or {}
+def zoo_runs_of(models: Mapping[str, Any]) -> list[str]:
+    """The zoo runs (``id``) of the ``models`` with ``source: zoo``, sorted, each once."""
     return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
+
+
+def zoo_runs(config: Mapping[str, Any]) -> list[str]:
+    """The runs to train: :func:`zoo_runs_of` every model of the config."""
+    return zoo_runs_of(config.get("models") or {})
 
 
 NULL_MAX_WEIGHT = 1e-6

@@ -8,7 +8,7 @@ import torch
 
 from repdiag.core.config import fill_defaults
 from repdiag.core.errors import ConfigError
-from repdiag.encoders.jacobian.options import check_jacobians_config, engine_options
+from repdiag.encoders.jacobian.options import check_jacobians_config, engine_options, probe_folder
 
 torch.set_num_threads(1)
 
@@ -91,3 +91,10 @@ def test_the_tap_name_pattern_admits_every_name_the_taps_give():
     for model in (vit, resnet):
         layers = tap_plan(model).layers if model is vit else tap_plan(model, "mean").layers
         assert all(TAP_NAME.match(name) for name in layers), layers
+
+
+def test_the_probe_folder_is_read_only_when_probes_come_from_it():
+    section = {"probes": {"folder": {"path": "/data/images", "n": 0}}}
+    assert probe_folder(section) is None
+    section["probes"]["folder"]["n"] = 8
+    assert probe_folder(section) == "/data/images"

@@ -148,3 +148,16 @@ def test_a_saved_step_is_trained_by_its_run():
     assert trained_runs(config) == ["clip", "simclr"]
     assert saving_runs(config) == ["simclr"] and saved_runs(config) == ["simclr-step2"]
     assert saved_parent(config, "simclr-step2") == "simclr" and saved_parent(config, "clip") is None
+
+
+def test_zoo_runs_are_counted_once_per_run() -> None:
+    from repdiag.encoders.zoo.spec import zoo_runs, zoo_runs_of
+
+    models = {
+        "a": {"source": "zoo", "id": "run1"},
+        "b": {"source": "zoo", "id": "run1"},
+        "c": {"source": "zoo", "id": "run0"},
+        "d": {"source": "timm", "name": "resnet18"},
+    }
+    assert zoo_runs_of(models) == ["run0", "run1"]
+    assert zoo_runs({"models": models}) == zoo_runs_of(models)
