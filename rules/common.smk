@@ -13,6 +13,7 @@ from repdiag.core.offline import enforce_offline
 from repdiag.core.runtime import check_output_folders, expose_package
 from repdiag.core.slurm import patch_slurm_status
 from repdiag.encoders.entries import cache_dir, model_files
+from repdiag.encoders.zoo.spec import zoo_files, zoo_models_of, zoo_runs_of
 from repdiag.studies import target
 
 # Jobs in conda environments (--sw-deployment-method conda) import repdiag from here.
@@ -83,10 +84,9 @@ MODELS = config.get("models", {})
 # (rules/binding/causal.smk), the family comparison's runs by `snakemake binding_families` only
 # (rules/binding/families.smk); every other model belongs to the main study.
 BINDING_MODELS = binding_models(config)
-# model key -> its zoo run, for the models trained by the workflow (rules/binding/zoo.smk)
-ZOO_MODEL_RUNS = {
-    key: entry["id"] for key, entry in MODELS.items() if entry.get("source") == "zoo"
-}
+# the main study's models trained by the workflow (rules/binding/zoo.smk), and their runs
+BINDING_ZOO_MODELS = zoo_models_of(BINDING_MODELS)
+BINDING_ZOO_RUNS = zoo_runs_of(BINDING_MODELS)
 
 
 def one_of(names, none):

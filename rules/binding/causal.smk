@@ -35,18 +35,10 @@ rule causal_effects:
     input:
         metrics=expand("results/metrics/{model}.json", model=CAUSAL_MEMBERS),
         jacobians=expand("results/jacobians/{model}.zarr", model=CAUSAL_MEMBERS),
-        zoo_meta=[
-            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in CAUSAL_MEMBERS
-        ],
+        zoo_meta=zoo_files(MODELS, CAUSAL_MEMBERS, "meta.json"),
         calibration="results/binding_causal/calibration.csv",
-        weights=[
-            f"results/zoo/{ZOO_MODEL_RUNS[key]}/model.safetensors"
-            for key in CAUSAL_MEMBERS
-        ],
-        pushes=[
-            f"results/zoo/{ZOO_MODEL_RUNS[key]}/push.safetensors"
-            for key in CAUSAL_PUSHED
-        ],
+        weights=zoo_files(MODELS, CAUSAL_MEMBERS, "model.safetensors"),
+        pushes=zoo_files(MODELS, CAUSAL_PUSHED, "push.safetensors"),
     output:
         arms=reported(
             "results/binding_causal/arms.csv", "causal_effects", "JER intervention"

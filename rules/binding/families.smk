@@ -6,7 +6,8 @@ import repdiag.binding.family_options
 import repdiag.binding.outputs
 
 FAMILY_MEMBERS = repdiag.binding.family_options.family_members(config)
-FAMILY_ZOO_MODELS = sorted(key for key in FAMILY_MEMBERS if key in ZOO_MODEL_RUNS)
+FAMILY_ZOO_MODELS = zoo_models_of({key: MODELS[key] for key in FAMILY_MEMBERS})
+FAMILY_ZOO_RUNS = zoo_runs_of({key: MODELS[key] for key in FAMILY_MEMBERS})
 FAMILIES_DIR = repdiag.binding.outputs.FAMILIES_DIR
 
 
@@ -14,9 +15,7 @@ use rule aggregate_models as family_aggregate with:
     input:
         metrics=expand("results/metrics/{model}.json", model=FAMILY_MEMBERS),
         jacobians=expand("results/jacobians/{model}.zarr", model=FAMILY_MEMBERS),
-        zoo_meta=[
-            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in FAMILY_ZOO_MODELS
-        ],
+        zoo_meta=zoo_files(MODELS, FAMILY_ZOO_MODELS, "meta.json"),
     output:
         models=f"{FAMILIES_DIR}/models.csv",
         depth=f"{FAMILIES_DIR}/depth_profiles.csv",
@@ -87,12 +86,7 @@ use rule summarise as family_summary with:
         paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
         dose_series=f"{FAMILIES_DIR}/dose_series.csv",
         depth_profiles=f"{FAMILIES_DIR}/depth_profiles.csv",
-        zoo_curves=sorted(
-            {
-                f"results/zoo/{ZOO_MODEL_RUNS[key]}/curve.csv"
-                for key in FAMILY_ZOO_MODELS
-            }
-        ),
+        zoo_curves=expand("results/zoo/{run}/curve.csv", run=FAMILY_ZOO_RUNS),
     output:
         f"{FAMILIES_DIR}/summary.md",
     log:

@@ -13,9 +13,7 @@ use rule aggregate_models as replicate_aggregate with:
     input:
         metrics=expand("results/metrics/{model}.json", model=REPLICATE_MODELS),
         jacobians=expand("results/jacobians/{model}.zarr", model=REPLICATE_MODELS),
-        zoo_meta=[
-            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json" for key in REPLICATE_MODELS
-        ],
+        zoo_meta=zoo_files(MODELS, REPLICATE_MODELS, "meta.json"),
     output:
         models=f"{REPLICATE_DIR}/models.csv",
         depth=f"{REPLICATE_DIR}/depth_profiles.csv",

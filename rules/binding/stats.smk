@@ -8,11 +8,7 @@ rule aggregate_models:
     input:
         metrics=expand("results/metrics/{model}.json", model=BINDING_MODELS),
         jacobians=expand("results/jacobians/{model}.zarr", model=BINDING_MODELS),
-        zoo_meta=[
-            f"results/zoo/{ZOO_MODEL_RUNS[key]}/meta.json"
-            for key in sorted(ZOO_MODEL_RUNS)
-            if key in BINDING_MODELS
-        ],
+        zoo_meta=zoo_files(MODELS, BINDING_ZOO_MODELS, "meta.json"),
     output:
         models=reported("results/tables/models.csv", "models", "Tables", "Models"),
         depth=reported(
@@ -31,7 +27,7 @@ rule aggregate_models:
     params:
         models=repdiag.binding.outputs.aggregate_models(config, BINDING_MODELS),
         # sorted: the order of models in the file is no change
-        zoo_models=sorted(key for key in ZOO_MODEL_RUNS if key in BINDING_MODELS),
+        zoo_models=BINDING_ZOO_MODELS,
         stats=repdiag.binding.outputs.aggregate_stats(config),
     script:
         "../../workflow_scripts/binding_aggregate_models.py"
@@ -188,13 +184,7 @@ rule summarise:
         paper_comparison="results/tables/paper_comparison.csv",
         dose_series="results/tables/dose_series.csv",
         depth_profiles="results/tables/depth_profiles.csv",
-        zoo_curves=sorted(
-            {
-                f"results/zoo/{entry['id']}/curve.csv"
-                for entry in BINDING_MODELS.values()
-                if entry["source"] == "zoo"
-            }
-        ),
+        zoo_curves=expand("results/zoo/{run}/curve.csv", run=BINDING_ZOO_RUNS),
     output:
         reported("results/summary.md", "summary", "Summary"),
     log:

@@ -12,8 +12,6 @@ SAVED_RUNS = repdiag.encoders.zoo.spec.saved_runs(config)
 PLAIN_RUNS = [
     run for run in TRAINED_RUNS if run not in PUSHED_RUNS and run not in SAVING_RUNS
 ]
-# the runs of the main study's models (the JER intervention's are binding_causal's)
-BINDING_ZOO_RUNS = repdiag.encoders.zoo.spec.zoo_runs_of(BINDING_MODELS)
 
 
 rule train_zoo:

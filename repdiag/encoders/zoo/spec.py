@@ -6,7 +6,7 @@ Imported while Snakemake parses the workflow, so it must not import torch.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from repdiag.common.families import (
@@ -88,6 +88,19 @@ def check_timm_kwarg_types(where: str, kwargs: Mapping[str, Any]) -> None:
 def zoo_runs_of(models: Mapping[str, Any]) -> list[str]:
     """The zoo runs (``id``) of the ``models`` with ``source: zoo``, sorted, each once."""
     return sorted({entry["id"] for entry in models.values() if entry.get("source") == "zoo"})
+
+
+def zoo_models_of(models: Mapping[str, Any]) -> list[str]:
+    """The keys of the ``models`` with ``source: zoo`` (trained by the workflow), sorted."""
+    return sorted(key for key, entry in models.items() if entry.get("source") == "zoo")
+
+
+def zoo_files(models: Mapping[str, Any], keys: Iterable[str], name: str) -> list[str]:
+    """``results/zoo/<run>/<name>`` of each zoo model among ``keys`` (``models``: the config's),
+    in the order of ``keys``, one per model (scripts pair them with the keys; two models of one
+    run give its file twice). For each run's file once, :func:`zoo_runs_of`."""
+    zoo = [key for key in keys if models[key].get("source") == "zoo"]
+    return [f"results/zoo/{models[key]['id']}/{name}" for key in zoo]
 
 
 def zoo_runs(config: Mapping[str, Any]) -> list[str]:

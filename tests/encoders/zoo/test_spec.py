@@ -161,3 +161,20 @@ def test_zoo_runs_are_counted_once_per_run() -> None:
     }
     assert zoo_runs_of(models) == ["run0", "run1"]
     assert zoo_runs({"models": models}) == zoo_runs_of(models)
+
+
+def test_zoo_models_and_their_files_keep_the_order_scripts_pair_them_in() -> None:
+    from repdiag.encoders.zoo.spec import zoo_files, zoo_models_of
+
+    models = {
+        "b": {"source": "zoo", "id": "run1"},
+        "a": {"source": "zoo", "id": "run1"},
+        "t": {"source": "timm", "id": "resnet18"},
+        "c": {"source": "zoo", "id": "run0"},
+    }
+    assert zoo_models_of(models) == ["a", "b", "c"]
+    assert zoo_files(models, ["c", "t", "a", "b"], "meta.json") == [
+        "results/zoo/run0/meta.json",
+        "results/zoo/run1/meta.json",
+        "results/zoo/run1/meta.json",
+    ]
