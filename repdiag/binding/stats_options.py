@@ -21,20 +21,21 @@ GEOMETRY = ("g_pr", "g_iso", "effective_rank", "participation_ratio")
 
 @dataclass(frozen=True)
 class StatsSettings:
-    """The ``stats`` config section, resolved (``seed: null`` takes the global seed). Missing keys
-    take the schema's defaults in :meth:`from_config`; the field defaults equal them (tested)."""
+    """The ``stats`` config section, resolved (``seed: null`` takes the global seed). Built by
+    :meth:`from_config` only: every value comes from the config or the schema's default
+    (schemas/stats.schema.yaml), none from here."""
 
-    n_bootstrap: int = 2000
-    seed: int = 0
-    confidence: float = 0.95
-    min_models: int = 4  # == repdiag.common.statistics.DEFAULT_MIN_MODELS (tested)
-    readout: str = "cosine"
-    binding_score: str = "accuracy"
-    jer_formula: str = "pr"
-    jer_at: str = "final"
-    probe_set: str = "binding"
-    covariates: tuple[str, ...] = ()
-    collapse_threshold: float = 0.2
+    n_bootstrap: int
+    seed: int
+    confidence: float
+    min_models: int
+    readout: str
+    binding_score: str
+    jer_formula: str
+    jer_at: str
+    probe_set: str
+    covariates: tuple[str, ...]
+    collapse_threshold: float
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any], global_seed: int = 0) -> StatsSettings:

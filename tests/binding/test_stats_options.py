@@ -32,20 +32,23 @@ def test_settings_and_semantic_checks():
         check_stats_config({"models": clash, "stats": {}})
 
 
-def test_stats_settings_defaults_are_the_schemas():
+def test_stats_settings_take_every_value_from_the_config_or_the_schema():
     import dataclasses
 
     from repdiag.core.config import schema_defaults
 
+    fields = dataclasses.fields(StatsSettings)
+    assert all(f.default is dataclasses.MISSING for f in fields)  # no second home for a default
     schema = schema_defaults("stats")
-    fields = {f.name: f.default for f in dataclasses.fields(StatsSettings)}
-    assert {k: v for k, v in fields.items() if k != "seed"} == {
+    built = dataclasses.asdict(StatsSettings.from_config({}, global_seed=7))
+    assert built.pop("seed") == 7  # seed: null takes the global seed
+    assert built == {
         k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k != "seed"
     }
-    assert StatsSettings.from_config({}, global_seed=7) == StatsSettings(seed=7)
+    assert StatsSettings.from_config({"seed": 3}, global_seed=7).seed == 3
 
 
-def test_the_library_default_of_min_models_is_the_settings_default():
+def test_the_library_default_of_min_models_is_the_schemas():
     from repdiag.common.statistics import DEFAULT_MIN_MODELS
 
-    assert StatsSettings().min_models == DEFAULT_MIN_MODELS
+    assert StatsSettings.from_config({}).min_models == DEFAULT_MIN_MODELS

@@ -50,7 +50,12 @@ def test_aggregate_errors_name_the_file(fake_run, tmp_path):
     root, models, _ = fake_run
     metrics_paths, jacobian_paths = model_paths(root, models)
     with pytest.raises(StoreError, match="probe set 'folder'"):
-        aggregate(models, metrics_paths, jacobian_paths, StatsSettings(probe_set="folder"))
+        aggregate(
+            models,
+            metrics_paths,
+            jacobian_paths,
+            StatsSettings.from_config({"probe_set": "folder"}),
+        )
     broken = tmp_path / "m00.json"
     data = json.loads(metrics_paths["m00"].read_text())
     del data["final_layer"]

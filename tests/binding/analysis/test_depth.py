@@ -31,11 +31,13 @@ def test_headline_jer_reads_the_store_like_the_statistics_stage(tmp_path) -> Non
     ds = xr.open_zarr(path, zarr_format=3)
     binding = ds["probe_set"].values == "binding"
     expected = float(ds["jer_pr"].sel(layer="final").values[binding].mean())
-    settings = StatsSettings(n_bootstrap=200, seed=0)
+    settings = StatsSettings.from_config({"n_bootstrap": 200, "seed": 0})
     assert headline_jer(path, "clip", "vision_language", settings) == pytest.approx(
         expected, rel=1e-6
     )
-    noise = StatsSettings(probe_set="noise", jer_formula="entropy", jer_at="max")
+    noise = StatsSettings.from_config(
+        {"probe_set": "noise", "jer_formula": "entropy", "jer_at": "max"}
+    )
     per_layer = ds["jer_entropy"].values[:, ds["probe_set"].values == "noise"].mean(axis=1)
     assert headline_jer(path, "clip", "vision_language", noise) == pytest.approx(
         per_layer.max(), rel=1e-6

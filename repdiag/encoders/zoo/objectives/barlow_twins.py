@@ -52,8 +52,8 @@ class BarlowTwins(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        projector_dims: Sequence[int] = (512, 512),
-        lambda_offdiag: float = 0.0051,
+        projector_dims: Sequence[int],
+        lambda_offdiag: float,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         self.lambda_offdiag = lambda_offdiag

@@ -96,12 +96,12 @@ class CLIP(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        embed_dim: int = 64,
-        text_width: int = 64,
-        text_depth: int = 2,
-        text_heads: int = 4,
-        init_temperature: float = 0.07,
-        captions: str = "bag",
+        embed_dim: int,
+        text_width: int,
+        text_depth: int,
+        text_heads: int,
+        init_temperature: float,
+        captions: str,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         if captions not in ("bag", "relational"):

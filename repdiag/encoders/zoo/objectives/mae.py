@@ -72,11 +72,11 @@ class MAE(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        mask_ratio: float = 0.75,
-        decoder_dim: int = 64,
-        decoder_depth: int = 1,
-        decoder_heads: int = 4,
-        norm_pix_loss: bool = True,
+        mask_ratio: float,
+        decoder_dim: int,
+        decoder_depth: int,
+        decoder_heads: int,
+        norm_pix_loss: bool,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         if not is_vit(backbone):

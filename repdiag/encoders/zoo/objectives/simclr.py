@@ -42,8 +42,8 @@ class SimCLR(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        projector_dims: Sequence[int] = (256, 128),
-        temperature: float = 0.2,
+        projector_dims: Sequence[int],
+        temperature: float,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         self.temperature = temperature

@@ -50,8 +50,8 @@ class SimMIM(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        mask_ratio: float = 0.6,
-        mask_patch: int = 8,
+        mask_ratio: float,
+        mask_patch: int,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         if self.image_size % mask_patch:

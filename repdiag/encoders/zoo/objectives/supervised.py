@@ -63,9 +63,9 @@ class Supervised(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        label: str = "shape_presence",
-        label_smoothing: float = 0.0,
-        slot_weight: float = 0.0,
+        label: str,
+        label_smoothing: float,
+        slot_weight: float,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         self.label = label

@@ -64,11 +64,11 @@ class VICReg(Objective):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
-        projector_dims: Sequence[int] = (512, 512),
-        sim_coeff: float = 25.0,
-        std_coeff: float = 25.0,
-        cov_coeff: float = 1.0,
-        gamma: float = 1.0,
+        projector_dims: Sequence[int],
+        sim_coeff: float,
+        std_coeff: float,
+        cov_coeff: float,
+        gamma: float,
     ) -> None:
         super().__init__(backbone, scenes, mean, std)
         self.coeffs = {
