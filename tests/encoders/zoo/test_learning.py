@@ -102,7 +102,7 @@ def test_trivial_losses_equal_the_loss_of_the_trivial_solution():
     prior = torch.nn.functional.one_hot(targets, 2).double().mean(dim=0)  # (groups, classes)
     logits = prior.clamp(min=1e-12).log().expand(b, -1, -1)
     assert supervised.trivial_loss(batch) == pytest.approx(
-        float(supervised_loss(logits, targets)), rel=1e-6
+        float(supervised_loss(logits, targets, 0.0)), rel=1e-6
     )
     simmim, _ = build_objective(run_spec(DEFAULT, "simmim_s0"))
     x = simmim.normalize(batch.images)

@@ -21,7 +21,7 @@ from repdiag.encoders.zoo.scenes import SceneConfig
 
 
 def supervised_loss(
-    logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0
+    logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float
 ) -> torch.Tensor:
     """``L = -mean_{b,s} sum_c q_bsc log softmax(logits_bs)_c`` with ``q`` the (smoothed) one-hot
     of ``labels[b, s]``: one softmax per slot (or per shape)."""

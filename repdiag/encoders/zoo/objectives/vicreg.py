@@ -34,10 +34,10 @@ def covariance_term(z: torch.Tensor) -> torch.Tensor:
 def vicreg_loss(
     z1: torch.Tensor,
     z2: torch.Tensor,
-    sim_coeff: float = 25.0,
-    std_coeff: float = 25.0,
-    cov_coeff: float = 1.0,
-    gamma: float = 1.0,
+    sim_coeff: float,
+    std_coeff: float,
+    cov_coeff: float,
+    gamma: float,
 ) -> torch.Tensor:
     """``L = lambda s(Z, Z') + mu [v(Z) + v(Z')] / 2 + nu [c(Z) + c(Z')]``.
 

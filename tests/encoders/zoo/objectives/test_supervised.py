@@ -83,8 +83,8 @@ def test_dose_adds_lambda_times_the_slot_cross_entropy(tiny_spec):
     slot_logits = dosed.slot_classifier(features).view(-1, dosed.scenes.n_slots, n_shapes + 1)
     slots = torch.where(flipped.view(-1, 1), batch.slot_shape[:, dosed.mirror], batch.slot_shape)
     expected = supervised_loss(
-        presence_logits, dosed.targets(batch.slot_shape, flipped)
-    ) + 0.3 * supervised_loss(slot_logits, slots)
+        presence_logits, dosed.targets(batch.slot_shape, flipped), 0.0
+    ) + 0.3 * supervised_loss(slot_logits, slots, 0.0)
     assert got.item() == pytest.approx(expected.item(), rel=1e-6)
     # trivial: entropy of the presence priors plus lambda x that of the slot priors
     slot_prior = np.stack(

@@ -43,7 +43,11 @@ def test_vicreg_variance_hinge_closed_form():
     # and it is 0 for exactly decorrelated columns
     z = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 2.0], [0.0, -2.0]]) * math.sqrt(3 / 8)
     assert np.allclose(np.cov(z, rowvar=False), np.eye(2))
-    assert vicreg_loss(t(z), t(z), gamma=0.5).item() == pytest.approx(0.0, abs=1e-12)
+    assert vicreg_loss(t(z), t(z), 25.0, 25.0, 1.0, gamma=0.5).item() == pytest.approx(
+        0.0, abs=1e-12
+    )
     # gamma = 2: each of the 2 dims misses by 2 - sqrt(1 + 1e-4); both views: (v + v) / 2 = v
     expected = 25.0 * (2 - math.sqrt(1 + 1e-4))
-    assert vicreg_loss(t(z), t(z), gamma=2.0).item() == pytest.approx(expected, rel=1e-10)
+    assert vicreg_loss(t(z), t(z), 25.0, 25.0, 1.0, gamma=2.0).item() == pytest.approx(
+        expected, rel=1e-10
+    )
