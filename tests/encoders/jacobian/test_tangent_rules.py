@@ -171,3 +171,69 @@ def test_the_engine_gives_the_same_spectra_and_jer_with_and_without_the_rules(me
         )
         ours, landed = (jer(runs[on, torch.float32][name]) for on in (True, False))
         assert (ours - landed).abs().max() <= 1e-6 * landed.abs().max()
+
+
+def _math_attention(scale: float):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def attend(q, k, v):
+        with sdpa_kernel([SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+    return attend
+
+
+@pytest.mark.parametrize("queries", [5, 1])  # every token, or the class token alone
+def test_the_attention_rule_has_torchs_derivatives_in_every_layout_the_engine_meets(queries):
+    scale = 0.7
+    plain, rule = _math_attention(scale), lambda q, k, v: tangent_rules.attention(q, k, v, scale)
+    shape = {"q": (2, 3, queries, 4), "kv": (2, 3, 5, 4)}
+    q, k, v = (
+        _rand(*shape["q"], seed=20),
+        _rand(*shape["kv"], seed=21),
+        _rand(*shape["kv"], seed=22),
+    )
+    tangents = (_rand(6, *shape["q"], seed=23), _rand(6, *shape["kv"], seed=24),
+                _rand(6, *shape["kv"], seed=25))  # fmt: skip
+    cotangents = _rand(6, *shape["q"], seed=26)
+
+    def jvps(fn):
+        return torch.func.vmap(lambda *t: torch.func.jvp(fn, (q, k, v), t)[1])(*tangents)
+
+    def vjps(fn):
+        return torch.func.vmap(torch.func.vjp(fn, q, k, v)[1])(cotangents)
+
+    close = {"rtol": 0, "atol": 1e-12}
+    torch.testing.assert_close(rule(q, k, v), plain(q, k, v), **close)
+    torch.testing.assert_close(jvps(rule), jvps(plain), **close)
+    for ours, torchs in zip(vjps(rule), vjps(plain), strict=True):
+        torch.testing.assert_close(ours, torchs, **close)
+    one = tuple(t[0] for t in tangents)  # one direction, outside vmap
+    torch.testing.assert_close(
+        torch.func.jvp(rule, (q, k, v), one)[1], torch.func.jvp(plain, (q, k, v), one)[1], **close
+    )
+    # nested deeper than the engine's vmap-of-jvp: the generic rule, the same numbers
+    twice = tuple(t.reshape(2, 3, *t.shape[1:]) for t in tangents)
+    nested = torch.func.vmap(torch.func.vmap(lambda *t: torch.func.jvp(rule, (q, k, v), t)[1]))
+    torch.testing.assert_close(nested(*twice).reshape(jvps(plain).shape), jvps(plain), **close)
+
+
+def test_the_engine_takes_the_explicit_attention_rule_and_never_copies_the_probabilities(
+    monkeypatch,
+):
+    """The engine's vmapped JVPs and VJPs meet attention at one vmap level inside one grad
+    level: the explicit layout, never the generic rule (which copies the probabilities once per
+    direction through functorch's bmm rule)."""
+    from repdiag.encoders.jacobian.engine import jacobian_spectra
+
+    from .models import engine, images, registry_vit
+
+    def refuse(*args):
+        raise AssertionError("the generic attention rule ran")
+
+    monkeypatch.setattr(tangent_rules, "_generic_jvp", refuse)
+    monkeypatch.setattr(tangent_rules, "_generic_vjp", refuse)
+    taps, x = registry_vit(num_classes=5), images(2, (3, 16, 16))
+    for method in ("exact", "randomized"):
+        spectra = jacobian_spectra(taps, x, **engine(method=method, k=6, power_iters=2))
+        assert all(torch.isfinite(s).all() for s in spectra.values())
