@@ -81,7 +81,7 @@ rule identifiability_figures:
         "../workflow_scripts/identifiability_figures.py"
 
 
-# The like-for-like check (repdiag.identifiability.check): the violated-diversity MLP cells at the
+# The like-for-like check (repdiag.identifiability.like_for_like): the violated-diversity MLP cells at the
 # authors' batch, in their own folder, against the authors' stored runs.
 CHECK_SECTION = repdiag.identifiability.study.check_section(IDENTIFIABILITY)
 CHECK_CELLS = repdiag.identifiability.study.cell_names(CHECK_SECTION)

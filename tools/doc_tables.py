@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repdiag.binding.analysis.digest import with_interval
+from repdiag.binding.analysis.summary import with_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "docs" / "binding.md", ROOT / "README.md")

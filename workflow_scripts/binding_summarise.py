@@ -6,7 +6,7 @@ from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads):
-    from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
+    from repdiag.binding.analysis.summary import summary_markdown, zoo_curves
     from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import read_table
 

@@ -5,7 +5,7 @@ from repdiag.core.store import read_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.common.tables import write_csv
-    from repdiag.identifiability.check import (
+    from repdiag.identifiability.like_for_like import (
         authors_runs,
         check_markdown,
         distribution_claims,

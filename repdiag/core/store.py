@@ -37,14 +37,14 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from repdiag.core.errors import StoreError
-from repdiag.core.store_checks import (
+from repdiag.core.store_preflight import (
     check_declared_sizes,
     check_decoded_bytes,
     check_entry,
     check_name,
     disk_bytes,
 )
-from repdiag.core.store_checks import damaged as _damaged
+from repdiag.core.store_preflight import damaged as _damaged
 from repdiag.core.store_reader import (
     MAX_METADATA_BYTES,
     GuardedStore,
@@ -297,7 +297,7 @@ def checked_store(path: str | os.PathLike[str]) -> GuardedStore:
     its files, metadata and chunks; its ``bounds`` name its arrays.
 
     The store must be what :func:`write_store` writes and nothing else
-    (:mod:`repdiag.core.store_checks`: no link, no zarr v2 file, only zarr v3 arrays with this
+    (:mod:`repdiag.core.store_preflight`: no link, no zarr v2 file, only zarr v3 arrays with this
     workflow's codecs and chunk layout, plain names, decoded sizes bounded by the bytes on disk),
     checked on the tree before any file is read. The group's ``zarr.json`` must be zarr format 3
     with consolidated metadata; every array it lists must have a ``zarr.json`` identical to its

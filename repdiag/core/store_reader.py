@@ -1,4 +1,4 @@
-"""The one path by which a store's files are read, after :mod:`repdiag.core.store_checks`.
+"""The one path by which a store's files are read, after :mod:`repdiag.core.store_preflight`.
 
 :class:`GuardedStore` is a read-only zarr ``LocalStore`` whose every read
 
@@ -34,12 +34,12 @@ import numpy as np
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore
 
-from repdiag.core.store_checks import damaged
+from repdiag.core.store_preflight import damaged
 
 MAX_METADATA_BYTES = 64 << 20
 """Bytes of one ``zarr.json`` (64 MiB): the consolidated metadata of the largest store is ~1 MB."""
 MAX_CHUNK_FILE_BYTES = (1 << 31) + 64
-"""Bytes of one chunk file: a chunk decodes to at most 2 GiB (store_checks.MAX_CHUNK_BYTES),
+"""Bytes of one chunk file: a chunk decodes to at most 2 GiB (store_preflight.MAX_CHUNK_BYTES),
 and zstd stores incompressible data in raw blocks with a few bytes of framing."""
 VLEN_ITEM_BYTES = 1 << 16
 """Bytes one element of a variable-length string array may encode to (64 KiB) before a chunk is

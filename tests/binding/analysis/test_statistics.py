@@ -11,8 +11,8 @@ import pytest
 from scipy import stats as sps
 
 from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.analysis.digest import summary_markdown, zoo_curves
 from repdiag.binding.analysis.statistics import family_table, ols_fits, statistics_tables
+from repdiag.binding.analysis.summary import summary_markdown, zoo_curves
 from repdiag.binding.analysis.units import configuration, saved_steps
 from repdiag.common.claims import study_claims
 from repdiag.common.exact import PERMUTATION_DRAWS, format_p, permutation_correlation_p

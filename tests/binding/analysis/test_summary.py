@@ -1,11 +1,11 @@
 """``results/summary.md``: every model and control with intervals and JER by tap
-(repdiag.binding.analysis.digest)."""
+(repdiag.binding.analysis.summary)."""
 
 from __future__ import annotations
 
 from repdiag.binding.analysis.aggregate import aggregate
-from repdiag.binding.analysis.digest import files_section, model_results, summary_markdown
 from repdiag.binding.analysis.statistics import statistics_tables
+from repdiag.binding.analysis.summary import files_section, model_results, summary_markdown
 from tests.binding.stats_fakes import SETTINGS, model_paths
 
 

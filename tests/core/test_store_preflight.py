@@ -11,7 +11,7 @@ import xarray as xr
 
 from repdiag.core.errors import StoreError
 from repdiag.core.store import store_arrays, write_store
-from repdiag.core.store_checks import (
+from repdiag.core.store_preflight import (
     DECODE_FLOOR,
     check_decoded_bytes,
     check_name,

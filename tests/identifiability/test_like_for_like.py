@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from repdiag.core.config import load_config
-from repdiag.identifiability.check import (
+from repdiag.identifiability.like_for_like import (
     authors_runs,
     check_markdown,
     distribution_claim,
