@@ -447,9 +447,10 @@ def test_the_cifar_loop_and_its_features_on_cuda():
 def test_the_identifiability_loop_on_cuda_matches_the_cpu():
     from repdiag.identifiability.encoders import build_latent_encoder
     from repdiag.identifiability.sphere import build_generator
-    from repdiag.identifiability.train import ContrastiveSettings, encode_latents, train_contrastive
+    from repdiag.identifiability.train import encode_latents, train_contrastive
+    from tests.identifiability.conftest import contrastive
 
-    settings = ContrastiveSettings(steps=4, batch_size=16, n_negatives=16, log_every=2)
+    settings = contrastive(steps=4, batch_size=16, n_negatives=16, log_every=2)
     z = np.random.default_rng(1).normal(size=(8, 3))
     z /= np.linalg.norm(z, axis=1, keepdims=True)
 

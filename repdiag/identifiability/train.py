@@ -39,22 +39,24 @@ LR_SCHEDULES = ("cosine", "constant")
 
 @dataclasses.dataclass(frozen=True)
 class ContrastiveSettings:
-    """What one training run uses (all plain values, straight from the config)."""
+    """What one training run uses (all plain values, straight from the config: built by
+    :func:`repdiag.identifiability.study.train_settings` from a cell's resolved parameters; the
+    schema is where every default lives)."""
 
-    steps: int = 1000
-    batch_size: int = 256
-    n_negatives: int = 256
-    lr: float = 1e-3
-    temperature: float = 0.5
-    similarity: str = "cosine"
-    loss: str = "infonce"
-    ratio: float = 0.0
-    sampling: str = "full"
-    kappa: float = 2.0
-    n_fixed: int = 1
-    group_size: int = 32
-    log_every: int = 50
-    lr_schedule: str = "cosine"
+    steps: int
+    batch_size: int
+    n_negatives: int
+    lr: float
+    temperature: float
+    similarity: str
+    loss: str
+    ratio: float
+    sampling: str
+    kappa: float
+    n_fixed: int
+    group_size: int
+    log_every: int
+    lr_schedule: str
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in LR_SCHEDULES:

@@ -11,12 +11,12 @@ from repdiag.identifiability.encoders import build_latent_encoder
 from repdiag.identifiability.metrics import identifiability_metrics
 from repdiag.identifiability.sphere import build_generator, sample_uniform
 from repdiag.identifiability.train import (
-    ContrastiveSettings,
     _sample_anchors,
     contrastive_step_loss,
     encode_latents,
     train_contrastive,
 )
+from tests.identifiability.conftest import contrastive
 
 torch.set_num_threads(1)
 
@@ -27,7 +27,7 @@ def short_run(sampling: str, seed: int = 0, steps: int = 150) -> dict[str, float
     g = build_generator("identity", 3, seed)
     f = build_latent_encoder("mlp", g, seed=seed)
     assert f.separate_views
-    settings = ContrastiveSettings(
+    settings = contrastive(
         steps=steps,
         batch_size=128,
         n_negatives=128,
@@ -58,7 +58,7 @@ def test_paper_mlp_recovers_with_diversity_and_keeps_only_the_fixed_coordinate_w
 def test_small_mlp_variant_still_trains() -> None:
     g = build_generator("identity", 3, 0)
     f = build_latent_encoder("mlp", g, seed=0, hidden=(64, 64), variant="small")
-    settings = ContrastiveSettings(steps=200, batch_size=128, n_negatives=128, lr=3e-3)
+    settings = contrastive(steps=200, batch_size=128, n_negatives=128, lr=3e-3)
     train_contrastive(f, g, settings, seed=0)
     z = sample_uniform(2000, 3, np.random.default_rng(99))
     assert identifiability_metrics(encode_latents(f, g, z), z)["r2"] > 0.9
@@ -68,9 +68,7 @@ def learning_rates(schedule: str, monkeypatch: pytest.MonkeyPatch) -> list[float
     """The learning rate of every Adam step of a 4-step run."""
     g = build_generator("identity", 3, 0)
     f = build_latent_encoder("mlp", g, seed=0, hidden=(8,))
-    settings = ContrastiveSettings(
-        steps=4, batch_size=8, n_negatives=8, lr=1e-2, lr_schedule=schedule
-    )
+    settings = contrastive(steps=4, batch_size=8, n_negatives=8, lr=1e-2, lr_schedule=schedule)
     seen: list[float] = []
     original = torch.optim.Adam.step
 
@@ -94,7 +92,7 @@ def test_training_is_seeded() -> None:
     def curve(seed: int) -> list[tuple[int, float]]:
         g = build_generator("linear", 3, seed, out_dim=5)
         f = build_latent_encoder("mlp", g, seed=seed, hidden=(8,))
-        settings = ContrastiveSettings(steps=6, batch_size=16, n_negatives=8, log_every=2)
+        settings = contrastive(steps=6, batch_size=16, n_negatives=8, log_every=2)
         return train_contrastive(f, g, settings, seed=seed).curve
 
     assert curve(3) == curve(3)
@@ -102,7 +100,7 @@ def test_training_is_seeded() -> None:
 
 
 def test_support_corrected_groups_share_their_fixed_coordinates() -> None:
-    settings = ContrastiveSettings(
+    settings = contrastive(
         loss="support_corrected",
         ratio=0.5,
         sampling="restricted",
@@ -120,7 +118,7 @@ def test_support_corrected_loss_is_finite_and_differentiable() -> None:
     g = build_generator("spiral", 3, 0)
     f = build_latent_encoder("mlp", g, seed=0, hidden=(8,))
     for ratio in (0.0, 0.5, 1.0):
-        settings = ContrastiveSettings(
+        settings = contrastive(
             loss="support_corrected",
             ratio=ratio,
             sampling="restricted",
@@ -158,4 +156,4 @@ def test_support_corrected_loss_is_finite_and_differentiable() -> None:
 )
 def test_invalid_settings_are_config_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        ContrastiveSettings(**kwargs)
+        contrastive(**kwargs)
