@@ -96,6 +96,12 @@ def robustness_variants(table: pd.DataFrame) -> list[dict[str, str]]:
     return [v for v in variants if v["metric"] in table.columns]
 
 
+def robustness_targets() -> list[str]:
+    """Both binding scores of every readout: accuracy (``binding_<readout>``) and the win rate
+    (``binding_<readout>_win``), whichever the headline uses."""
+    return [f"binding_{r}{score}" for score in ("", "_win") for r in READOUTS]
+
+
 FAMILY_METRICS = (
     "binding_cosine",
     "binding_knn",
@@ -366,7 +372,7 @@ def statistics_tables(
         confidence=settings.confidence,
     )
     robustness = robustness_table(
-        means, robustness_variants(means), [f"binding_{r}" for r in READOUTS], **options
+        means, robustness_variants(means), robustness_targets(), **options
     )
     tables: dict[str, pd.DataFrame | str] = {
         "correlations": pd.concat(frames, ignore_index=True),

@@ -253,7 +253,47 @@ def headline_lines(
             for _, row in geometry.iterrows()
         ]
         lines.append("- Geometry vs binding (same units): " + "; ".join(parts) + ".")
+    lines += other_score_lines(tables.get("robustness"), settings)
+    if len(jer) and "power_at_paper_r" in jer:
+        lines.append(power_line(jer.iloc[0]))
     return lines
+
+
+def other_score_lines(robustness: pd.DataFrame | None, settings: StatsSettings) -> list[str]:
+    """The headline correlations with the other binding score (the win rate beside accuracy,
+    accuracy beside the win rate): JER, G.PR and G.Iso over the same units."""
+    win = settings.binding_score != "win_rate"
+    target = f"binding_{settings.readout}{'_win' if win else ''}"
+    if robustness is None or "target" not in robustness:
+        return []
+    rows = robustness[robustness["target"] == target].set_index("metric")
+    parts = [
+        f"{label} r = {_fmt(rows.loc[m, 'pearson_r'])} [{_fmt(rows.loc[m, 'pearson_ci_low'])}, "
+        f"{_fmt(rows.loc[m, 'pearson_ci_high'])}], {_pearson_p(rows.loc[m])}"
+        for m, label in ((settings.jer_column, "JER"), ("g_pr", "G.PR"), ("g_iso", "G.Iso"))
+        if m in rows.index
+    ]
+    if not parts:
+        return []
+    score = (
+        "the win rate (the share of wrong candidates scored below the correct one: 0.5 at "
+        "chance, 1 for the shape oracle)"
+        if win
+        else "accuracy (the paper's score)"
+    )
+    return [f"- The same against {score}, `{settings.readout}` readout: " + "; ".join(parts) + "."]
+
+
+def power_line(row: pd.Series) -> str:
+    """What the comparison's n can answer: its power at the paper's r and the smallest r it
+    detects with 80% power, and where the comparison sized for the paper's r is run."""
+    return (
+        f"- What n = {int(row['n'])} units can answer: power {_fmt(row['power_at_paper_r'], '.2f')} "
+        f"to detect the paper's r(JER, binding) at the test's level; the smallest |r| detected "
+        f"with 80% power is {_fmt(row['r_detectable_80'], '.2f')}. The comparison sized for the "
+        "paper's r is the on-request target `binding_families` (its pre-registered design, "
+        "power and measured time: docs/binding.md)."
+    )
 
 
 def model_sections(

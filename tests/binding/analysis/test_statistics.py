@@ -35,7 +35,11 @@ def test_statistics_tables_and_paper_comparison(fake_run, tmp_path):
     assert correlations.loc["jer", "pearson_r"] == pytest.approx(r, abs=TOL)
     assert r > 0.8  # the fabricated models bind better when their spectra are flatter
     robustness = tables["robustness"]
-    assert set(robustness["target"]) == {"binding_cosine", "binding_knn", "binding_local_pca"}
+    assert set(robustness["target"]) == {  # both scores of every readout
+        f"binding_{readout}{score}"
+        for readout in ("cosine", "knn", "local_pca")
+        for score in ("", "_win")
+    }
     variants = set(robustness["metric"])
     assert {
         "l_iso_k5",

@@ -14,6 +14,7 @@ def test_the_summary_lists_every_model_with_intervals_and_jer_by_tap(fake_run):
     result = aggregate(models, *model_paths(root, models), SETTINGS)
     table = result.models.copy()
     table.loc[table["model"] == "m05", "family"] = "control"
+    table["binding_cosine_win"] = 0.5 + 0.5 * table["binding_cosine"]  # the fakes have none
     tables = statistics_tables(table, result.depth, SETTINGS)
     rows = model_results(table, result.depth, SETTINGS).set_index("model")
     assert list(rows.index) == list(table["model"])  # controls too
@@ -33,6 +34,15 @@ def test_the_summary_lists_every_model_with_intervals_and_jer_by_tap(fake_run):
     text = summary_markdown(table, {**tables, "depth_profiles": result.depth}, SETTINGS)
     assert "## Every model and control" in text and expected in text
     assert "## Every model and control" not in summary_markdown(table, tables, SETTINGS)
+    # the other score beside the headline's, and what the run's n can answer
+    robust = tables["robustness"].set_index(["target", "metric"])
+    win_jer = robust.loc[("binding_cosine_win", SETTINGS.jer_column), "pearson_r"]
+    other = next(line for line in text.splitlines() if "against the win rate" in line)
+    assert f"JER r = {win_jer:.3f}" in other and "G.PR r = " in other
+    power = next(line for line in text.splitlines() if line.startswith("- What n = "))
+    correlations = tables["correlations"]
+    jer_row = correlations[(correlations["metric"] == "jer")].iloc[0]
+    assert f"power {jer_row['power_at_paper_r']:.2f}" in power and "binding_families" in power
 
 
 def test_the_files_section_names_the_folder_the_tables_were_read_from() -> None:
