@@ -194,6 +194,18 @@ def _pearson_p(row: pd.Series) -> str:
     return f"{text} (permutation p = {shown})"
 
 
+def _ci_text(row: pd.Series, confidence: float) -> str:
+    """``r = R, 95% CI [low, high], p = P`` of a correlation row."""
+    low, high = _fmt(row["pearson_ci_low"]), _fmt(row["pearson_ci_high"])
+    return f"r = {_fmt(row['pearson_r'])}, {confidence:.0%} CI [{low}, {high}], {_pearson_p(row)}"
+
+
+def _r_text(row: pd.Series) -> str:
+    """``r = R [low, high], p = P`` of a correlation row (its permutation p beside, small n)."""
+    low, high = _fmt(row["pearson_ci_low"]), _fmt(row["pearson_ci_high"])
+    return f"r = {_fmt(row['pearson_r'])} [{low}, {high}], {_pearson_p(row)}"
+
+
 def headline_lines(
     table: pd.DataFrame, tables: Mapping[str, Any], settings: StatsSettings
 ) -> list[str]:
@@ -209,9 +221,7 @@ def headline_lines(
         row = jer.iloc[0]
         lines.append(
             f"- JER vs binding (unit: {row.get('unit', 'model')}, n = {int(row['n'])}): "
-            f"Pearson r = {_fmt(row['pearson_r'])}, {settings.confidence:.0%} CI "
-            f"[{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}], "
-            f"{_pearson_p(row)}; Spearman rho = {_fmt(row['spearman_rho'])} "
+            f"Pearson {_ci_text(row, settings.confidence)}; Spearman rho = {_fmt(row['spearman_rho'])} "
             f"[{_fmt(row['spearman_ci_low'])}, {_fmt(row['spearman_ci_high'])}], "
             f"p = {_fmt(row['spearman_p'], '.3g')}. {row['note'] or ''}".rstrip()
         )
@@ -223,9 +233,8 @@ def headline_lines(
         if len(other):
             row = other.iloc[0]
             lines.append(
-                f"- The same over {label} (n = {int(row['n'])}): r = {_fmt(row['pearson_r'])}, "
-                f"{settings.confidence:.0%} CI [{_fmt(row['pearson_ci_low'])}, "
-                f"{_fmt(row['pearson_ci_high'])}], {_pearson_p(row)}."
+                f"- The same over {label} (n = {int(row['n'])}): "
+                f"{_ci_text(row, settings.confidence)}."
             )
     ols = tables["ols"]
     fit = ols[ols["formula"] == "binding ~ jer + same_different"]
@@ -246,12 +255,7 @@ def headline_lines(
         )
     geometry = corr[corr["metric"].isin(["g_pr", "g_iso", *l_iso_columns(table)])]
     if len(geometry):
-        parts = [
-            f"{metric_label(row['metric'])} r = {_fmt(row['pearson_r'])} "
-            f"[{_fmt(row['pearson_ci_low'])}, {_fmt(row['pearson_ci_high'])}], "
-            f"{_pearson_p(row)}"
-            for _, row in geometry.iterrows()
-        ]
+        parts = [f"{metric_label(row['metric'])} {_r_text(row)}" for _, row in geometry.iterrows()]
         lines.append("- Geometry vs binding (same units): " + "; ".join(parts) + ".")
     lines += other_score_lines(tables.get("robustness"), settings)
     if len(jer) and "power_at_paper_r" in jer:
@@ -268,8 +272,7 @@ def other_score_lines(robustness: pd.DataFrame | None, settings: StatsSettings) 
         return []
     rows = robustness[robustness["target"] == target].set_index("metric")
     parts = [
-        f"{label} r = {_fmt(rows.loc[m, 'pearson_r'])} [{_fmt(rows.loc[m, 'pearson_ci_low'])}, "
-        f"{_fmt(rows.loc[m, 'pearson_ci_high'])}], {_pearson_p(rows.loc[m])}"
+        f"{label} {_r_text(rows.loc[m])}"
         for m, label in ((settings.jer_column, "JER"), ("g_pr", "G.PR"), ("g_iso", "G.Iso"))
         if m in rows.index
     ]

@@ -17,6 +17,9 @@ from torch.overrides import TorchFunctionMode
 
 from repdiag.encoders.jacobian import tangent_rules
 
+SDPA_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+"""``scaled_dot_product_attention``'s positional arguments, in order."""
+
 
 def _autocasting(device_type: str) -> bool:
     """Autocast is on for this device type (never on the meta device, which has none)."""
@@ -101,8 +104,7 @@ class _JacobianRewrites(TorchFunctionMode):
             if _autocasting(call["input"].device.type):
                 return _layer_norm(**call)
         elif func is nn.functional.scaled_dot_product_attention:
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-            call = {**dict(zip(names, args, strict=False)), **kwargs}
+            call = {**dict(zip(SDPA_ARGUMENTS, args, strict=False)), **kwargs}
             q = call["query"]
             if (
                 _autocasting(q.device.type)
@@ -153,23 +155,17 @@ _RULES = {
 }
 
 
-def _attention_rule(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> torch.Tensor | None:
+def _attention_rule(call: Mapping[str, Any]) -> torch.Tensor | None:
     """Plain attention (no mask, dropout, causality or grouped heads; autocast off) by its
-    tangent rule, else None."""
-    plain = attn_mask is None and not dropout_p and not is_causal and not enable_gqa
+    tangent rule, else None. ``call``: the SDPA call's arguments by name."""
+    query, key, value = call["query"], call["key"], call["value"]
+    plain = call.get("attn_mask") is None and not call.get("dropout_p", 0.0)
+    plain = plain and not call.get("is_causal", False) and not call.get("enable_gqa", False)
     if not plain or query.ndim < 3 or _autocasting(query.device.type):
         return None
     if key.shape[:-2] != query.shape[:-2] or value.shape[:-2] != query.shape[:-2]:
         return None
+    scale = call.get("scale")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     return tangent_rules.attention(query, key, value, scale)
 
@@ -178,7 +174,7 @@ def _rule_call(func: Any, args: tuple, kwargs: Mapping[str, Any]) -> torch.Tenso
     """``func`` by its explicit tangent rule (:mod:`.tangent_rules`) when its constants are
     frozen and autocast is off (autocast's own rewrites apply then), else None."""
     if func is nn.functional.scaled_dot_product_attention:
-        return _attention_rule(*args, **kwargs)
+        return _attention_rule(dict(zip(SDPA_ARGUMENTS, args, strict=False)) | dict(kwargs))
     rule, names = _RULES[func]
     call = {"bias": None, "weight": None, "eps": 1e-5} | dict(zip(names, args, strict=False))
     call |= kwargs
