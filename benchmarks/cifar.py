@@ -81,7 +81,7 @@ def bench_training(cifar: dict, batch: int, steps: int) -> None:
             params["head"]["out_dim"],
             32,
         ).train()
-        settings = SimCLRSettings(**params["train"])
+        settings = SimCLRSettings.from_config(dict(**params["train"]))
         optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=1e-4)
 
         def encoder_only(model=model) -> None:

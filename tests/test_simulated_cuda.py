@@ -434,7 +434,9 @@ def test_the_cifar_loop_and_its_features_on_cuda():
     images = to_chw_tensor(synthetic_images(4, 4, 32, seed=0).images)
     augment = fill_defaults({"cifar": {}})["cifar"]["augment"]
     view = view_transform("no_crop", augment, 32, (0.5,) * 3, (0.25,) * 3)
-    settings = SimCLRSettings(epochs=2, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1)
+    settings = SimCLRSettings.from_config(
+        dict(epochs=2, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1)
+    )
     torch.manual_seed(0)
     model = build_simclr_model("mlp", {"hidden": [32]}, 16, 16, 8, 32)
     with simulated_cuda() as cuda:

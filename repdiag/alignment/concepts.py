@@ -209,9 +209,9 @@ class SyntheticConcepts(FromConfig):
     noise: float
     n_train: int
     n_test: int
-    frequency_exponent: float = 0.0
-    correlation: float = 0.0
-    n_specific: int = 0
+    frequency_exponent: float
+    correlation: float
+    n_specific: int
 
     def __post_init__(self) -> None:
         if len(self.dims) != 2 or len(self.maps) != 2:

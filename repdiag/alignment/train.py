@@ -27,11 +27,11 @@ class SAETrainSettings(FromConfig):
     SECTION = "alignment.train"
     OTHERS_READ = ("sw_projections",)
 
-    steps: int = 1000
-    batch_size: int = 256
-    pair_batch_size: int = 128
-    lr: float = 1e-3
-    decay_fraction: float = 0.3  # final fraction of steps with linear decay of the LR to 0
+    steps: int
+    batch_size: int
+    pair_batch_size: int
+    lr: float
+    decay_fraction: float  # final fraction of steps with linear decay of the LR to 0
     curve_every: int = 50
 
 

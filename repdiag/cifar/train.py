@@ -46,15 +46,15 @@ class SimCLRSettings(FromConfig):
 
     SECTION = "cifar.train"
 
-    epochs: int = 100
-    batch_size: int = 512
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    warmup_epochs: float = 10.0
-    temperature: float = 0.5
-    amp: bool = True
-    max_steps: int | None = None
-    log_every: int = 50
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    warmup_epochs: float
+    temperature: float
+    amp: bool
+    max_steps: int | None
+    log_every: int
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:

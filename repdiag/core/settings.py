@@ -2,7 +2,8 @@
 
 A settings dataclass that inherits :class:`FromConfig` names its section (``SECTION``, for
 errors) and the section's keys another consumer reads (``OTHERS_READ``, left out); every other
-key must be one of its fields.
+key must be one of its fields, and a key the section leaves out takes the schema's default
+(:func:`schema_section`), so a field repeats no default of the schema's.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ class FromConfig:
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Self:
-        """``cls(**section)`` without ``OTHERS_READ``; a key that is no field is a ConfigError
-        naming ``SECTION.key`` and the fields (an unnamed key keeps the field's default)."""
+        """``cls(**section)`` over the schema's defaults for ``SECTION`` (the one place they are
+        written), without ``OTHERS_READ``; a key of ``section`` that is no field is a
+        ConfigError naming ``SECTION.key`` and the fields."""
         fields = sorted(field.name for field in dataclasses.fields(cls))  # type: ignore[arg-type]
         values = {k: v for k, v in section.items() if k not in cls.OTHERS_READ}
         unknown = sorted(set(values) - set(fields))
@@ -34,4 +36,17 @@ class FromConfig:
                 f"unknown key {cls.SECTION}.{unknown[0]}: {cls.__name__} has "
                 f"{', '.join(fields)}; remove the key or correct its name"
             )
-        return cls(**values)
+        defaults = {k: v for k, v in schema_section(cls.SECTION).items() if k in fields}
+        return cls(**(defaults | values))
+
+
+def schema_section(path: str) -> dict[str, Any]:
+    """The schema's defaults of config section ``path`` (dotted, e.g. ``cifar.train``); empty
+    where the schema gives none."""
+    from repdiag.core.config import schema_defaults
+
+    top, *rest = path.split(".")
+    section: Any = schema_defaults(top) if top else {}
+    for key in rest:
+        section = section.get(key) if isinstance(section, Mapping) else None
+    return dict(section) if isinstance(section, Mapping) else {}

@@ -35,16 +35,18 @@ def perfect_pair(seed=0, n_specific=0):
     from repdiag.alignment.methods import PairModel
     from repdiag.alignment.topk import TopKSAE
 
-    space = SyntheticConcepts(
-        n_concepts=12,
-        k_active=3,
-        dims=(64, 80),
-        maps=("linear", "linear"),
-        nonlinearity=0.0,
-        noise=0.0,
-        n_train=512,
-        n_test=600,
-        n_specific=n_specific,
+    space = SyntheticConcepts.from_config(
+        dict(
+            n_concepts=12,
+            k_active=3,
+            dims=(64, 80),
+            maps=("linear", "linear"),
+            nonlinearity=0.0,
+            noise=0.0,
+            n_train=512,
+            n_test=600,
+            n_specific=n_specific,
+        )
     )
     data = synthetic_pairs(space, paired_fraction=1.0, seed=seed)
     saes = []

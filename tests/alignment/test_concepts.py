@@ -78,17 +78,21 @@ def test_synthetic_space_refuses_a_domain_count_other_than_two_and_negative_priv
     change, message
 ):
     with pytest.raises(ConfigError, match=message):
-        SyntheticConcepts(**{**SMALL, **change})
+        SyntheticConcepts.from_config(dict(**{**SMALL, **change}))
 
 
 def test_synthetic_space_from_config_holds_tuples_and_equals_one_built_from_lists():
     space = SyntheticConcepts.from_config(SMALL)
     assert space.dims == (5, 7) and space.maps == ("linear", "nonlinear")
-    assert space == SyntheticConcepts(**{**SMALL, "dims": (5, 7), "maps": ("linear", "nonlinear")})
+    assert space == SyntheticConcepts.from_config(
+        dict(**{**SMALL, "dims": (5, 7), "maps": ("linear", "nonlinear")})
+    )
 
 
 def test_synthetic_pairs_share_concepts_only_on_paired_rows():
-    data = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=0.1, seed=3)
+    data = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=0.1, seed=3
+    )
     z_a, z_b = data.train_concepts
     assert data.n_paired == 40
     np.testing.assert_array_equal(z_a[:40], z_b[:40])
@@ -103,8 +107,12 @@ def test_synthetic_pairs_share_concepts_only_on_paired_rows():
 
 
 def test_fraction_changes_pairing_not_the_domains():
-    few = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=0.01, seed=5)
-    full = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=1.0, seed=5)
+    few = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=0.01, seed=5
+    )
+    full = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=1.0, seed=5
+    )
     np.testing.assert_array_equal(few.test[0], full.test[0])
     np.testing.assert_array_equal(few.test[1], full.test[1])
     np.testing.assert_array_equal(few.train[0], full.train[0])
@@ -112,9 +120,11 @@ def test_fraction_changes_pairing_not_the_domains():
 
 
 def test_noise_has_the_stated_relative_size():
-    clean = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=1.0, seed=2)
+    clean = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=1.0, seed=2
+    )
     noisy = synthetic_pairs(
-        SyntheticConcepts(**{**SMALL, "noise": 0.1}), paired_fraction=1.0, seed=2
+        SyntheticConcepts.from_config(dict(**{**SMALL, "noise": 0.1})), paired_fraction=1.0, seed=2
     )
     residual = noisy.train[0] - clean.train[0]
     rms = np.sqrt(np.mean(clean.train[0] ** 2))
@@ -124,7 +134,7 @@ def test_noise_has_the_stated_relative_size():
 def test_test_split_noise_is_identical_across_paired_fractions():
     noisy = {**SMALL, "noise": 0.1}
     runs = [
-        synthetic_pairs(SyntheticConcepts(**noisy), paired_fraction=f, seed=7)
+        synthetic_pairs(SyntheticConcepts.from_config(dict(**noisy)), paired_fraction=f, seed=7)
         for f in (0.001, 0.01, 0.3, 1.0)
     ]
     for run in runs[1:]:
@@ -133,7 +143,9 @@ def test_test_split_noise_is_identical_across_paired_fractions():
         # domain a's training rows (concepts and noise) do not depend on the pairing either
         np.testing.assert_array_equal(run.train[0], runs[0].train[0])
     # the noise is really there, and the test noise is not the training noise
-    clean = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=1.0, seed=7)
+    clean = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=1.0, seed=7
+    )
     test_noise = runs[0].test[1] - clean.test[1]
     assert test_noise.std() > 0.01
     train_noise = runs[0].train[1][: len(test_noise)] - clean.train[1][: len(test_noise)]
@@ -141,7 +153,9 @@ def test_test_split_noise_is_identical_across_paired_fractions():
 
 
 def test_truth_change_is_the_concept_effect_and_counterfactuals_remove_it():
-    data = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=1.0, seed=4)
+    data = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=1.0, seed=4
+    )
     truth = data.truth
     rows = np.flatnonzero(truth.concepts[:, 2] > 0)
     for domain in (0, 1):
@@ -162,7 +176,7 @@ def test_hard_testbed_power_law_correlation_and_private_concepts():
         "correlation": 0.6,
         "n_specific": 2,
     }
-    data = synthetic_pairs(SyntheticConcepts(**hard), paired_fraction=1.0, seed=0)
+    data = synthetic_pairs(SyntheticConcepts.from_config(dict(**hard)), paired_fraction=1.0, seed=0)
     z = data.train_concepts[0]
     assert z.shape[1] == 10 and np.all(np.count_nonzero(z, axis=1) == 2)
     frequency = np.sort(np.mean(z > 0, axis=0))[::-1]

@@ -44,7 +44,9 @@ def test_permuted_latents_score_near_zero_by_index_and_one_after_sae_a_matching(
     # translating through the input cannot help either: the code lands on the wrong atoms
     assert abs(shuffled["tr_intervention_input"]) < 0.15
     # SAE-A's Hungarian matching on paired codes undoes the permutation
-    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    sae_a = SAEAligned(
+        SAESettings.from_config(dict(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    )
     pairs = tuple(torch.as_tensor(x) for x in data.test)
     sae_a.finalise(model, pairs)
     matched = intervention_metrics(model, data.test, data.truth)
@@ -94,7 +96,9 @@ def test_probe_scored_interventions_fall_to_zero_with_permuted_latents_and_sae_a
     # the mean effect is not each row's change, so TopK moves a few other latents: about 0
     assert abs(shuffled["cont_intervention"]) < 0.1
     assert shuffled["concept_match"] == 0.0
-    sae_a = SAEAligned(SAESettings(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    sae_a = SAEAligned(
+        SAESettings.from_config(dict(n_latents=12, k=3, aux_k=0, aux_coef=0.0, dead_after=10))
+    )
     sae_a.finalise(model, tuple(torch.as_tensor(x) for x in data.test))
     matched = intervention_metrics(model, data.test, truth)
     assert matched["tr_intervention"] > 0.9 and matched["cont_intervention"] > 0.9

@@ -21,7 +21,7 @@ from repdiag.alignment.topk import topk_relu
 from repdiag.core.errors import ConfigError, RegistryError
 
 torch.set_num_threads(1)
-SAE = SAESettings(n_latents=6, k=2, aux_k=2, aux_coef=1 / 32, dead_after=1000)
+SAE = SAESettings.from_config(dict(n_latents=6, k=2, aux_k=2, aux_coef=1 / 32, dead_after=1000))
 
 
 def _batch(with_pairs=True):
@@ -186,7 +186,7 @@ def test_usae_reconstructs_every_domain_from_one_code():
 def test_every_method_gets_the_same_sample_budget():
     from repdiag.alignment.train import SAETrainSettings, batch_sizes
 
-    settings = SAETrainSettings(batch_size=256, pair_batch_size=128)
+    settings = SAETrainSettings.from_config(dict(batch_size=256, pair_batch_size=128))
 
     def method(variant):
         name, _, ablation = variant.partition("-")
@@ -216,22 +216,26 @@ def test_usae_steps_only_the_sampled_model():
 
     data, _ = normalise(
         synthetic_pairs(
-            SyntheticConcepts(
-                n_concepts=4,
-                k_active=1,
-                dims=(6, 5),
-                maps=("linear", "linear"),
-                nonlinearity=0.0,
-                noise=0.0,
-                n_train=256,
-                n_test=32,
+            SyntheticConcepts.from_config(
+                dict(
+                    n_concepts=4,
+                    k_active=1,
+                    dims=(6, 5),
+                    maps=("linear", "linear"),
+                    nonlinearity=0.0,
+                    noise=0.0,
+                    n_train=256,
+                    n_test=32,
+                )
             ),
             paired_fraction=1.0,
             seed=0,
         )
     )
-    settings = SAETrainSettings(steps=1, batch_size=16, pair_batch_size=16, decay_fraction=0.0)
-    sae = SAESettings(n_latents=8, k=2, aux_k=0, aux_coef=0.0, dead_after=100)
+    settings = SAETrainSettings.from_config(
+        dict(steps=1, batch_size=16, pair_batch_size=16, decay_fraction=0.0)
+    )
+    sae = SAESettings.from_config(dict(n_latents=8, k=2, aux_k=0, aux_coef=0.0, dead_after=100))
     method = make_method("usae", sae)
     before = method.build([6, 5], torch.Generator().manual_seed(3))
     after = train_method(method, data, settings, seed=3).model

@@ -23,7 +23,9 @@ WEIGHTS = dict(
 
 def _run(variant: str, fraction: float, seed: int = 0) -> dict:
     data, _ = normalise(
-        synthetic_pairs(SyntheticConcepts(**DATA), paired_fraction=fraction, seed=seed)
+        synthetic_pairs(
+            SyntheticConcepts.from_config(dict(**DATA)), paired_fraction=fraction, seed=seed
+        )
     )
     weights = {t: WEIGHTS[t] for t in variant_terms(variant)} or None
     return fit_and_evaluate(
@@ -57,10 +59,14 @@ def test_distributional_only_matches_laws_not_instances_and_anchors_repair_it():
 
 def test_training_is_deterministic_given_the_seed():
     data, _ = normalise(
-        synthetic_pairs(SyntheticConcepts(**{**DATA, "n_train": 512}), paired_fraction=0.5, seed=1)
+        synthetic_pairs(
+            SyntheticConcepts.from_config(dict(**{**DATA, "n_train": 512})),
+            paired_fraction=0.5,
+            seed=1,
+        )
     )
-    settings = SAETrainSettings(steps=15, batch_size=32, pair_batch_size=16)
-    sae = SAESettings(**SAE)
+    settings = SAETrainSettings.from_config(dict(steps=15, batch_size=32, pair_batch_size=16))
+    sae = SAESettings.from_config(dict(**SAE))
     runs = [
         train_method(make_method("cosae", sae, sw_projections=4), data, settings, seed=3)
         for _ in range(2)

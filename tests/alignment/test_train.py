@@ -19,11 +19,18 @@ torch.set_num_threads(1)
 
 def test_paired_methods_refuse_data_without_pairs():
     data, _ = normalise(
-        synthetic_pairs(SyntheticConcepts(**{**DATA, "n_train": 256}), paired_fraction=0.0, seed=0)
+        synthetic_pairs(
+            SyntheticConcepts.from_config(dict(**{**DATA, "n_train": 256})),
+            paired_fraction=0.0,
+            seed=0,
+        )
     )
     with pytest.raises(ConfigError, match="needs paired rows"):
         train_method(
-            make_method("crosscoder", SAESettings(**SAE)), data, SAETrainSettings(steps=2), seed=0
+            make_method("crosscoder", SAESettings.from_config(dict(**SAE))),
+            data,
+            SAETrainSettings.from_config(dict(steps=2)),
+            seed=0,
         )
     with pytest.raises(ConfigError, match="needs anchor pairs"):
         fit_and_evaluate(
@@ -38,7 +45,7 @@ def test_paired_methods_refuse_data_without_pairs():
 
 
 def test_learning_rate_is_constant_then_decays_linearly_to_zero():
-    settings = SAETrainSettings(steps=100, lr=0.01, decay_fraction=0.3)
+    settings = SAETrainSettings.from_config(dict(steps=100, lr=0.01, decay_fraction=0.3))
     assert _learning_rate(settings, 0) == pytest.approx(0.01)
     assert _learning_rate(settings, 69) == pytest.approx(0.01)
     assert _learning_rate(settings, 70) == pytest.approx(0.01)

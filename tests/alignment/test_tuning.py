@@ -33,7 +33,9 @@ SAE = dict(n_latents=12, k=2, aux_k=4, aux_coef=1 / 32, dead_after=1024)
 
 
 def test_validation_split_holds_out_the_last_rows_and_pairs_and_keeps_pairs_first():
-    data = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=0.05, seed=0)  # 200 pairs
+    data = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=0.05, seed=0
+    )  # 200 pairs
     train, rows, pairs = validation_split(data, 0.1)
     assert data.n_paired == 200 and train.n_paired == 180 and len(pairs[0]) == 20
     for i in range(2):
@@ -48,13 +50,17 @@ def test_validation_split_holds_out_the_last_rows_and_pairs_and_keeps_pairs_firs
     np.testing.assert_array_equal(data.train_concepts[0][180:200], data.train_concepts[1][180:200])
     with pytest.raises(ConfigError, match="validation_fraction"):
         validation_split(data, 1.0)
-    one_pair = synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=1 / 4000, seed=0)
+    one_pair = synthetic_pairs(
+        SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=1 / 4000, seed=0
+    )
     assert validation_split(one_pair, 0.1)[2] is None  # a single pair stays in training
 
 
 def test_validation_objective_of_independent_saes_is_their_reconstruction_error():
-    data, _ = normalise(synthetic_pairs(SyntheticConcepts(**SMALL), paired_fraction=0.05, seed=1))
-    method = make_method("independent", SAESettings(**SAE))
+    data, _ = normalise(
+        synthetic_pairs(SyntheticConcepts.from_config(dict(**SMALL)), paired_fraction=0.05, seed=1)
+    )
+    method = make_method("independent", SAESettings.from_config(dict(**SAE)))
     model = method.build([8, 10], torch.Generator().manual_seed(0))
     rows = tuple(x[:300] for x in data.train)
     scores = validation_objective(method, model, rows, None, seed=0)
@@ -69,7 +75,7 @@ def test_validation_objective_of_independent_saes_is_their_reconstruction_error(
         )
     assert scores["objective"] == pytest.approx(expected, rel=1e-5)
     assert set(scores) == {"objective", "reconstruction"}  # AuxK is not part of it
-    crosscoder = make_method("crosscoder", SAESettings(**SAE))
+    crosscoder = make_method("crosscoder", SAESettings.from_config(dict(**SAE)))
     with pytest.raises(ConfigError, match="validation pairs"):
         validation_objective(
             crosscoder, crosscoder.build([8, 10], torch.Generator()), rows, None, seed=0

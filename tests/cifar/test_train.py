@@ -28,8 +28,8 @@ def _train(seed: int, steps: int = 4) -> tuple[list, torch.Tensor]:
     torch.manual_seed(seed)
     model = build_simclr_model("mlp", {"hidden": [32]}, 16, 16, 8, 32)
     view = view_transform("no_crop", _config()["cifar"]["augment"], 32, MEAN, STD)
-    settings = SimCLRSettings(
-        epochs=steps, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1, amp=False
+    settings = SimCLRSettings.from_config(
+        dict(epochs=steps, batch_size=8, lr=1e-2, warmup_epochs=0, log_every=1, amp=False)
     )
     result = train_simclr(model, images, view, settings, seed=seed)
     assert result.steps == len(result.curve) == 2 * steps and result.epochs == steps
@@ -45,10 +45,12 @@ def test_lr_schedule_warms_up_linearly_then_decays_by_cosine() -> None:
 
 
 def test_planned_steps_use_full_batches_and_the_cap() -> None:
-    assert planned_steps(100, SimCLRSettings(epochs=2, batch_size=32)) == (3, 6)
-    assert planned_steps(100, SimCLRSettings(epochs=2, batch_size=32, max_steps=4)) == (3, 4)
+    assert planned_steps(100, SimCLRSettings.from_config(dict(epochs=2, batch_size=32))) == (3, 6)
+    assert planned_steps(
+        100, SimCLRSettings.from_config(dict(epochs=2, batch_size=32, max_steps=4))
+    ) == (3, 4)
     with pytest.raises(ConfigError, match="batch_size"):
-        planned_steps(10, SimCLRSettings(batch_size=32))
+        planned_steps(10, SimCLRSettings.from_config(dict(batch_size=32)))
 
 
 def test_nt_xent_matches_its_closed_form() -> None:

@@ -65,3 +65,28 @@ def test_the_config_settings_build_from_their_section_and_refuse_a_stray_key(pat
             assert getattr(built, key) == (tuple(value) if isinstance(value, list) else value)
     with pytest.raises(ConfigError, match=rf"unknown key {cls.SECTION}\.nope"):
         cls.from_config({**section, "nope": 1})
+
+
+@dataclass(frozen=True)
+class FromSchema(FromConfig):
+    """Fields without defaults of their own: the schema's ``cifar.train`` fills them."""
+
+    SECTION = "cifar.train"
+
+    epochs: int
+    lr: float
+    log_every: int
+
+
+def test_the_schema_fills_what_the_section_leaves_out_and_only_the_fields():
+    from repdiag.core.config import schema_defaults
+    from repdiag.core.settings import schema_section
+
+    train = schema_defaults("cifar")["train"]
+    assert schema_section("cifar.train") == train and schema_section("cifar.nothing") == {}
+    built = FromSchema.from_config({"lr": 0.5})
+    assert built == FromSchema(epochs=train["epochs"], lr=0.5, log_every=train["log_every"])
+    with pytest.raises(TypeError, match="log_every"):  # no schema default, no value: an error
+        type("Bare", (FromSchema,), {"SECTION": "cifar.nothing"}).from_config(
+            {"epochs": 1, "lr": 0.1}
+        )

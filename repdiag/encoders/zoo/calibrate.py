@@ -65,8 +65,8 @@ class PilotSettings(FromConfig):
 
     SECTION = "binding_causal.calibration"
 
-    every: int = 25
-    target: float = 0.2
+    every: int
+    target: float
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -187,15 +187,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("runs", nargs="+", help="zoo runs (zoo.objectives keys or series cells)")
     parser.add_argument("--config", default="config/config.yaml")
-    parser.add_argument("--every", type=int, default=PilotSettings.every)
-    parser.add_argument("--target", type=float, default=PilotSettings.target)
+    parser.add_argument("--every", type=int, default=None, help="default: the schema's")
+    parser.add_argument("--target", type=float, default=None, help="default: the schema's")
     parser.add_argument("--steps", type=int, default=None, help="measure the first N steps only")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="CSV of every measured step")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = load_config(args.config)
-    settings = PilotSettings(every=args.every, target=args.target)
+    chosen = {"every": args.every, "target": args.target}
+    settings = PilotSettings.from_config({k: v for k, v in chosen.items() if v is not None})
     frames = []
     for run in args.runs:
         spec = run_spec(config, run)

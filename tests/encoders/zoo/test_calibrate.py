@@ -98,7 +98,7 @@ def independent_shares(spec: dict, step: int) -> dict[str, float]:
 
 def test_the_pilot_reports_the_shares_an_independent_computation_gives(tiny_spec):
     spec = tiny_spec("supervised_resnet", steps=4, jer_regulariser=REGULARISER)
-    rows = pilot(spec, PilotSettings(every=2))
+    rows = pilot(spec, PilotSettings.from_config(dict(every=2)))
     assert sorted(set(rows["step"])) == [0, 2, 3] and set(rows["term"]) == {"jer", "global_pr"}
     for step in (0, 3):
         expected = independent_shares(spec, step)
@@ -138,7 +138,9 @@ def test_the_summary_and_the_weight_for_the_target():
             "share_per_unit_weight": [400.0, 200.0, 100.0, 1.0, 2.0, 3.0],
         }
     )
-    summary = calibration_summary(rows, PilotSettings(target=0.5)).set_index("term")
+    summary = calibration_summary(rows, PilotSettings.from_config(dict(target=0.5))).set_index(
+        "term"
+    )
     assert summary.loc["jer", "share_per_unit_weight_median"] == pytest.approx(200.0)
     assert summary.loc["jer", "weight_for_target"] == pytest.approx(0.5 / 200.0)
     assert summary.loc["global_pr", "weight_for_target"] == pytest.approx(0.25)
@@ -147,7 +149,7 @@ def test_the_summary_and_the_weight_for_the_target():
     )
     assert measured_steps(20, 10) == [0, 10, 19] and measured_steps(0, 5) == []
     with pytest.raises(ValueError, match="every"):
-        PilotSettings(every=0)
+        PilotSettings.from_config(dict(every=0))
 
 
 def test_the_command_prints_the_summary_and_writes_every_step(tmp_path, capsys):
