@@ -23,7 +23,9 @@ def test_every_array_of_every_contract_is_a_row_with_its_dims_and_dtype():
 
 
 def test_the_binding_contract_is_what_the_renderer_writes():
-    ds = render_binding_dataset(BindingParams(image_size=32, n_queries=2, n_pairs=2))
+    ds = render_binding_dataset(
+        BindingParams.from_config(dict(image_size=32, n_queries=2, n_pairs=2))
+    )
     assert set(ds.data_vars) == set(CONTRACT)
     for array, (dtype, dims) in CONTRACT.items():
         assert (str(ds[array].dtype), ds[array].dims) == (dtype, dims), array

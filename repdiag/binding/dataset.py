@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ import xarray as xr
 
 from repdiag.common.render import RGB, SHAPES, Jitter, SceneObject, render_scenes
 from repdiag.core.errors import ConfigError
+from repdiag.core.settings import schema_section
 
 KEY = "datasets.binding"
 MIN_CELL_PX = 8
@@ -70,19 +71,6 @@ MEANING: dict[str, str] = {
     "pair_colour": "the same for each pair member",
 }
 """What each array of :data:`CONTRACT` holds."""
-
-DEFAULT_QUERY_PALETTE: tuple[RGB, ...] = (
-    (230, 25, 75),
-    (60, 180, 75),
-    (0, 130, 200),
-    (255, 225, 25),
-)
-DEFAULT_TARGET_PALETTE: tuple[RGB, ...] = (
-    (245, 130, 48),
-    (145, 30, 180),
-    (70, 240, 240),
-    (240, 50, 230),
-)
 
 
 def n_arrangements(shape_counts: Sequence[int], n_slots: int) -> int:
@@ -132,31 +120,33 @@ _CONVERT: dict[str, Any] = {
     "query_palette": _palette,
     "target_palette": _palette,
     "background": _rgb_tuple,
-    "jitter": lambda value: Jitter(**dict(value)),
+    "jitter": lambda value: value if isinstance(value, Jitter) else Jitter(**dict(value)),
 }
 
 
 @dataclass(frozen=True)
 class BindingParams:
-    """Parameters of the binding dataset; defaults equal ``schemas/datasets.schema.yaml``."""
+    """Parameters of the binding dataset, built by :meth:`from_config` (every value from the
+    ``datasets.binding`` section or its schema default, schemas/datasets.schema.yaml)."""
 
-    image_size: int = 64
-    n_queries: int = 512
-    n_candidates: int = 8
-    n_pairs: int = 2048
-    shapes: tuple[str, ...] = ("circle", "square", "triangle", "cross")
-    grid: tuple[int, int] = (2, 2)
-    n_objects: int = 4
-    object_size: float = 0.85
-    query_palette: tuple[RGB, ...] = DEFAULT_QUERY_PALETTE
-    target_palette: tuple[RGB, ...] = DEFAULT_TARGET_PALETTE
-    background: RGB = (0, 0, 0)
-    jitter: Jitter = field(default_factory=Jitter)
-    seed: int = 0
+    image_size: int
+    n_queries: int
+    n_candidates: int
+    n_pairs: int
+    shapes: tuple[str, ...]
+    grid: tuple[int, int]
+    n_objects: int
+    object_size: float
+    query_palette: tuple[RGB, ...]
+    target_palette: tuple[RGB, ...]
+    background: RGB
+    jitter: Jitter
+    seed: int
 
     @classmethod
     def from_config(cls, binding: Mapping[str, Any]) -> BindingParams:
-        """Build from the ``datasets.binding`` config section (missing keys take the defaults)."""
+        """Build from the ``datasets.binding`` config section; a key it leaves out takes the
+        schema's default (:func:`repdiag.core.settings.schema_section`)."""
         known = {f.name for f in cls.__dataclass_fields__.values()}
         unknown = sorted(set(binding) - known)
         if unknown:
@@ -164,7 +154,7 @@ class BindingParams:
                 f"unknown key {KEY}.{unknown[0]}; allowed keys: {', '.join(sorted(known))}"
             )
         values: dict[str, Any] = {}
-        for key, value in binding.items():
+        for key, value in (schema_section(KEY) | dict(binding)).items():
             try:
                 values[key] = _CONVERT[key](value)
             except (TypeError, ValueError) as err:

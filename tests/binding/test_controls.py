@@ -28,7 +28,7 @@ CHANCE_CONTROLS = ("occupancy", "slot_area", "colour_histogram", "bag_of_shapes"
 @pytest.fixture(scope="module")
 def dataset() -> BindingParams:
     # the default geometry and pair count, fewer queries
-    return render_binding_dataset(BindingParams(n_queries=256))
+    return render_binding_dataset(BindingParams.from_config(dict(n_queries=256)))
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,9 @@ def test_random_features_are_a_deterministic_function_of_the_image(dataset) -> N
 
 
 def test_controls_run_at_another_image_size() -> None:
-    images = render_binding_dataset(BindingParams(image_size=96, n_queries=8, n_pairs=2))
+    images = render_binding_dataset(
+        BindingParams.from_config(dict(image_size=96, n_queries=8, n_pairs=2))
+    )
     x = torch.from_numpy(images["query_image"].values).permute(0, 3, 1, 2).float() / 255
     oracle = build_control("shape_oracle", image_size=96)
     assert oracle.preprocess_cfg["input_size"] == 96

@@ -29,19 +29,21 @@ from repdiag.core.store import open_store, write_store
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "datasets.schema.yaml"
 
-SMALL = BindingParams(image_size=32, n_queries=20, n_candidates=8, n_pairs=20)
-WIDE = BindingParams(
-    image_size=48,
-    n_queries=12,
-    n_candidates=6,
-    n_pairs=12,
-    shapes=("circle", "square", "triangle", "cross", "star", "ring"),
-    grid=(2, 3),
-    n_objects=4,
-    jitter=Jitter(position=1.0, scale=0.2, rotation_deg=180.0),
-    object_size=0.8,
-    background=(128, 128, 128),
-    seed=7,
+SMALL = BindingParams.from_config(dict(image_size=32, n_queries=20, n_candidates=8, n_pairs=20))
+WIDE = BindingParams.from_config(
+    dict(
+        image_size=48,
+        n_queries=12,
+        n_candidates=6,
+        n_pairs=12,
+        shapes=("circle", "square", "triangle", "cross", "star", "ring"),
+        grid=(2, 3),
+        n_objects=4,
+        jitter=Jitter(position=1.0, scale=0.2, rotation_deg=180.0),
+        object_size=0.8,
+        background=(128, 128, 128),
+        seed=7,
+    )
 )
 
 
@@ -70,11 +72,15 @@ def test_number_of_arrangements(counts: list[int], slots: int, expected: int) ->
     assert n_arrangements(counts, slots) == expected
 
 
-def test_dataclass_defaults_equal_the_schema_defaults() -> None:
+def test_every_default_comes_from_the_schema_and_the_config_round_trips() -> None:
+    import dataclasses
+
     datasets = fill_defaults({}, yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent)
-    assert BindingParams.from_config(datasets["binding"]) == BindingParams()
-    assert BindingParams.from_config(BindingParams().to_config()) == BindingParams()
-    assert BindingParams.from_config(WIDE.to_config()) == WIDE
+    default = BindingParams.from_config({})
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(BindingParams))
+    assert BindingParams.from_config(datasets["binding"]) == default
+    assert default.to_config() == datasets["binding"]
+    assert BindingParams.from_config(default.to_config()) == default
 
 
 # --- the matching task --------------------------------------------------------------------------

@@ -185,7 +185,7 @@ def test_contact_sheet_is_a_png_with_the_correct_candidates_framed(tmp_path: Pat
     import matplotlib.image
 
     ds = render_binding_dataset(
-        BindingParams(image_size=32, n_queries=3, n_candidates=8, n_pairs=8)
+        BindingParams.from_config(dict(image_size=32, n_queries=3, n_candidates=8, n_pairs=8))
     )
     path = tmp_path / "sheet.png"
     plots.contact_sheet(ds, path, n_queries=3)

@@ -12,7 +12,7 @@ from repdiag.binding.store import image_sets, open_binding_store, slot_attribute
 from repdiag.core.errors import StoreError
 from repdiag.core.store import write_store
 
-SMALL = BindingParams(image_size=32, n_queries=4, n_candidates=8, n_pairs=6)
+SMALL = BindingParams.from_config(dict(image_size=32, n_queries=4, n_candidates=8, n_pairs=6))
 
 
 def test_image_sets_flatten_in_the_documented_order() -> None:

@@ -30,7 +30,7 @@ from repdiag.core.store_reader import ZSTD_MAGIC
 from tests.reliability.memory import run_measured
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = BindingParams(image_size=32, n_queries=4, n_candidates=8, n_pairs=6)
+SMALL = BindingParams.from_config(dict(image_size=32, n_queries=4, n_candidates=8, n_pairs=6))
 HANG_GUARD_S = 300  # only against a hang; nothing is timed
 
 
