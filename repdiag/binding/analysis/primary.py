@@ -18,12 +18,15 @@ import pandas as pd
 from repdiag.binding.analysis.units import UNIT, comparison_units, require_units, runs_behind
 from repdiag.binding.stats_options import StatsSettings
 from repdiag.common import statistics as stats
+from repdiag.common.claims import study_claims
 from repdiag.common.exact import holm, permutation_correlation_p
+from repdiag.common.power import correlation_power, detectable_correlation
 
 PRIMARY_COLUMNS = [
     "metric", "target", "binding_score", "unit", "n", "n_runs", "pearson_r", "pearson_ci_low",
     "pearson_ci_high", "pearson_p", "permutation_p", "holm_p", "holm_permutation_p",
-    "family_size", "reject_at", "rejected", "note",
+    "family_size", "reject_at", "rejected", "power_at_paper_r", "power_at_paper_r_holm_first",
+    "r_detectable_80", "note",
 ]  # fmt: skip
 
 
@@ -66,8 +69,22 @@ def primary_table(
     frame["holm_permutation_p"] = _holm_over_family(frame["permutation_p"])
     adjusted = frame["holm_permutation_p"].to_numpy(float)
     frame["rejected"] = np.isfinite(adjusted) & (adjusted <= frame["reject_at"].to_numpy(float))
+    _power_columns(frame, 1 - settings.confidence, len(metrics))
     frame["note"] = frame["note"].fillna("")
     return frame
+
+
+def _power_columns(frame: pd.DataFrame, alpha: float, family_size: int) -> None:
+    """What each test's n could detect (repdiag.common.power, Fisher z): its power at the paper's
+    r(JER, binding) at level ``alpha`` and at Holm's first step (``alpha / family_size``), and
+    the smallest |r| it detects with 80% power at ``alpha``."""
+    paper_r = study_claims("binding")["jer_binding_r"].value
+    n = [int(v) if np.isfinite(v) else 0 for v in frame["n"].astype(float)]
+    frame["power_at_paper_r"] = [correlation_power(paper_r, k, alpha) for k in n]
+    frame["power_at_paper_r_holm_first"] = [
+        correlation_power(paper_r, k, alpha / family_size) for k in n
+    ]
+    frame["r_detectable_80"] = [detectable_correlation(k, 0.8, alpha) for k in n]
 
 
 def _holm_over_family(p_values: pd.Series) -> np.ndarray:

@@ -54,6 +54,11 @@ def test_the_primary_rows_are_the_correlations_with_holm_over_the_family():
     assert bool(jer["rejected"]) and jer["holm_permutation_p"] <= 0.05  # r about 0.99 over 14
     assert set(table["family_size"]) == {2} and set(table["binding_score"]) == {"win_rate"}
     assert set(table["reject_at"]) == {0.05} and set(table["n"]) == {14}
+    # what 14 units can detect, as docs/binding.md's design table gives it (power at r = 0.69:
+    # 0.83 at 0.05, 0.75 at Holm's first step 0.025; 80% power from |r| 0.67)
+    assert set(table["power_at_paper_r"].round(2)) == {0.83}
+    assert set(table["power_at_paper_r_holm_first"].round(2)) == {0.75}
+    assert set(table["r_detectable_80"].round(2)) == {0.67}
 
 
 def test_a_metric_without_a_column_keeps_the_familys_size():
