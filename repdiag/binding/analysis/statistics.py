@@ -118,10 +118,14 @@ FAMILY_METRICS = (
 
 
 def ols_fits(table: pd.DataFrame, settings: StatsSettings) -> list[OLSFit]:
-    """The paper's bivariate fit, its univariate parts, a geometry fit, and one with covariates,
-    over units (one row per objective, seeds averaged; refused otherwise)."""
+    """The paper's bivariate fit, its univariate parts, geometry fits, JER beside G.PR (the
+    paper's question as a contrast: JER's coefficient with global geometry in the model, and
+    G.PR's with JER), and one with covariates, over units (one row per objective, seeds
+    averaged; refused otherwise)."""
     require_units(table, "the OLS fits")
-    predictor_sets = [["jer", "same_different"], ["jer"], ["same_different"], ["g_iso"]]
+    predictor_sets = [
+        ["jer", "same_different"], ["jer"], ["same_different"], ["g_iso"], ["jer", "g_pr"],
+    ]  # fmt: skip
     if settings.covariates:
         predictor_sets.append(["jer", "same_different", *settings.covariates])
     kwargs = {"confidence": settings.confidence, "min_models": settings.min_models}

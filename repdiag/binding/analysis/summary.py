@@ -194,6 +194,24 @@ def _pearson_p(row: pd.Series) -> str:
     return f"{text} (permutation p = {shown})"
 
 
+def _ols_line(fit: pd.DataFrame, label: str) -> str:
+    """One bullet of an OLS fit over units: its n, R^2 and every non-intercept coefficient with
+    its interval and p."""
+    head = fit.iloc[0]
+    terms = [
+        f"{row['term']} {_fmt(row['coef'], '.3g')} [{_fmt(row['ci_low'], '.3g')}, "
+        f"{_fmt(row['ci_high'], '.3g')}], p = {_fmt(row['p'], '.3g')}"
+        for _, row in fit.iterrows()
+        if row["term"] != "Intercept"
+    ]
+    return (
+        f"- OLS binding ~ {label} (unit: {head.get('unit', 'model')}, n = {int(head['n'])}): "
+        f"R^2 = {_fmt(head['r2'])}, adjusted R^2 = {_fmt(head['adj_r2'])}"
+        + (f"; {'; '.join(terms)}" if terms else "")
+        + f". {head['note'] or ''}".rstrip()
+    )
+
+
 def _ci_text(row: pd.Series, confidence: float) -> str:
     """``r = R, 95% CI [low, high], p = P`` of a correlation row."""
     low, high = _fmt(row["pearson_ci_low"]), _fmt(row["pearson_ci_high"])
@@ -237,22 +255,13 @@ def headline_lines(
                 f"{_ci_text(row, settings.confidence)}."
             )
     ols = tables["ols"]
-    fit = ols[ols["formula"] == "binding ~ jer + same_different"]
-    if len(fit):
-        head = fit.iloc[0]
-        terms = [
-            f"{row['term']} {_fmt(row['coef'], '.3g')} [{_fmt(row['ci_low'], '.3g')}, "
-            f"{_fmt(row['ci_high'], '.3g')}], p = {_fmt(row['p'], '.3g')}"
-            for _, row in fit.iterrows()
-            if row["term"] in ("jer", "same_different")
-        ]
-        lines.append(
-            f"- OLS binding ~ JER + Same/Different (unit: {head.get('unit', 'model')}, "
-            f"n = {int(head['n'])}): R^2 = {_fmt(head['r2'])}, adjusted R^2 = "
-            f"{_fmt(head['adj_r2'])}"
-            + (f"; {'; '.join(terms)}" if terms else "")
-            + f". {head['note'] or ''}".rstrip()
-        )
+    for formula, label in (
+        ("binding ~ jer + same_different", "JER + Same/Different"),
+        ("binding ~ jer + g_pr", "JER + G.PR (JER beyond global geometry, and the reverse)"),
+    ):
+        fit = ols[ols["formula"] == formula]
+        if len(fit):
+            lines.append(_ols_line(fit, label))
     geometry = corr[corr["metric"].isin(["g_pr", "g_iso", *l_iso_columns(table)])]
     if len(geometry):
         parts = [f"{metric_label(row['metric'])} {_r_text(row)}" for _, row in geometry.iterrows()]

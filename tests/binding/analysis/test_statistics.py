@@ -50,6 +50,13 @@ def test_statistics_tables_and_paper_comparison(fake_run, tmp_path):
     } <= variants
     assert {f"jer_{f}_{a}" for f in ("pr", "pr2", "entropy") for a in ("final", "max")} <= variants
     assert set(tables["ols"]["formula"]) >= {"binding ~ jer + same_different", "binding ~ jer"}
+    # the paper's question as a contrast: JER's coefficient with G.PR in the model, and the
+    # reverse, equal to least squares over the same units
+    contrast = tables["ols"].query("formula == 'binding ~ jer + g_pr'").set_index("term")
+    design = np.column_stack([np.ones(len(result.models)), result.models[["jer", "g_pr"]]])
+    coef = np.linalg.lstsq(design, result.models["binding"].to_numpy(float), rcond=None)[0]
+    assert contrast.loc[["Intercept", "jer", "g_pr"], "coef"].tolist() == pytest.approx(coef)
+    assert (contrast["ci_low"] <= contrast["coef"]).all()
     assert list(tables["partial"]["controls"]) == ["same_different", "zero_shot_accuracy"]
     comparison = tables["paper_comparison"].set_index("claim")
     row = comparison.loc["Pearson r(JER, binding accuracy)"]

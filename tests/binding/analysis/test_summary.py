@@ -39,6 +39,9 @@ def test_the_summary_lists_every_model_with_intervals_and_jer_by_tap(fake_run):
     win_jer = robust.loc[("binding_cosine_win", SETTINGS.jer_column), "pearson_r"]
     other = next(line for line in text.splitlines() if "against the win rate" in line)
     assert f"JER r = {win_jer:.3f}" in other and "G.PR r = " in other
+    contrast = tables["ols"].query("formula == 'binding ~ jer + g_pr'").set_index("term")
+    line = next(line for line in text.splitlines() if "JER beyond global geometry" in line)
+    assert f"jer {contrast.loc['jer', 'coef']:.3g} [" in line and "g_pr " in line
     power = next(line for line in text.splitlines() if line.startswith("- What n = "))
     correlations = tables["correlations"]
     jer_row = correlations[(correlations["metric"] == "jer")].iloc[0]
