@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from repdiag.common.render import SHAPES, Jitter, SceneObject, render_scenes
+from repdiag.core.settings import schema_section
 
 PALETTE: dict[str, tuple[int, int, int]] = {
     "red": (215, 38, 38),
@@ -59,21 +60,21 @@ COL_WORDS = {1: ("",), 2: ("left", "right"), 3: ("left", "centre", "right")}
 
 @dataclass(frozen=True)
 class SceneConfig:
-    """Generative settings of the pretraining scenes (the ``zoo.scenes`` config section)."""
+    """Generative settings of the pretraining scenes (the ``zoo.scenes`` config section and
+    ``zoo.image_size``), built by :meth:`from_config`: every value from the config or the
+    schema's default; ``arrangement_groups`` is a run's own (``zoo.objectives.<run>``)."""
 
-    image_size: int = 64
-    grid: tuple[int, int] = (2, 2)
-    min_objects: int = 2
-    max_objects: int = 4
-    shapes: tuple[str, ...] = ()  # empty: every registered shape
-    colours: tuple[str, ...] = ()  # empty: every PALETTE colour
-    colour_noise: int = 20
-    background_levels: tuple[int, ...] = (0, 16, 32, 48)
-    jitter: Jitter = field(
-        default_factory=lambda: Jitter(position=0.5, scale=0.1, rotation_deg=15.0)
-    )
-    object_size: float = 0.85
-    supersample: int = 2
+    image_size: int
+    grid: tuple[int, int]
+    min_objects: int
+    max_objects: int
+    shapes: tuple[str, ...]  # empty: every registered shape
+    colours: tuple[str, ...]  # empty: every PALETTE colour
+    colour_noise: int
+    background_levels: tuple[int, ...]
+    jitter: Jitter
+    object_size: float
+    supersample: int
     arrangement_groups: int = 1  # scenes per group sharing all but the arrangement (1 = none)
 
     def __post_init__(self) -> None:
@@ -111,12 +112,14 @@ class SceneConfig:
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any], image_size: int) -> SceneConfig:
-        """Build from the ``zoo.scenes`` config mapping (defaults filled) and ``zoo.image_size``."""
+        """Build from a ``zoo.scenes`` mapping and ``zoo.image_size``; a scene key the mapping
+        leaves out takes the schema's default (:func:`repdiag.core.settings.schema_section`)."""
         keys = {
             "grid", "min_objects", "max_objects", "shapes", "colours", "colour_noise",
-            "background_levels", "jitter", "object_size", "supersample",
+            "background_levels", "jitter", "object_size", "supersample", "arrangement_groups",
         }  # fmt: skip
-        return cls(image_size=image_size, **{k: v for k, v in section.items() if k in keys})
+        values = schema_section("zoo.scenes") | dict(section)
+        return cls(image_size=image_size, **{k: v for k, v in values.items() if k in keys})
 
 
 @dataclass

@@ -3,6 +3,7 @@ palette, never the benchmark's colours."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from repdiag.encoders.zoo.scenes import (
     slot_words,
 )
 
-SMALL = SceneConfig(image_size=32, grid=(2, 2), min_objects=1, max_objects=3)
+SMALL = SceneConfig.from_config({"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32)
 
 
 def test_batch_is_a_pure_function_of_seed_and_step():
@@ -50,7 +51,7 @@ def test_labels_match_the_pixels_of_each_cell():
 
 
 def test_captions_name_the_labelled_objects_in_slot_order():
-    cfg = SceneConfig(image_size=32, grid=(3, 3), min_objects=2, max_objects=6)
+    cfg = SceneConfig.from_config({"grid": (3, 3), "min_objects": 2, "max_objects": 6}, 32)
     batch = scene_batch(cfg, 1, 0, 16)
     for text, shapes, colours in zip(
         batch.captions, batch.slot_shape, batch.slot_colour, strict=True
@@ -80,7 +81,7 @@ def test_position_words():
 def test_the_benchmark_geometry_but_never_its_colours_or_scenes():
     """Pretraining scenes follow the benchmark's grid, object size and jitter ranges, but draw
     all nine shapes, 2-4 objects and colours none of which is a benchmark colour."""
-    cfg = SceneConfig()
+    cfg = SceneConfig.from_config({}, 64)  # the schema's scenes
     assert set(cfg.shapes) == set(SHAPES.names()) and len(cfg.shapes) > 4
     schema = Path(__file__).resolve().parents[3] / "schemas" / "datasets.schema.yaml"
     binding = yaml.safe_load(schema.read_text())["properties"]["binding"]["properties"]
@@ -116,12 +117,12 @@ def test_channel_statistics_are_the_pixel_moments():
 )
 def test_bad_settings_are_named(kwargs, error, message):
     with pytest.raises(error, match=message):
-        SceneConfig(**kwargs)
+        SceneConfig.from_config(kwargs, 64)
 
 
 def test_arrangement_groups_share_everything_but_which_shape_is_where():
-    cfg = SceneConfig(
-        image_size=32, grid=(2, 2), min_objects=3, max_objects=4, arrangement_groups=4
+    cfg = SceneConfig.from_config(
+        {"grid": (2, 2), "min_objects": 3, "max_objects": 4, "arrangement_groups": 4}, 32
     )
     batch = scene_batch(cfg, 3, 2, 10)  # groups of 4, 4 and a short one of 2
     for start, size in ((0, 4), (4, 4), (8, 2)):
@@ -143,5 +144,5 @@ def test_arrangement_groups_share_everything_but_which_shape_is_where():
 
 def test_one_scene_per_group_is_the_plain_stream():
     plain = scene_batch(SMALL, 5, 7, 6)
-    grouped = scene_batch(SceneConfig(**{**SMALL.__dict__, "arrangement_groups": 1}), 5, 7, 6)
+    grouped = scene_batch(dataclasses.replace(SMALL, arrangement_groups=1), 5, 7, 6)
     assert np.array_equal(plain.images, grouped.images) and plain.captions == grouped.captions

@@ -10,9 +10,9 @@ import torch
 from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
 from repdiag.encoders.zoo.stream import Prefetcher, batch_to, host_batch, to_batch
 
-SMALL = SceneConfig(image_size=32, grid=(2, 2), min_objects=1, max_objects=3)
-GROUPED = SceneConfig(
-    image_size=32, grid=(2, 2), min_objects=2, max_objects=3, arrangement_groups=3
+SMALL = SceneConfig.from_config({"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32)
+GROUPED = SceneConfig.from_config(
+    {"grid": (2, 2), "min_objects": 2, "max_objects": 3, "arrangement_groups": 3}, 32
 )
 
 
