@@ -36,7 +36,7 @@ TRAINING_ONLY_KEYS = (
 
 
 @ARCHITECTURES.register("resnet18")
-def resnet18_32px(feature_dim: int, image_size: int, width: int = 64) -> nn.Module:
+def resnet18_32px(feature_dim: int, image_size: int, width: int) -> nn.Module:
     """ResNet-18 with a 3x3 stride-1 stem and no stem max-pool (SimCLR's CIFAR variant)."""
     from timm.models.resnet import BasicBlock, ResNet
 
@@ -54,11 +54,11 @@ def resnet18_32px(feature_dim: int, image_size: int, width: int = 64) -> nn.Modu
 def vit_small_patches(
     feature_dim: int,
     image_size: int,
-    patch_size: int = 4,
-    embed_dim: int = 384,
-    depth: int = 6,
-    num_heads: int = 6,
-    mlp_ratio: float = 4.0,
+    patch_size: int,
+    embed_dim: int,
+    depth: int,
+    num_heads: int,
+    mlp_ratio: float,
 ) -> nn.Module:
     """ViT on ``patch_size`` patches; the class token through a linear map to ``feature_dim``."""
     from timm.models.vision_transformer import VisionTransformer
@@ -84,7 +84,7 @@ def vit_small_patches(
 
 
 @ARCHITECTURES.register("mlp")
-def pixel_mlp(feature_dim: int, image_size: int, hidden: Sequence[int] = (2048, 2048)) -> nn.Module:
+def pixel_mlp(feature_dim: int, image_size: int, hidden: Sequence[int]) -> nn.Module:
     """Flatten (3, S, S) -> [Linear -> BN -> ReLU] for each hidden width and for the output."""
     widths = [3 * image_size * image_size, *hidden, feature_dim]
     layers: list[nn.Module] = [nn.Flatten()]

@@ -48,7 +48,7 @@ def test_every_encoder_outputs_feature_dim(architecture: str, feature_dim: int) 
 def test_resnet18_is_adapted_to_32_pixels() -> None:
     """3x3 stride-1 stem, no max-pool: a 32 px input leaves 4x4 maps after the last stage, and
     the parameters are timm's ResNet-18 minus its 7x7 stem plus a 3x3 one."""
-    net = resnet18_32px(512, 32)
+    net = resnet18_32px(512, 32, width=64)  # timm's ResNet-18 widths
     assert isinstance(net.maxpool, nn.Identity)
     assert net.conv1.kernel_size == (3, 3) and net.conv1.stride == (1, 1)
     assert net.forward_features(torch.zeros(1, 3, 32, 32)).shape == (1, 512, 4, 4)
