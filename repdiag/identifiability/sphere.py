@@ -23,6 +23,7 @@ from torch import nn
 
 from repdiag.core.errors import ConfigError
 from repdiag.core.registry import Registry
+from repdiag.core.settings import schema_section
 
 # --------------------------------------------------------------------------------------------
 # Sampling on the sphere
@@ -205,7 +206,7 @@ class IdentityGenerator(Generator):
 
     name = "identity"
 
-    def __init__(self, latent_dim: int = 3, seed: int = 0) -> None:
+    def __init__(self, latent_dim: int, seed: int) -> None:
         super().__init__(latent_dim, latent_dim)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
@@ -222,9 +223,7 @@ class LinearGenerator(Generator):
 
     name = "linear"
 
-    def __init__(
-        self, latent_dim: int = 3, seed: int = 0, out_dim: int = 10, max_condition: float = 10.0
-    ) -> None:
+    def __init__(self, latent_dim: int, seed: int, out_dim: int, max_condition: float) -> None:
         if out_dim < latent_dim:
             raise ConfigError(
                 f"identifiability.generators.linear.out_dim ({out_dim}) must be >= latent_dim "
@@ -258,7 +257,7 @@ class SpiralGenerator(Generator):
 
     name = "spiral"
 
-    def __init__(self, latent_dim: int = 3, seed: int = 0, angle_scale: float = math.pi) -> None:
+    def __init__(self, latent_dim: int, seed: int, angle_scale: float) -> None:
         if latent_dim < 3:
             raise ConfigError("identifiability.latent_dim must be >= 3 for the spiral generator")
         super().__init__(latent_dim, latent_dim)
@@ -284,9 +283,7 @@ class PatchesGenerator(Generator):
 
     name = "patches"
 
-    def __init__(
-        self, latent_dim: int = 3, seed: int = 0, n_slices: int = 4, max_angle: float = math.pi
-    ) -> None:
+    def __init__(self, latent_dim: int, seed: int, n_slices: int, max_angle: float) -> None:
         if latent_dim < 3:
             raise ConfigError("identifiability.latent_dim must be >= 3 for the patches generator")
         super().__init__(latent_dim, latent_dim)
@@ -326,12 +323,12 @@ class InvertibleMLPGenerator(Generator):
 
     def __init__(
         self,
-        latent_dim: int = 3,
-        seed: int = 0,
-        n_layers: int = 3,
-        slope: float = 0.2,
-        cond_quantile: float = 0.25,
-        n_cond_samples: int = 10_000,
+        latent_dim: int,
+        seed: int,
+        n_layers: int,
+        slope: float,
+        cond_quantile: float,
+        n_cond_samples: int,
     ) -> None:
         super().__init__(latent_dim, latent_dim)
         rng = _param_rng(seed)
@@ -357,7 +354,10 @@ class InvertibleMLPGenerator(Generator):
 
 
 def build_generator(name: str, latent_dim: int, seed: int, **params: Any) -> Generator:
-    """The registered generator ``name`` with its config ``params``, frozen, parameters from ``seed``."""
+    """The registered generator ``name`` with its config ``params`` (a parameter they leave out
+    takes the schema's ``identifiability.generators.<name>`` default), frozen, parameters from
+    ``seed``."""
+    params = schema_section(f"identifiability.generators.{name}") | dict(params)
     generator = GENERATORS.get(name)(latent_dim=latent_dim, seed=seed, **params)
     generator.requires_grad_(False)
     return generator.eval()

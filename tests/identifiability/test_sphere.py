@@ -12,9 +12,6 @@ from scipy.special import iv
 from repdiag.core.errors import ConfigError
 from repdiag.identifiability.sphere import (
     GENERATORS,
-    InvertibleMLPGenerator,
-    LinearGenerator,
-    PatchesGenerator,
     build_generator,
     condition_threshold,
     haar_rotation,
@@ -174,12 +171,12 @@ def test_generators_are_seeded(name: str) -> None:
 
 
 def test_linear_generator_is_well_conditioned_full_rank() -> None:
-    g = LinearGenerator(3, seed=4, out_dim=12, max_condition=5.0)
+    g = build_generator("linear", 3, 4, out_dim=12, max_condition=5.0)
     singular = torch.linalg.svdvals(g.matrix.double())
     assert len(singular) == 3 and singular.min() > 0
     assert singular.max() / singular.min() <= 5.0 + 1e-6
     with pytest.raises(ConfigError, match="out_dim"):
-        LinearGenerator(3, out_dim=2)
+        build_generator("linear", 3, 0, out_dim=2)
 
 
 def test_spiral_keeps_the_axis_coordinate_and_the_norm() -> None:
@@ -198,7 +195,7 @@ def test_spiral_keeps_the_axis_coordinate_and_the_norm() -> None:
 
 
 def test_patches_rotate_each_slice_by_its_angle_then_rotate() -> None:
-    g = PatchesGenerator(3, seed=5, n_slices=4)
+    g = build_generator("patches", 3, 5, n_slices=4)
     z = torch.tensor([[0.6, 0.0, -0.8], [0.0, 0.6, 0.8], [0.8, 0.0, 0.6]])  # slices 0, 3, 3
     inner = g(z) @ g.rotation  # undo the fixed rotation R
     torch.testing.assert_close(inner[:, 2], z[:, 2])
@@ -216,7 +213,7 @@ def test_haar_rotation_is_a_rotation() -> None:
 
 
 def test_invertible_mlp_layers_follow_the_pcl_construction() -> None:
-    g = InvertibleMLPGenerator(3, seed=6, n_layers=4, n_cond_samples=2000)
+    g = build_generator("invertible_mlp", 3, 6, n_layers=4, n_cond_samples=2000)
     threshold = condition_threshold(3, 0.25, 2000, np.random.default_rng([6, 17]))
     weights = g.weights.double()
     assert weights.shape == (4, 3, 3)
