@@ -160,17 +160,12 @@ def census(spec: Pass, tangent_rules: bool = True) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(7)
     x = torch.randn(spec.images, 3, spec.size, spec.size, generator=generator).to(device)
     counter = ByteCensus(spec.tokens)
-    saved = rewrites._JacobianRewrites.tangent_rules
-    rewrites._JacobianRewrites.tangent_rules = tangent_rules
-    try:
-        with counter:
-            jacobian_spectra(
-                taps, x, list(spec.layers), method="auto", k=spec.k,
-                power_iters=spec.power_iters, seed=0, batch_size=spec.images * spec.k,
-                device=device, precision="fp32",
-            )  # fmt: skip
-    finally:
-        rewrites._JacobianRewrites.tangent_rules = saved
+    with rewrites.tangent_rules_set(tangent_rules), counter:
+        jacobian_spectra(
+            taps, x, list(spec.layers), method="auto", k=spec.k,
+            power_iters=spec.power_iters, seed=0, batch_size=spec.images * spec.k,
+            device=device, precision="fp32",
+        )  # fmt: skip
     total = sum(counter.bytes.values())
     return {
         "model": {"name": spec.name, "kwargs": spec.kwargs, "layers": list(spec.layers),

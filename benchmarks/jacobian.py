@@ -273,11 +273,8 @@ def benchmark_methods(
     def landed(x: torch.Tensor) -> dict:
         """``randomized`` (the method whose JVPs the rules change) with torch's own linear and
         layer norm rules: the engine before repdiag.encoders.jacobian.tangent_rules."""
-        rewrites._JacobianRewrites.tangent_rules = False
-        try:
+        with rewrites.tangent_rules_set(False):
             return engine("randomized")(x)
-        finally:
-            rewrites._JacobianRewrites.tangent_rules = True
 
     methods: dict[str, Callable[[torch.Tensor], dict]] = {
         "naive_autograd": lambda x: naive_spectra(taps, x),

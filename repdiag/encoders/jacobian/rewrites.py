@@ -252,6 +252,18 @@ def _layer_norm(
 
 
 @contextlib.contextmanager
+def tangent_rules_set(on: bool) -> Iterator[None]:
+    """Within the block the rewrites use the explicit tangent rules (``on``) or torch's own
+    (the engine before :mod:`.tangent_rules`, which the benchmarks time beside it)."""
+    saved = _JacobianRewrites.tangent_rules
+    _JacobianRewrites.tangent_rules = on
+    try:
+        yield
+    finally:
+        _JacobianRewrites.tangent_rules = saved
+
+
+@contextlib.contextmanager
 def jacobian_mode(module: nn.Module | None, rewrites: bool = False) -> Iterator[None]:
     """Eval mode, frozen parameters, grad enabled, math attention for a block.
 

@@ -125,12 +125,9 @@ def test_the_rewrites_use_the_rules_only_where_they_hold():
         assert type(trained.grad_fn).__name__ != "_LinearBackward"
         norm = F.layer_norm(x, (4,))
         assert type(norm.grad_fn).__name__ == "_LayerNormBackward"
-    try:
-        rewrites._JacobianRewrites.tangent_rules = False
-        with jacobian_mode(None, rewrites=True):
-            assert type(F.linear(x, weight).grad_fn).__name__ != "_LinearBackward"
-    finally:
-        rewrites._JacobianRewrites.tangent_rules = True
+    with rewrites.tangent_rules_set(False), jacobian_mode(None, rewrites=True):
+        assert type(F.linear(x, weight).grad_fn).__name__ != "_LinearBackward"
+    assert rewrites._JacobianRewrites.tangent_rules  # the switch is restored
 
 
 def test_under_autocast_layer_norm_keeps_its_float32_decomposition():
@@ -140,18 +137,8 @@ def test_under_autocast_layer_norm_keeps_its_float32_decomposition():
     assert y.dtype == torch.float32 and type(y.grad_fn).__name__ != "_LayerNormBackward"
 
 
-@pytest.fixture
-def landed_rules(monkeypatch):
-    """The engine as it ran before the rules (torch's own linear and layer norm rules)."""
-
-    def switch(on: bool) -> None:
-        monkeypatch.setattr(rewrites._JacobianRewrites, "tangent_rules", on)
-
-    return switch
-
-
 @pytest.mark.parametrize("method", ["exact", "randomized"])
-def test_the_engine_gives_the_same_spectra_and_jer_with_and_without_the_rules(method, landed_rules):
+def test_the_engine_gives_the_same_spectra_and_jer_with_and_without_the_rules(method):
     from repdiag.encoders.jacobian.engine import jacobian_spectra
     from repdiag.encoders.jacobian.jer import jer
 
@@ -161,10 +148,10 @@ def test_the_engine_gives_the_same_spectra_and_jer_with_and_without_the_rules(me
     settings = engine(method=method, k=6, power_iters=2)
     runs = {}
     for on in (False, True):
-        landed_rules(on)
-        for dtype in (DOUBLE, torch.float32):
-            taps.model.to(dtype)
-            runs[on, dtype] = jacobian_spectra(taps, x.to(dtype), **settings)
+        with rewrites.tangent_rules_set(on):
+            for dtype in (DOUBLE, torch.float32):
+                taps.model.to(dtype)
+                runs[on, dtype] = jacobian_spectra(taps, x.to(dtype), **settings)
     for name in runs[True, DOUBLE]:
         torch.testing.assert_close(
             runs[True, DOUBLE][name], runs[False, DOUBLE][name], rtol=1e-10, atol=1e-12
