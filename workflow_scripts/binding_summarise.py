@@ -6,15 +6,13 @@ from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads):
-    from repdiag.binding.analysis.summary import summary_markdown, zoo_curves
+    from repdiag.binding.analysis.summary import SUMMARY_TABLES, summary_markdown, zoo_curves
     from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import read_table
 
     settings = StatsSettings.from_config(snakemake.params.stats)
-    tables = {
-        name: read_table(snakemake.input[name])
-        for name in ("correlations", "ols", "paper_comparison", "dose_series", "depth_profiles")
-    }
+    inputs = dict(snakemake.input.items())
+    tables = {name: read_table(path) for name, path in inputs.items() if name in SUMMARY_TABLES}
     models = read_table(snakemake.input.models)
     zoo = zoo_curves(snakemake.input.zoo_curves)
     tables_dir = Path(snakemake.input.models).parent.as_posix()

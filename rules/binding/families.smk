@@ -86,6 +86,8 @@ use rule summarise as family_summary with:
         paper_comparison=f"{FAMILIES_DIR}/paper_comparison.csv",
         dose_series=f"{FAMILIES_DIR}/dose_series.csv",
         depth_profiles=f"{FAMILIES_DIR}/depth_profiles.csv",
+        primary=f"{FAMILIES_DIR}/primary.csv",
+        within_run=f"{FAMILIES_DIR}/within_run.csv",
         zoo_curves=expand("results/zoo/{run}/curve.csv", run=FAMILY_ZOO_RUNS),
     output:
         f"{FAMILIES_DIR}/summary.md",

@@ -13,6 +13,7 @@ import pandas as pd
 
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.columns import l_iso_columns, metric_label
+from repdiag.binding.analysis.design_summary import primary_section, within_run_section
 from repdiag.binding.analysis.statistics import trained_models
 from repdiag.binding.analysis.units import LEARNED, TRAINED, WITH_CONTROLS, unit_labels
 from repdiag.binding.dose_report import dose_markdown
@@ -101,6 +102,11 @@ MODEL_COLUMNS = (
     "g_iso",
     "learned",
 )
+SUMMARY_TABLES = (
+    "correlations", "ols", "paper_comparison", "dose_series", "depth_profiles", "primary",
+    "within_run",
+)  # fmt: skip
+"""The tables a summary reads beside ``models``: the last two are the family comparison's own."""
 TABLE_NAMES = (
     "models, correlations, ols, ols_summary.txt, partial, families, robustness, dose_series, "
     "paper_comparison, depth_profiles, spectra"
@@ -134,6 +140,12 @@ def summary_markdown(
     controls = everything[everything["family"].isin(APART_FAMILIES)]
     lines = header_lines(table, len(controls), settings)
     lines += headline_lines(table, tables, settings)
+    if "primary" in tables:
+        lines += ["", *primary_section(tables["primary"], settings.confidence)]
+        lines.pop()
+    if "within_run" in tables:
+        lines += ["", *within_run_section(tables["within_run"])]
+        lines.pop()
     if "dose_series" in tables:
         lines += [""]
         lines += dose_markdown(
