@@ -6,7 +6,8 @@ while validating, as in the jsonschema FAQ's ``extend_with_default``), without r
 referenced schema file for each ``$ref``: Snakemake parses them with pure-Python YAML each time,
 0.6-0.8 s of every Snakemake start and every :func:`repdiag.core.config.load_config` for
 our 11 section files. Here they come from :func:`schema_file` (libyaml, once per process).
-It also needs no Snakemake, so a machine with only the library can load a config.
+It also needs no Snakemake, so a machine with only the library can load a config. One check
+is added: an ``integer`` key takes an int, not a float such as 32.0 (which JSON Schema admits).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def _retrieve(uri: str) -> Any:
 
 def validate_config(config: Any, schema: Path = SCHEMA) -> None:
     """Validate ``config`` against ``schema`` (a YAML JSON-schema file), setting its defaults in
-    place; raises ``jsonschema.ValidationError`` (``repdiag.core.config.short_schema_errors``
-    turns it into one line naming the key)."""
+    place, then check that every ``integer`` key holds an int (:func:`_strict_integers`); raises
+    ``jsonschema.ValidationError`` (``repdiag.core.config.short_schema_errors`` turns it into one
+    line naming the key)."""
     from jsonschema import Draft202012Validator
     from referencing import Registry, Resource
 
@@ -69,3 +71,30 @@ def validate_config(config: Any, schema: Path = SCHEMA) -> None:
         uri=path.as_uri(), resource=Resource.from_contents(contents)
     )
     _with_defaults(Draft202012Validator)(contents, registry=registry).validate(config)
+    unversioned = Registry(retrieve=_retrieve_unversioned).with_resource(
+        uri=path.as_uri(), resource=Resource.from_contents(contents)
+    )
+    _strict_integers(Draft202012Validator)(contents, registry=unversioned).validate(config)
+
+
+@functools.cache
+def _strict_integers(validator_class: Any) -> Any:
+    """``validator_class`` whose ``integer`` is an int only. JSON Schema admits 32.0 as an
+    integer, and a job given one fails deep in ``range()`` or a tensor's shape; with this check
+    no reader converts an integer key again."""
+    from jsonschema import validators
+
+    integers = validator_class.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    return validators.extend(validator_class, type_checker=integers)
+
+
+def _retrieve_unversioned(uri: str) -> Any:
+    """A section file without its ``$schema``: at a ``$ref`` jsonschema validates a file that
+    names its dialect with that dialect's stock class, which would drop :func:`_strict_integers`'
+    checker (the first pass keeps Snakemake's semantics, whose defaults depend on that)."""
+    from referencing.jsonschema import DRAFT202012
+
+    contents = schema_file(Path(url2pathname(urlparse(uri).path)).resolve())
+    return DRAFT202012.create_resource({k: v for k, v in contents.items() if k != "$schema"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import jsonschema
@@ -79,3 +80,29 @@ def test_load_config_names_the_file_and_key(tmp_path: Path) -> None:
     bad.write_text("jacobians: {k: 0}\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml.*\['jacobians'\]\['k'\]"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("patch", "key"),
+    [
+        ({"jacobians": {"k": 32.0}}, "jacobians.k"),  # in a $ref'd section file
+        ({"metrics": {"readouts": {"knn": {"k": 10.0}}}}, "metrics.readouts.knn.k"),  # 3 deep
+        ({"seed": 1.0}, "seed"),  # at the top
+    ],
+)
+def test_an_integer_key_takes_an_int_not_an_integral_float(
+    tmp_path: Path, patch: dict, key: str
+) -> None:
+    """JSON Schema (and snakemake.utils.validate) admit 32.0 as an integer; here it is an error
+    naming the key, so no reader needs to convert the value again."""
+    from snakemake.utils import update_config
+
+    config = as_run("config/config.yaml")
+    update_config(config, patch)
+    path = tmp_path / "float.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(
+        ConfigError, match=rf"config key {re.escape(key)} .*is not of type 'integer'"
+    ):
+        load_config(path)
+    snakemake_validated(config)  # Snakemake's own validation lets it through
