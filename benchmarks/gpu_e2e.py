@@ -247,19 +247,19 @@ def cuda_vs_cpu(workdir: Path, config_path: Path, model: str) -> dict[str, Any]:
     from repdiag.encoders import build_encoder
     from repdiag.encoders.jacobian.engine import jacobian_spectra
     from repdiag.encoders.jacobian.jer import jer
-    from repdiag.encoders.jacobian.options import engine_options
+    from repdiag.encoders.jacobian.options import JacobianSettings
 
     config = load_config(config_path)
-    options = config["jacobians"]
+    jacobians = JacobianSettings.from_config(config["jacobians"])
     store = xr.open_zarr(workdir / "results" / "jacobians" / f"{model}.zarr")
     stored_layers = [str(name) for name in store["layer"].values]
     layers = [name for name in ("final", "head") if name in stored_layers] or stored_layers[-1:]
     encoder = build_encoder(model, config["models"][model], zoo_dir=workdir / "results" / "zoo")
     dataset = workdir / "results" / "datasets" / "binding.zarr"
-    probes = load_probes(options["probes"], encoder.preprocess, binding_store=dataset,
-                         seed=options["seed"])  # fmt: skip
-    n = int(options["chunk_size"])
-    engine = engine_options(options) | {"precision": "fp32"}
+    probes = load_probes(jacobians.probes, encoder.preprocess, binding_store=dataset,
+                         seed=jacobians.seed)  # fmt: skip
+    n = jacobians.chunk_size
+    engine = jacobians.engine() | {"precision": "fp32"}
     spectra = jacobian_spectra(encoder, probes.x[:n], layers, device=torch.device("cpu"),
                                **engine)  # fmt: skip
     worst = 0.0

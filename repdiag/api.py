@@ -94,13 +94,13 @@ def jacobian_spectra(
     from repdiag.binding.store import image_sets, open_binding_store
     from repdiag.encoders.jacobian.engine import jacobian_spectra as spectra_of
     from repdiag.encoders.jacobian.jer import jer
-    from repdiag.encoders.jacobian.options import engine_options
+    from repdiag.encoders.jacobian.options import JacobianSettings
 
-    section = config["jacobians"]
+    jacobians = JacobianSettings.from_config(config["jacobians"])
     _, images = image_sets(open_binding_store(benchmark))["query"]
-    x = enc.preprocess(images[: int(section["probes"]["binding"]["n"])])
+    x = enc.preprocess(images[: jacobians.probes["binding"]["n"]])
     taps = list(layers or enc.layers)
-    spectra = spectra_of(enc, x, layers=taps, **engine_options(section))
+    spectra = spectra_of(enc, x, layers=taps, **jacobians.engine())
     formula = config["stats"]["jer_formula"]
     return {
         tap: {"singular_values": spectra[tap].numpy(), "jer": jer(spectra[tap], formula).numpy()}

@@ -13,23 +13,22 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     from repdiag.binding.jacobian_stage import load_probes, run_stage
     from repdiag.encoders import build_encoder
     from repdiag.encoders.entries import zoo_dir_of
+    from repdiag.encoders.jacobian.options import JacobianSettings
 
     key, params = snakemake.wildcards.model, snakemake.params
+    jacobians = JacobianSettings.from_config(params.jacobians)
     device = select_device(params.device)
     log.info("model %s: Jacobian spectra on device %s", key, device)
     zoo_dir = zoo_dir_of(snakemake.input.zoo)
     encoder = build_encoder(key, params.entry, zoo_dir=zoo_dir)
     binding = snakemake.input.get("dataset")
     probes = load_probes(
-        params.jacobians["probes"],
-        encoder.preprocess,
-        binding_store=binding or None,
-        seed=params.jacobians["seed"],
+        jacobians.probes, encoder.preprocess, binding_store=binding or None, seed=jacobians.seed
     )
     run_stage(
         encoder,
         probes,
-        params.jacobians,
+        jacobians,
         model=key,
         device=device,
         store=snakemake.output.store,

@@ -36,7 +36,7 @@ from repdiag.encoders.jacobian.cache import (
     run_chunked,
     tensor_digest,
 )
-from repdiag.encoders.jacobian.options import engine_options
+from repdiag.encoders.jacobian.options import JacobianSettings
 from repdiag.encoders.jacobian.store import spectra_dataset
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ def summary(ds: xr.Dataset, model: str, formulas: Sequence[str]) -> dict[str, An
 def run_stage(
     encoder: Any,
     probes: Probes,
-    options: Mapping[str, Any],
+    jacobians: JacobianSettings,
     *,
     model: str,
     device: torch.device,
@@ -215,17 +215,14 @@ def run_stage(
     cache_root: str | Path = "results/jacobians/.cache",
     provenance: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """Compute, write the store and the JSON atomically, then drop this run's chunk cache.
-
-    ``options``: the ``jacobians`` config section (filled with defaults).
-    """
+    """Compute, write the store and the JSON atomically, then drop this run's chunk cache."""
     if hasattr(encoder, "to"):
         encoder.to(device)
-    engine = engine_options(options)
-    layers = list(options.get("layers") or []) or None
+    engine = jacobians.engine()
+    layers = list(jacobians.layers) or None
     settings = {
         **engine,
-        "chunk_size": int(options["chunk_size"]),
+        "chunk_size": jacobians.chunk_size,
         "layers": layers,
         "device": device.type,
     }
@@ -247,12 +244,12 @@ def run_stage(
     start = time.monotonic()
     # the engine sets these switches per chunk; held here too so that the store's provenance,
     # written in the block, records the switches the spectra were computed with
-    with numerics(engine["precision"], device) as record:
+    with numerics(jacobians.precision, device) as record:
         spectra = run_chunked(
             encoder,
             x,
             cache_dir,
-            chunk_size=settings["chunk_size"],
+            chunk_size=jacobians.chunk_size,
             layers=layers,
             label=f"{model} Jacobian spectra",
             device=device,
@@ -269,12 +266,12 @@ def run_stage(
         )
         attrs = _store_attrs(model, settings, device, record, probes, elapsed)
         # the products per pass the engine used (from the setting, or the device's free memory)
-        attrs["batch_size"] = spectra.batch_size or settings["batch_size"]
-        formulas = list(options["formulas"])
+        attrs["batch_size"] = spectra.batch_size or jacobians.batch_size
+        formulas = list(jacobians.formulas)
         ds = spectra_dataset(
-            spectra, probes.ids, probes.probe_set, k=engine["k"], formulas=formulas, attrs=attrs
+            spectra, probes.ids, probes.probe_set, k=jacobians.k, formulas=formulas, attrs=attrs
         )
-        write_store(store, ds, config=provenance, seed=engine["seed"])
+        write_store(store, ds, config=provenance, seed=jacobians.seed)
         write_json(summary_path, summary(ds, model, formulas))
     _drop_cache(cache_dir)
     return ds

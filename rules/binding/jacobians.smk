@@ -4,9 +4,9 @@ import repdiag.core.slurm
 import repdiag.encoders.entries
 import repdiag.encoders.jacobian.options
 
-JACOBIAN_PROBE_FOLDER = repdiag.encoders.jacobian.options.probe_folder(
+JACOBIAN_PROBE_FOLDER = repdiag.encoders.jacobian.options.JacobianSettings.from_config(
     config["jacobians"]
-)
+).probe_folder()
 JACOBIAN_FOLDER_DIGEST = folder_digests(
     ("jacobians.probes.folder.path", JACOBIAN_PROBE_FOLDER)
 )

@@ -20,11 +20,11 @@ from repdiag.binding.jacobian_stage import (
     run_stage,
     summary,
 )
-from repdiag.core.config import fill_defaults
 from repdiag.core.errors import ConfigError
 from repdiag.core.store import open_store, read_json
 from repdiag.encoders.jacobian.cache import DEFAULT_BATCH_SIZE
 from repdiag.encoders.jacobian.jer import jer
+from repdiag.encoders.jacobian.options import JacobianSettings
 from repdiag.encoders.jacobian.store import spectra_dataset
 from repdiag.encoders.preprocess import Preprocess
 from tests.encoders.jacobian.models import fake_spectra
@@ -166,7 +166,7 @@ def test_run_stage_writes_store_and_json_and_drops_its_cache(tmp_path):
     probes = Probes(
         ids=["noise/n0", "noise/n1", "folder/a.png"], probe_set=["noise", "noise", "folder"], x=x
     )
-    options = fill_defaults({"jacobians": {"k": 4, "chunk_size": 2}})["jacobians"]
+    options = JacobianSettings.from_config({"k": 4, "chunk_size": 2})
     ds = run_stage(
         model,
         probes,
@@ -183,8 +183,8 @@ def test_run_stage_writes_store_and_json_and_drops_its_cache(tmp_path):
     )
     assert stored.attrs["methods"] == {"output": "exact"} and stored.attrs["device"] == "cpu"
     # the products per pass used, beside the setting they came from (null: the device's default)
-    assert stored.attrs["batch_size_setting"] == options["batch_size"]
-    assert stored.attrs["batch_size"] == (options["batch_size"] or DEFAULT_BATCH_SIZE["cpu"])
+    assert stored.attrs["batch_size_setting"] == options.batch_size
+    assert stored.attrs["batch_size"] == (options.batch_size or DEFAULT_BATCH_SIZE["cpu"])
     assert stored["singular_values"].shape == (1, 3, 4)
     assert (
         float(stored["singular_values"][0, :, 2].min()) > 0
@@ -221,7 +221,7 @@ def test_run_stage_records_precision_and_numerics_and_keys_the_cache_by_them(tmp
     )
     stores = {}
     for precision in ("fp32", "bf16"):
-        options = fill_defaults({"jacobians": {"k": 3, "precision": precision}})["jacobians"]
+        options = JacobianSettings.from_config({"k": 3, "precision": precision})
         run_stage(
             model,
             probes,

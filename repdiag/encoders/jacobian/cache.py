@@ -194,7 +194,7 @@ def _intended_batch_size(
     model: Any, images: torch.Tensor, engine: dict[str, Any], layers: Sequence[str]
 ) -> tuple[int, str]:
     if engine.get("batch_size"):
-        return int(engine["batch_size"]), "given"
+        return engine["batch_size"], "given"
     device = torch.device(engine.get("device") or images.device)
     if device.type == "cuda":
         from repdiag.encoders.jacobian.pass_size import memory_batch_size
@@ -303,7 +303,7 @@ def _compute_call(
         passes.change(first, half)
         return None
     if measuring:
-        _measured_resize(passes, spectra, (first, len(part)), int(engine["k"]), device)
+        _measured_resize(passes, spectra, (first, len(part)), engine["k"], device)
     return spectra
 
 
@@ -318,7 +318,7 @@ def run_chunked(
     **engine: Any,
 ) -> Spectra:
     """:func:`~.engine.jacobian_spectra` over ``images``, cached in chunks of ``chunk_size``
-    images in ``cache_dir``; ``engine``: its settings (:func:`.options.engine_options`).
+    images in ``cache_dir``; ``engine``: its settings (:meth:`.options.JacobianSettings.engine`).
 
     Each engine call takes :func:`chunks_per_call` whole chunks (fixed runs 0..m-1, m..2m-1,
     ... at the pass size of :class:`PassSizes`); its chunks are written atomically to
@@ -335,7 +335,7 @@ def run_chunked(
     layers = Readout(model).check(layers)
     batch_size, source = _call_batch_size(model, images, cache_dir, engine, layers)
     passes = PassSizes.start(cache_dir, batch_size, source, measure=source == SIZED)
-    k = int(engine["k"])
+    k = engine["k"]
     log.info(
         "%s: batch_size %d (%s), %d chunks of %d images per engine call",
         label, passes.at(0), passes.record["source"], chunks_per_call(passes.at(0), k, chunk_size),

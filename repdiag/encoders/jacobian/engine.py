@@ -29,7 +29,7 @@ computation; ``bf16`` runs the model under bfloat16 autocast while the engine's 
 (QR, SVD, the chain rule) stays in float32.
 
 The settings (``method``, ``k``, ``power_iters``, ``seed``, ``precision``) have no defaults here:
-they come from the resolved ``jacobians`` config (:func:`.options.engine_options`), whose
+they come from the ``jacobians`` config (:meth:`.options.JacobianSettings.engine`), whose
 defaults are the schema's. :func:`.cache.run_chunked` is the restartable driver of the workflow.
 """
 

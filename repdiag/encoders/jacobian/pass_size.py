@@ -63,8 +63,8 @@ def planned_pass_bytes(
         model,
         input_shape,
         method=engine["method"],
-        k=int(engine["k"]),
-        power_iters=int(engine["power_iters"]),
+        k=engine["k"],
+        power_iters=engine["power_iters"],
         batch_size=batch_size,
         chunk_size=batch_size,
         images=batch_size,  # enough images that the pass, not the model's count, is the limit
@@ -94,7 +94,7 @@ def memory_batch_size(
     return fitting_batch_size(
         lambda batch: planned_pass_bytes(model, shape, engine, batch),
         fraction * free_bytes + params,
-        k=int(engine["k"]),
+        k=engine["k"],
     )
 
 

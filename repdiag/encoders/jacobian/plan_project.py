@@ -49,7 +49,7 @@ from repdiag.encoders.jacobian.engine import (
     layer_methods,
     row_jacobians,
 )
-from repdiag.encoders.jacobian.options import chunks_per_call, probe_counts
+from repdiag.encoders.jacobian.options import JacobianSettings, chunks_per_call
 from repdiag.encoders.jacobian.plan_count import (
     TapUnits,
     count_flops,
@@ -390,19 +390,20 @@ def plan_config(
     return Plan(planned, skipped, settings, float(rate), source)
 
 
-def plan_settings(jacobians: Mapping[str, Any], device: str) -> dict[str, Any]:
-    """The settings a plan is made for, from a resolved ``jacobians`` section, for ``device``."""
+def plan_settings(section: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """The settings a plan is made for, from the ``jacobians`` section, for ``device``."""
+    jacobians = JacobianSettings.from_config(section)
     return {
-        "method": jacobians["method"],
-        "k": int(jacobians["k"]),
-        "power_iters": int(jacobians["power_iters"]),
-        "batch_size": int(jacobians.get("batch_size") or DEFAULT_BATCH_SIZE[device]),
-        "chunk_size": int(jacobians["chunk_size"]),
-        "layers": list(jacobians.get("layers") or []),
-        "images": sum(probe_counts(jacobians).values()),
+        "method": jacobians.method,
+        "k": jacobians.k,
+        "power_iters": jacobians.power_iters,
+        "batch_size": jacobians.batch_size or DEFAULT_BATCH_SIZE[device],
+        "chunk_size": jacobians.chunk_size,
+        "layers": list(jacobians.layers),
+        "images": sum(jacobians.probe_counts().values()),
         "device": device,
         # FLOPs do not depend on it; the rate does (--rate: the device's peak at this precision)
-        "precision": str(jacobians["precision"]),
+        "precision": jacobians.precision,
     }
 
 

@@ -10,10 +10,10 @@ import timm
 import torch
 from torch import nn
 
-from repdiag.core.config import schema_defaults
+from repdiag.core.config import fill_defaults, schema_defaults
 from repdiag.encoders.factory import Encoder
 from repdiag.encoders.jacobian.engine import DEFAULT_BATCH_SIZE, Spectra
-from repdiag.encoders.jacobian.options import engine_options
+from repdiag.encoders.jacobian.options import JacobianSettings
 from repdiag.encoders.jacobian.plan_project import ModelPlan, TapCost
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.taps import tap_plan
@@ -27,7 +27,7 @@ DEFAULTS = schema_defaults("jacobians")
 def engine(**overrides: Any) -> dict[str, Any]:
     """The engine's settings (``jacobian_spectra``'s keywords) at the schema's defaults, with
     ``overrides``."""
-    return {**engine_options(DEFAULTS), **overrides}
+    return {**JacobianSettings.from_config(DEFAULTS).engine(), **overrides}
 
 
 def small_mlp(d_in: int = 12, d_out: int = 10, seed: int = 0) -> nn.Module:
@@ -237,18 +237,11 @@ def by_name(plan: ModelPlan) -> dict[str, TapCost]:
 
 def hub_and_control_config() -> dict[str, Any]:
     """A config with a hub entry the planner cannot build (no checkout, unknown architecture)
-    and a control it can."""
+    and a control it can; its ``jacobians`` section filled as a loaded config's is."""
+    jacobians = {"k": 4, "power_iters": 1, "batch_size": 8, "chunk_size": 2,
+                 "probes": {"binding": {"n": 0}, "noise": {"n": 3}}}  # fmt: skip
     return {
-        "jacobians": {
-            "method": "auto",
-            "k": 4,
-            "power_iters": 1,
-            "batch_size": 8,
-            "chunk_size": 2,
-            "layers": [],
-            "precision": "fp32",
-            "probes": {"noise": {"n": 3}},
-        },
+        "jacobians": fill_defaults({"jacobians": jacobians})["jacobians"],
         "embeddings": {"pooling": "cls"},
         "models": {
             "odd": {"source": "hub", "id": "something_else", "repo": "/nonexistent"},

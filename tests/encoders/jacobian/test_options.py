@@ -8,7 +8,7 @@ import torch
 
 from repdiag.core.config import fill_defaults
 from repdiag.core.errors import ConfigError
-from repdiag.encoders.jacobian.options import check_jacobians_config, engine_options, probe_folder
+from repdiag.encoders.jacobian.options import JacobianSettings, check_jacobians_config
 
 torch.set_num_threads(1)
 
@@ -35,7 +35,7 @@ def test_config_defaults_and_semantic_checks():
 
 def test_engine_settings_come_from_the_resolved_section_and_nowhere_else():
     """The engine has no defaults of its own: its settings are the section's, whose defaults are
-    the schema's (the paper's k = 32 and q = 5, full float32)."""
+    the schema's (the paper's k = 32 and q = 5, full float32), under the section's own names."""
     import inspect
 
     from repdiag.encoders.jacobian.cache import run_chunked
@@ -43,23 +43,22 @@ def test_engine_settings_come_from_the_resolved_section_and_nowhere_else():
     from repdiag.encoders.jacobian.plan_project import plan_model
 
     filled = fill_defaults({"jacobians": {}})["jacobians"]
-    assert engine_options(filled) == {
-        "method": "auto",
-        "k": 32,
-        "power_iters": 5,
-        "seed": 0,
-        "batch_size": None,
-        "precision": "fp32",
-    }
+    defaults = {"method": "auto", "k": 32, "power_iters": 5, "seed": 0, "batch_size": None,
+                "precision": "fp32"}  # fmt: skip
+    assert JacobianSettings.from_config(filled).engine() == defaults
+    assert JacobianSettings.from_config({}) == JacobianSettings.from_config(filled)
     set_here = fill_defaults({"jacobians": {"k": 8, "method": "exact", "batch_size": 64}})
-    assert engine_options(set_here["jacobians"]) == {
-        "method": "exact",
-        "k": 8,
-        "power_iters": 5,
-        "seed": 0,
-        "batch_size": 64,
-        "precision": "fp32",
-    }
+    settings = JacobianSettings.from_config(set_here["jacobians"])
+    assert settings.engine() == defaults | {"k": 8, "method": "exact", "batch_size": 64}
+    assert (settings.chunk_size, settings.layers, settings.formulas) == (
+        8,
+        [],
+        ["pr", "pr2", "entropy"],
+    )
+    # every engine keyword is the section's key of that name, and no section key is left out
+    assert set(inspect.signature(jacobian_spectra).parameters) >= set(settings.engine())
+    with pytest.raises(ConfigError, match=r"unknown key jacobians\.kk"):
+        JacobianSettings.from_config({"kk": 8})
     for fn, names in (
         (jacobian_spectra, ("method", "k", "power_iters", "seed", "precision")),
         (run_chunked, ("chunk_size",)),
@@ -94,7 +93,13 @@ def test_the_tap_name_pattern_admits_every_name_the_taps_give():
 
 
 def test_the_probe_folder_is_read_only_when_probes_come_from_it():
-    section = {"probes": {"folder": {"path": "/data/images", "n": 0}}}
-    assert probe_folder(section) is None
+    probes = {"folder": {"path": "/data/images", "n": 0}}
+    section = fill_defaults({"jacobians": {"probes": probes}})["jacobians"]
+    assert JacobianSettings.from_config(section).probe_folder() is None
+    assert JacobianSettings.from_config(section).probe_counts() == {
+        "binding": 16, "noise": 8, "folder": 0}  # fmt: skip
     section["probes"]["folder"]["n"] = 8
-    assert probe_folder(section) == "/data/images"
+    assert JacobianSettings.from_config(section).probe_folder() == "/data/images"
+    assert JacobianSettings.from_config(section).probe_counts()["folder"] == 8
+    section["probes"]["folder"]["path"] = None
+    assert JacobianSettings.from_config(section).probe_counts()["folder"] == 0
