@@ -9,9 +9,10 @@ from repdiag.core.config import (
     short_schema_errors,
 )
 from repdiag.core.validation import validate_config
-from repdiag.studies import TARGETS, default_outputs, final_outputs
+from repdiag.studies import TARGETS, default_outputs, final_outputs, register
 
 min_version("9.0")
+register()  # the packages whose config checks run (repdiag.studies)
 
 
 configfile: "config/config.yaml"

@@ -242,8 +242,8 @@ def cuda_vs_cpu(workdir: Path, config_path: Path, model: str) -> dict[str, Any]:
     import torch
     import xarray as xr
 
+    from repdiag.api import load_config
     from repdiag.binding.jacobian_stage import load_probes
-    from repdiag.core.config import load_config
     from repdiag.encoders import build_encoder
     from repdiag.encoders.jacobian.engine import jacobian_spectra
     from repdiag.encoders.jacobian.jer import jer

@@ -5,7 +5,7 @@ For each model of :data:`PAPER_MODELS` (timm, random weights; ``--tiny``: small 
 the same architectures) it times one engine call of the paper's pass (8 images, k = 32, q = 5,
 ``auto``) on the named taps in float32, TF32 and bf16, with
 
-* the FLOPs of the pass from the planner (:func:`repdiag.encoders.jacobian.plan_project.plan_model`:
+* the FLOPs of the pass from the planner (:func:`repdiag.encoders.jacobian.plan_costs.plan_model`:
   products through the network plus QR/SVD), hence TFLOP/s, the fraction of the device's
   datasheet dense peak at that precision (:data:`PEAK_TFLOPS`, H200) and of the matmul rate
   measured in the run;
@@ -46,7 +46,8 @@ from repdiag.core import gpu as core_gpu
 from repdiag.core.slurm import MARGIN, RUNTIMES_FILE, jacobian_runtime, runtime_minutes
 from repdiag.encoders.jacobian.engine import jacobian_spectra
 from repdiag.encoders.jacobian.jer import jer
-from repdiag.encoders.jacobian.plan_project import plan_config, plan_model
+from repdiag.encoders.jacobian.plan_costs import plan_model
+from repdiag.encoders.jacobian.plan_project import plan_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -226,7 +227,7 @@ def write_runtimes(projection: dict[str, Any], path: Path) -> None:
 
 def stage_plan(size: dict):
     """The planner's plan of the size's config (FLOPs only: the rate is the benchmark's)."""
-    from repdiag.core.config import load_config
+    from repdiag.api import load_config
 
     return plan_config(load_config(ROOT / size["config"]), rate=1.0, device="cuda")
 
@@ -264,7 +265,7 @@ def model_name(entry: dict[str, Any], config: dict[str, Any]) -> str:
 
 def config_architectures(config_path: str) -> dict[str, str | None]:
     """Each model of the config (a path under the repository) and its architecture."""
-    from repdiag.core.config import load_config
+    from repdiag.api import load_config
 
     config = load_config(ROOT / config_path)
     entries = config.get("models") or {}

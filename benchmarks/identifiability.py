@@ -51,7 +51,7 @@ import torch
 import yaml
 
 import repdiag.identifiability.train as train_module
-from repdiag.core.config import load_config
+from repdiag.api import load_config
 from repdiag.identifiability.losses import info_nce_broadcast
 from repdiag.identifiability.metrics import identifiability_metrics
 from repdiag.identifiability.sphere import sample_uniform

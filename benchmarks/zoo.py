@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from zoo_baseline import baseline, old_train_step  # noqa: E402
 
-from repdiag.core.config import load_config  # noqa: E402
+from repdiag.api import load_config  # noqa: E402
 from repdiag.encoders.zoo.allocator import keep_freed_memory  # noqa: E402
 from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch  # noqa: E402
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec, zoo_runs  # noqa: E402

@@ -12,9 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# The list of studies registers the packages whose config checks the core runs (repdiag.studies):
-# imported here so that every entry point (workflow, CLI, library) has them.
-from repdiag import studies as studies
 from repdiag.core.version import __version__ as __version__
 
 API = ("encoder", "jacobian_spectra", "load_config", "measure", "render_benchmark")

@@ -21,10 +21,18 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from repdiag.core.config import load_config
+from repdiag.core import config as _config
 from repdiag.encoders.factory import Encoder
+from repdiag.studies import register
 
 __all__ = ["encoder", "jacobian_spectra", "load_config", "measure", "render_benchmark"]
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """A YAML config read, validated by the workflow's schema and checked by every study's
+    cross-key checks (registered here first: :func:`repdiag.studies.register`), defaults filled."""
+    register()
+    return _config.load_config(path)
 
 
 def render_benchmark(out: str | Path, config: Mapping[str, Any]) -> Path:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from repdiag.core.checks import resolve
 from repdiag.core.errors import ConfigError, RepdiagError
-from repdiag.studies import COMMANDS
+from repdiag.studies import COMMANDS, register
 
 
 def _inspect(args: argparse.Namespace) -> None:
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         args = argparse.Namespace(func=_run, args=argv[1:])
     else:
         args = parser.parse_args(argv)
+    register()
     try:
         args.func(args)
     except RepdiagError as err:

@@ -3,8 +3,8 @@ checks run, what the workflow builds for each study, and the `repdiag` subcomman
 
 Imports point down (core -> common -> encoders -> studies) and the core names no package above
 it, so what it must know of them is said here and handed down: :data:`CHECKED_PACKAGES` through
-:func:`repdiag.core.checks.register_packages` (called below; the ``repdiag`` package imports this
-module, so every entry point registers them), :data:`COMMANDS` to :mod:`repdiag.cli`, and
+:func:`register`, which every entry point calls (the Snakefile, :mod:`repdiag.cli`,
+:func:`repdiag.api.load_config`; the test suite's conftest), :data:`COMMANDS` to :mod:`repdiag.cli`, and
 :data:`TARGETS` and :func:`final_outputs` to the workflow (the Snakefile's `rule all` and rule per
 target; rules/common.smk's ``priority_of``). Every name here is a string: importing this module imports no study.
 """
@@ -55,6 +55,10 @@ TARGETS: tuple[Target, ...] = (
 """Every workflow target, each once: `rule all` builds those not ``on_request``."""
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": (
+        "repdiag.encoders.zoo.calibrate:main",
+        "the share of the AdamW step a unit-weight push of each term takes (the causal pilot)",
+    ),
     "plan": (
         "repdiag.encoders.jacobian.plan_print:command",
         "Jacobian work, memory per pass and projected time of a config (offline, no weights)",
@@ -99,4 +103,7 @@ def default_outputs(outputs: Mapping[str, list[str]]) -> list[str]:
     return [path for entry in TARGETS if not entry.on_request for path in outputs[entry.name]]
 
 
-register_packages(CHECKED_PACKAGES)
+def register() -> None:
+    """Hand the core the packages whose config checks run (:data:`CHECKED_PACKAGES`): called
+    explicitly by every entry point, never as a side effect of an import."""
+    register_packages(CHECKED_PACKAGES)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from repdiag.studies import register
 from tests import timing
 from tests.shared_runs import (
     SHARED_RUNS,
@@ -41,6 +42,9 @@ for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 os.environ.setdefault(
     "HF_HUB_OFFLINE", "1"
 )  # tests never touch the network (timm/open_clip caches)
+# The suite is an entry point like the Snakefile and the CLI: it registers the packages whose
+# config checks run (tests/test_studies.py checks that nothing does so on import)
+register()
 
 
 def copy_workflow(dest: Path) -> Path:

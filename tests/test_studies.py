@@ -114,3 +114,30 @@ def test_stage_files_import_modules_and_read_no_name_another_stage_file_defines(
             if other != path.name:
                 used = sorted(n for n in names if re.search(rf"\b{n}\b", text))
                 assert not used, f"{path.name} reads {used} from {other}"
+
+
+def test_the_checks_are_registered_by_the_entry_points_not_by_an_import():
+    """``import repdiag`` and the core's load_config register nothing (a bad config would pass
+    unchecked if they silently did nothing, so the core refuses); repdiag.load_config, the CLI
+    and the Snakefile call ``repdiag.studies.register`` themselves."""
+    import subprocess
+    import sys
+
+    code = (
+        "import repdiag, repdiag.core.config as c\n"
+        "from repdiag.core.errors import RepdiagError\n"
+        "try:\n"
+        "    c.load_config('config/test.yaml')\n"
+        "except RepdiagError as err:\n"
+        "    print('refused:', err)\n"
+        "config = repdiag.load_config('config/test.yaml')\n"
+        "import repdiag.core.checks as k\n"
+        "print('registered:', ','.join(k.checked_packages()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    refused, registered = done.stdout.splitlines()
+    assert refused.startswith("refused: no packages registered for config checks: call ")
+    assert registered == "registered: " + ",".join(CHECKED_PACKAGES)
+    assert "\nregister()" in (ROOT / "Snakefile").read_text()

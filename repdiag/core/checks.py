@@ -7,7 +7,7 @@ keys, e.g. more candidates than arrangements; each takes the whole config and ra
 (architectures built on the meta device: nothing read or downloaded) and ``WEIGHTS_CHECKS``
 (weights files, hub folders, library caches), each taking the config and the keys of the models
 with jobs to run (None: all). Which packages, in which order, is said once, above the core, by
-:func:`register_packages` (``repdiag.studies``, imported with the ``repdiag`` package).
+:func:`register_packages`, through ``repdiag.studies.register``, which each entry point calls.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _PACKAGES: list[str] = []
 
 def register_packages(packages: Iterable[str]) -> None:
     """Set the packages whose registered checks run, in the order they run (replaces any earlier
-    list). Called by ``repdiag.studies``, the top-level module that lists the studies."""
+    list). Called by ``repdiag.studies.register``, above every layer."""
     _PACKAGES[:] = list(dict.fromkeys(packages))
 
 
@@ -38,8 +38,8 @@ def checked_packages() -> tuple[str, ...]:
     want of a list would pass a bad config)."""
     if not _PACKAGES:
         raise RepdiagError(
-            "no packages registered for config checks: repdiag.studies registers them when the "
-            "repdiag package is imported (repdiag.core.checks.register_packages)"
+            "no packages registered for config checks: call repdiag.studies.register() first "
+            "(the Snakefile, the repdiag CLI and repdiag.load_config do)"
         )
     return tuple(_PACKAGES)
 

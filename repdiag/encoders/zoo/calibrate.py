@@ -18,7 +18,7 @@ pilot trains the plain run (no term, so the trajectory is the plain run's bit fo
 (weights, buffers and the augmentation generator), so measuring changes nothing. Per term, the
 weight that puts the median share at ``target`` is ``target / median_t(share_t / |w|)``.
 
-``python -m repdiag.encoders.zoo.calibrate RUN [RUN ...]`` prints and writes the shares for the
+``repdiag calibrate RUN [RUN ...]`` prints and writes the shares for the
 zoo runs of a config; rule ``causal_calibration`` records it for each causal base.
 """
 
@@ -176,12 +176,12 @@ def calibration_summary(rows: pd.DataFrame, settings: PilotSettings) -> pd.DataF
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m repdiag.encoders.zoo.calibrate [--config config/config.yaml] RUN [RUN ...]``."""
+    """``repdiag calibrate [--config config/config.yaml] RUN [RUN ...]`` (:data:`repdiag.studies.COMMANDS`)."""
     from repdiag.core.config import load_config
     from repdiag.encoders.zoo.spec import run_spec
 
     parser = argparse.ArgumentParser(
-        prog="python -m repdiag.encoders.zoo.calibrate",
+        prog="repdiag calibrate",
         description="Share of the AdamW step a unit-weight push of each term would take, on the "
         "backbone, along each run's plain trajectory (docs/binding.md, the causal test).",
     )
@@ -207,7 +207,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.out:
         rows.to_csv(args.out, index=False)
     print(calibration_summary(rows, settings).to_string(index=False))
-
-
-if __name__ == "__main__":
-    main()

@@ -153,7 +153,7 @@ def test_the_summary_and_the_weight_for_the_target():
 
 
 def test_the_command_prints_the_summary_and_writes_every_step(tmp_path, capsys):
-    """`python -m repdiag.encoders.zoo.calibrate` on a config file: the first 2 steps of a run,
+    """`repdiag calibrate` on a config file: the first 2 steps of a run,
     measured at both, for both terms."""
     import yaml
 
