@@ -179,11 +179,11 @@ def readout_skip_note(
     """
     if name not in ("knn", "local_pca"):
         return None
-    k = int(options["k"])
+    k = options["k"]
     if k > n_reference:
         return f"{name} needs k={k} <= reference size {n_reference}; skipped for this layer"
     if name == "local_pca":
-        dim = int(options["dim"])
+        dim = options["dim"]
         if dim > width:
             return f"local_pca needs dim={dim} <= embedding width {width}; skipped for this layer"
         if dim > k - 1:
