@@ -151,6 +151,26 @@ def test_string_references_count_as_imports():
     assert "repdiag.encoders" in graph["repdiag.studies"]  # CHECKED_PACKAGES
 
 
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for other in graph.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen
+
+
+def test_the_jacobian_jobs_pass_sizing_builds_no_encoder():
+    """The GPU job sizes its passes from one model's counted memory (plan_costs), never through
+    the config planner, which builds encoders from config entries."""
+    graph = _imports(_modules())
+    for runtime in ("repdiag.encoders.jacobian.cache", "repdiag.encoders.jacobian.pass_size"):
+        reached = _reachable(graph, runtime)
+        assert "repdiag.encoders.jacobian.plan_costs" in reached
+        assert not reached & {"repdiag.encoders.jacobian.plan_project", "repdiag.encoders.factory"}
+
+
 def test_no_import_cycles():
     assert _cycles(_imports(_modules())) == []
 

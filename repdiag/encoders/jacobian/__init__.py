@@ -5,8 +5,10 @@ Modules: :mod:`.engine` (per-layer singular values of J(x), exact or randomized)
 (ops run in forms ``torch.func`` handles), :mod:`.jer` (effective-rank formulas), :mod:`.cache`
 (the restartable chunked driver), :mod:`.store` (``results/jacobians/<model>.zarr``: contract,
 writer, reader), :mod:`.options` (the ``jacobians`` config: engine settings and cross-key
-checks), :mod:`.plan_count`, :mod:`.plan_project` and :mod:`.plan_print` (the planner: counting
-on the meta device, the projection of a config's cost, its printout).
+checks), :mod:`.pass_size` (the GPU job's products per pass), :mod:`.plan_count`,
+:mod:`.plan_costs`, :mod:`.plan_project` and :mod:`.plan_print` (the planner: counting on the
+meta device, one model's work and memory, which the pass sizing reads too, the projection of a
+config's cost, which builds its encoders, and its printout).
 
 Kept free of imports: :mod:`.options` is read on every parse of the workflow.
 """

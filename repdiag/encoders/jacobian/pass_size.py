@@ -1,12 +1,12 @@
 """The pass size of the Jacobian engine on a GPU: the largest ``batch_size`` (Jacobian-vector
 products evaluated together) whose memory, as the planner estimates it
-(:func:`.plan_project.plan_model`: ``P + n A_l + p G_l + rows`` per tap, its maximum over taps),
+(:func:`.plan_costs.plan_model`: ``P + n A_l + p G_l + rows`` per tap, its maximum over taps),
 fits in a fraction of the device's free memory.
 
 The estimate grows with the batch (more images and products in flight, more rows or directions
 kept), so the largest fitting batch is found by doubling from k and then bisecting
 (:func:`fitting_batch_size`), each step one planner estimate. The planner's memory is calibrated
-against measured peaks (:data:`.plan_project.MEMORY_CALIBRATION`); on the GPU the job's first
+against measured peaks (:data:`.plan_costs.MEMORY_CALIBRATION`); on the GPU the job's first
 engine call then measures its own peak per image and the remaining passes are sized from that
 (:func:`measured_batch_size`, called by :func:`.cache.run_chunked`), and an out-of-memory error
 halves the pass there.
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from repdiag.encoders.jacobian.engine import Readout
-from repdiag.encoders.jacobian.plan_project import plan_model
+from repdiag.encoders.jacobian.plan_costs import plan_model
 
 FREE_FRACTION = 0.8  # of the free memory: room for the allocator's fragmentation and cuBLAS
 MAX_BATCH_SIZE = 1 << 16

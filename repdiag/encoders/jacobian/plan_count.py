@@ -1,5 +1,5 @@
 """Counting the unit costs of one probe image on the meta device, for the planner
-(:mod:`.plan_project`).
+(:mod:`.plan_costs`).
 
 :class:`torch.utils.flop_counter.FlopCounterMode` counts matmuls, convolutions and attention
 (2 FLOPs per multiply-add). For each tap l: ``fwd_l`` (a forward pass up to l), ``vjp_l`` (one

@@ -14,7 +14,7 @@ from repdiag.core.config import fill_defaults, schema_defaults
 from repdiag.encoders.factory import Encoder
 from repdiag.encoders.jacobian.engine import DEFAULT_BATCH_SIZE, Spectra
 from repdiag.encoders.jacobian.options import JacobianSettings
-from repdiag.encoders.jacobian.plan_project import ModelPlan, TapCost
+from repdiag.encoders.jacobian.plan_costs import ModelPlan, TapCost
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.taps import tap_plan
 

@@ -40,7 +40,7 @@ def test_engine_settings_come_from_the_resolved_section_and_nowhere_else():
 
     from repdiag.encoders.jacobian.cache import run_chunked
     from repdiag.encoders.jacobian.engine import jacobian_spectra
-    from repdiag.encoders.jacobian.plan_project import plan_model
+    from repdiag.encoders.jacobian.plan_costs import plan_model
 
     filled = fill_defaults({"jacobians": {}})["jacobians"]
     defaults = {"method": "auto", "k": 32, "power_iters": 5, "seed": 0, "batch_size": None,
