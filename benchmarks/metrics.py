@@ -18,7 +18,7 @@ import numpy as np
 
 from repdiag.binding.metrics import geometry as geo
 from repdiag.binding.metrics import readouts as ro
-from repdiag.binding.metrics.probes import same_different_probe
+from repdiag.binding.metrics.probes import ProbeSettings, same_different_probe
 
 
 def _time(fn: Callable[[], object], repeats: int = 1) -> float:
@@ -105,7 +105,7 @@ def main() -> None:
             ("local_pca", {"k": 20, "dim": 5}),
         ):
             ro.binding_accuracy(query, candidates, correct, name, ref, **options)
-        same_different_probe(pairs, labels)
+        same_different_probe(pairs, labels, ProbeSettings.from_config({}), 0)
 
     print(f"one layer, every metric: {_time(one_layer):7.3f} s")
 

@@ -21,7 +21,7 @@ import xarray as xr
 from repdiag.binding.dataset import CONTRACT
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.options import merge_options
-from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
+from repdiag.binding.metrics.probes import PROBE_FIELDS, ProbeSettings, same_different_probe
 from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE, binding_accuracy
 from repdiag.common.intervals import WILSON
 from repdiag.core.errors import ConfigError, StoreError
@@ -215,15 +215,8 @@ def layer_metrics(
             query, candidates, task.correct_index, name, reference, **readout_options
         )
         binding[name] = {key: result[key] for key in BINDING_FIELDS} | {"skipped": False}
-    probe = options["probe"]
     same_different = same_different_probe(
-        features[task.pair_rows],
-        task.pair_same,
-        folds=probe["folds"],
-        inner_folds=probe["inner_folds"],
-        Cs=probe["Cs"],
-        max_iter=probe["max_iter"],
-        seed=seed,
+        features[task.pair_rows], task.pair_same, ProbeSettings.from_config(options["probe"]), seed
     )
     return {
         "geometry": geometry_metrics(reference, options["geometry"]["l_iso_k"]),

@@ -32,9 +32,10 @@ paper (several points lower accuracy on the same data) and is not the k-fold sea
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.stats import binomtest
@@ -45,8 +46,8 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from repdiag.common.intervals import wilson_interval
+from repdiag.core.settings import FromConfig
 
-DEFAULT_CS = (0.001, 0.01, 0.1, 1.0, 10.0)
 TOL = 1e-5
 # The probe's entry in results/metrics/<model>.json (the C grid itself is in config.metrics).
 PROBE_FIELDS = (
@@ -138,15 +139,20 @@ def select_C(
     return grid[best], accuracy
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbeSettings(FromConfig):
+    """The ``metrics.probe`` section: outer and inner folds, the C grid and lbfgs's iteration
+    cap (every default in schemas/metrics.schema.yaml)."""
+
+    SECTION: ClassVar[str] = "metrics.probe"
+    folds: int
+    inner_folds: int
+    Cs: Sequence[float]
+    max_iter: int
+
+
 def same_different_probe(
-    pairs: np.ndarray,
-    labels: np.ndarray,
-    *,
-    folds: int = 5,
-    inner_folds: int = 3,
-    Cs: Sequence[float] = DEFAULT_CS,
-    max_iter: int = 1000,
-    seed: int = 0,
+    pairs: np.ndarray, labels: np.ndarray, settings: ProbeSettings, seed: int
 ) -> dict[str, Any]:
     """Nested cross-validated accuracy of a linear Same/Different probe on pair embeddings.
 
@@ -159,8 +165,9 @@ def same_different_probe(
     features = pair_features(pairs)
     if not np.all(np.isfinite(features)):
         raise ValueError("pair embeddings hold NaN or infinite values")
+    folds, inner_folds, max_iter = settings.folds, settings.inner_folds, settings.max_iter
     labels = _check_labels(labels, features.shape[0], folds, inner_folds)
-    grid = _check_grid(Cs)
+    grid = _check_grid(settings.Cs)
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     correct = np.zeros(len(labels), dtype=bool)
     fold_accuracy, fold_C = [], []
@@ -191,8 +198,8 @@ def same_different_probe(
         "hits": hits,
         "p_value": float(binomtest(hits, n, 0.5, alternative="two-sided").pvalue),
         "above_chance": bool(low > 0.5),
-        "folds": int(folds),
-        "inner_folds": int(inner_folds),
+        "folds": folds,
+        "inner_folds": inner_folds,
         "Cs": grid,
         "fold_accuracy": fold_accuracy,
         "fold_C": fold_C,

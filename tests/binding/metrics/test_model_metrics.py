@@ -14,7 +14,7 @@ import zarr
 from repdiag.binding.analysis.aggregate import metrics_row
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.model_metrics import compute_model_metrics, select_layers
-from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
+from repdiag.binding.metrics.probes import PROBE_FIELDS, ProbeSettings, same_different_probe
 from repdiag.binding.metrics.readouts import binding_accuracy
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import write_json, write_store
@@ -156,7 +156,8 @@ def test_values_match_direct_calls_on_aligned_arrays(stores: dict) -> None:
         )
         assert got["binding"]["local_pca"]["accuracy"] == expected["accuracy"]
         assert got["binding"]["local_pca"]["ci_high"] == pytest.approx(expected["ci_high"])
-        probe = same_different_probe(pairs, stores["same"], folds=2, inner_folds=2, seed=3)
+        settings = ProbeSettings.from_config({"folds": 2, "inner_folds": 2})
+        probe = same_different_probe(pairs, stores["same"], settings, 3)
         assert got["same_different"] == {k: probe[k] for k in PROBE_FIELDS}
 
 

@@ -12,10 +12,19 @@ from sklearn.preprocessing import StandardScaler
 from repdiag.binding.metrics import probes
 from repdiag.binding.metrics.probes import (
     PROBE_FIELDS,
+    ProbeSettings,
     pair_features,
     same_different_probe,
     select_C,
 )
+
+GRID = ProbeSettings.from_config({}).Cs
+"""The schema's C grid."""
+
+
+def probe(pairs: np.ndarray, labels: np.ndarray, seed: int, **settings) -> dict:
+    """The probe at the schema's settings with ``settings`` over them."""
+    return same_different_probe(pairs, labels, ProbeSettings.from_config(settings), seed)
 
 
 def _pairs(
@@ -47,7 +56,7 @@ def test_pair_features_formula_and_symmetry() -> None:
 
 def test_separable_pairs_reach_near_perfect_accuracy_with_a_tight_interval() -> None:
     pairs, labels = _pairs()
-    result = same_different_probe(pairs, labels, folds=5, seed=0)
+    result = probe(pairs, labels, 0, folds=5)
     assert set(result) == {*PROBE_FIELDS, "Cs"}
     assert result["accuracy"] >= 0.97 and result["ci_low"] > 0.9
     assert result["above_chance"] and result["p_value"] < 1e-30
@@ -60,7 +69,7 @@ def test_label_independent_features_give_an_interval_around_half() -> None:
     rng = np.random.default_rng(1)
     pairs = rng.normal(size=(400, 2, 8))
     labels = rng.permutation(np.tile([0, 1], 200))
-    result = same_different_probe(pairs, labels, folds=5, seed=0)
+    result = probe(pairs, labels, 0, folds=5)
     assert result["ci_low"] < 0.5 < result["ci_high"]
     assert not result["above_chance"] and result["p_value"] > 0.05
 
@@ -69,16 +78,16 @@ def test_constant_features_score_exactly_half() -> None:
     """No information: every probe predicts one class; balanced test folds are half right."""
     pairs = np.ones((200, 2, 4))
     labels = np.tile([0, 1], 100)
-    result = same_different_probe(pairs, labels, folds=5, seed=0)
+    result = probe(pairs, labels, 0, folds=5)
     assert result["accuracy"] == 0.5 and result["hits"] == 100
     assert result["fold_accuracy"] == [0.5] * 5
     assert result["p_value"] == 1.0 and not result["above_chance"]
-    assert result["fold_C"] == [min(probes.DEFAULT_CS)] * 5  # every C ties: the smallest wins
+    assert result["fold_C"] == [min(GRID)] * 5  # every C ties: the smallest wins
 
 
 def test_interval_and_p_value_follow_the_binomial_formulas() -> None:
     pairs, labels = _pairs(n=120, seed=2, noise=1.5)  # an imperfect probe
-    result = same_different_probe(pairs, labels, folds=4, seed=5)
+    result = probe(pairs, labels, 5, folds=4)
     hits, n = result["hits"], result["n"]
     assert 0 < hits < n and result["accuracy"] == hits / n
     assert (result["ci_low"], result["ci_high"]) == pytest.approx(_wilson(hits, n), abs=1e-12)
@@ -93,7 +102,7 @@ def test_pooled_accuracy_matches_a_manual_cross_validation_at_one_C() -> None:
     """A one-value grid leaves only the outer loop: compare it with a hand-written one."""
     pairs, labels = _pairs(n=80, seed=2)
     labels = np.random.default_rng(3).permutation(labels)  # not trivially separable
-    result = same_different_probe(pairs, labels, folds=4, Cs=[0.5], seed=7)
+    result = probe(pairs, labels, 7, folds=4, Cs=[0.5])
     features = np.concatenate([np.abs(pairs[:, 0] - pairs[:, 1]), pairs[:, 0] * pairs[:, 1]], 1)
     accuracies, hits = [], 0
     splits = StratifiedKFold(4, shuffle=True, random_state=7).split(features, labels)
@@ -117,32 +126,28 @@ def test_C_search_prefers_strong_penalty_when_easy_and_weak_when_features_must_b
     n = 400
     y = np.tile([0, 1], n // 2)
     easy = rng.normal(size=(n, 10)) + 3.0 * (2 * y[:, None] - 1)
-    C_easy, accuracy_easy = select_C(
-        easy, y, probes.DEFAULT_CS, inner_folds=3, max_iter=1000, seed=0
-    )
-    assert C_easy == min(probes.DEFAULT_CS) and accuracy_easy.min() == 1.0
+    C_easy, accuracy_easy = select_C(easy, y, GRID, inner_folds=3, max_iter=1000, seed=0)
+    assert C_easy == min(GRID) and accuracy_easy.min() == 1.0
     z = 10.0 * rng.normal(size=n)
     x1 = z + (2 * y - 1) + 0.1 * rng.normal(size=n)
     mixed = np.column_stack([x1, z, rng.normal(size=(n, 3))])
-    C_mixed, accuracy_mixed = select_C(
-        mixed, y, probes.DEFAULT_CS, inner_folds=3, max_iter=1000, seed=0
-    )
+    C_mixed, accuracy_mixed = select_C(mixed, y, GRID, inner_folds=3, max_iter=1000, seed=0)
     assert C_mixed >= 1.0 and accuracy_mixed.max() > accuracy_mixed[0] + 0.2
 
 
 def test_no_test_fold_row_influences_that_folds_C_or_the_interval_rows() -> None:
     """Garbage in the first outer test fold changes that fold's accuracy, never its chosen C."""
     pairs, labels = _pairs(n=120, seed=4, noise=1.0)
-    clean = same_different_probe(pairs, labels, folds=3, seed=11)
+    clean = probe(pairs, labels, 11, folds=3)
     train, test = next(StratifiedKFold(3, shuffle=True, random_state=11).split(pairs, labels))
     spoiled = pairs.copy()
     spoiled[test] = np.random.default_rng(9).normal(scale=50.0, size=spoiled[test].shape)
-    dirty = same_different_probe(spoiled, labels, folds=3, seed=11)
+    dirty = probe(spoiled, labels, 11, folds=3)
     assert dirty["fold_C"][0] == clean["fold_C"][0]
     expected, _ = select_C(
         pair_features(pairs[train]),
         labels[train],
-        probes.DEFAULT_CS,
+        GRID,
         inner_folds=3,
         max_iter=1000,
         seed=11,
@@ -153,9 +158,9 @@ def test_no_test_fold_row_influences_that_folds_C_or_the_interval_rows() -> None
 def test_fixed_seed_is_deterministic_and_seed_changes_folds() -> None:
     pairs, labels = _pairs(n=60, seed=4)
     labels = np.random.default_rng(5).permutation(labels)
-    first = same_different_probe(pairs, labels, folds=3, seed=11)
-    assert same_different_probe(pairs, labels, folds=3, seed=11) == first
-    others = [same_different_probe(pairs, labels, folds=3, seed=s)["fold_accuracy"] for s in (1, 2)]
+    first = probe(pairs, labels, 11, folds=3)
+    assert probe(pairs, labels, 11, folds=3) == first
+    others = [probe(pairs, labels, s, folds=3)["fold_accuracy"] for s in (1, 2)]
     assert any(o != first["fold_accuracy"] for o in others)
 
 
@@ -174,4 +179,4 @@ def test_fixed_seed_is_deterministic_and_seed_changes_folds() -> None:
 )
 def test_bad_input_is_rejected(pairs, labels, options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        same_different_probe(pairs, labels, **options)
+        probe(pairs, labels, 0, **options)
