@@ -56,23 +56,39 @@ def test_sections_hold_their_tables_in_order() -> None:
     assert sections["Second (with brackets; and more)"] == ["| d |\n|---|\n| 4 |\n"]
 
 
-def test_refill_replaces_only_the_marked_blocks() -> None:
+def _run_with(tmp_path: Path, **summaries: str) -> Path:
+    """A run folder whose results hold ``summary.md`` (key ``main``) and each target's own."""
+    for target, text in summaries.items():
+        path = tables.summary_path(tmp_path, None if target == "main" else target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_refill_replaces_only_the_marked_blocks_each_from_its_summary(tmp_path: Path) -> None:
+    run = _run_with(tmp_path, main=SUMMARY, binding_families="## Other\n\n| e |\n|---|\n| 5 |\n")
     page = (
         "before\n<!-- summary: First section table 2 -->\n| stale |\n<!-- /summary -->\n"
-        "middle\n<!-- summary: Second (with brackets; and more) -->\n<!-- /summary -->\nafter\n"
+        "middle\n<!-- summary: Second (with brackets; and more) -->\n<!-- /summary -->\n"
+        "<!-- summary[binding_families]: Other -->\n<!-- /summary -->\nafter\n"
     )
-    out = tables.refill(page, tables.summary_tables(SUMMARY), "summary.md")
+    out = tables.refill(page, run)
     assert out == (
         "before\n<!-- summary: First section table 2 -->\n| c |\n|---|\n| 3 |\n<!-- /summary -->\n"
         "middle\n<!-- summary: Second (with brackets; and more) -->\n| d |\n|---|\n| 4 |\n"
+        "<!-- /summary -->\n<!-- summary[binding_families]: Other -->\n| e |\n|---|\n| 5 |\n"
         "<!-- /summary -->\nafter\n"
     )
-    assert tables.refill(out, tables.summary_tables(SUMMARY), "summary.md") == out  # idempotent
+    assert tables.refill(out, run) == out  # idempotent
 
 
 @pytest.mark.parametrize(
     ("marker", "message"),
-    [("Missing", "has no section '## Missing'"), ("First section table 3", "has 2 tables, not 3")],
+    [
+        ("Missing", "has no section '## Missing'"),
+        ("First section table 3", "has 2 tables, not 3"),
+        ("[binding_replicate]: First section", "binding_replicate/summary.md not found"),
+    ],
 )
 def test_a_block_the_run_lacks_is_named_and_nothing_is_written(
     tmp_path: Path, marker: str, message: str
@@ -81,7 +97,8 @@ def test_a_block_the_run_lacks_is_named_and_nothing_is_written(
     (tmp_path / "results" / "summary.md").write_text(SUMMARY)
     page = tmp_path / "page.md"
     good = "<!-- summary: First section -->\n<!-- /summary -->\n"
-    page.write_text(good + f"<!-- summary: {marker} -->\n<!-- /summary -->\n")
+    marker = marker if marker.startswith("[") else f": {marker}"
+    page.write_text(good + f"<!-- summary{marker} -->\n<!-- /summary -->\n")
     before = page.read_text()
     with pytest.raises(SystemExit, match=re.escape(message)):
         tables.refill_pages(tmp_path, [page])
@@ -89,12 +106,21 @@ def test_a_block_the_run_lacks_is_named_and_nothing_is_written(
 
 
 @pytest.mark.workflow
-def test_every_block_of_the_docs_is_found_in_a_real_run(workflow_run: Path, tmp_path: Path) -> None:
-    """The marker titles follow summary.md's section titles: a renamed section fails here."""
+def test_every_block_of_the_docs_is_found_in_a_real_run(
+    workflow_run: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The marker titles follow the summaries' section titles (the main study's and the family
+    comparison's, from the on-request run): a renamed section fails here."""
+    from tests.shared_runs import build_shared, shared_root
+
+    extras = build_shared(shared_root(tmp_path_factory.getbasetemp()), "on_request")
+    families = tables.summary_path(extras, "binding_families").read_text()
+    main = tables.summary_path(workflow_run, None).read_text()
+    run = _run_with(tmp_path / "run", main=main, binding_families=families)
     pages = [shutil.copy(page, tmp_path / page.name) for page in tables.PAGES]
     markers = sum(len(tables.BLOCK.findall(Path(page).read_text())) for page in pages)
     assert markers >= 3
-    tables.refill_pages(workflow_run, [Path(page) for page in pages])
+    tables.refill_pages(run, [Path(page) for page in pages])
     for page in pages:
         for match in tables.BLOCK.finditer(Path(page).read_text()):
             assert match["body"].startswith("| "), (page, match["section"])

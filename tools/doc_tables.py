@@ -7,8 +7,10 @@
 ``summary``: a block in a page (default docs/binding.md and README.md) between
 ``<!-- summary: SECTION [table N] -->`` and ``<!-- /summary -->`` is replaced by the N-th
 table (1 by default) of the section headed ``## SECTION`` in ``RUN/results/summary.md``, so
-that a table in the docs is the run's own table, byte for byte. A section or table the run
-lacks is an error naming it; nothing is written unless every block was found.
+that a table in the docs is the run's own table, byte for byte; ``<!-- summary[TARGET]: ...
+-->`` reads ``RUN/results/TARGET/summary.md`` instead (an on-request target's own summary,
+e.g. ``binding_families``). A summary, section or table the run lacks is an error naming it;
+nothing is written unless every block was found.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from repdiag.binding.analysis.summary import with_interval
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "docs" / "binding.md", ROOT / "README.md")
 BLOCK = re.compile(
-    r"(<!-- summary: (?P<section>.+?)(?: table (?P<index>\d+))? -->\n)(?P<body>.*?)(<!-- /summary -->)",
+    r"(?P<open><!-- summary(?:\[(?P<target>\w+)\])?: (?P<section>.+?)(?: table (?P<index>\d+))?"
+    r" -->\n)(?P<body>.*?)(?P<close><!-- /summary -->)",
     re.DOTALL,
 )
 
@@ -47,29 +50,37 @@ def summary_tables(summary: str) -> dict[str, list[str]]:
     return sections
 
 
-def refill(page: str, sections: dict[str, list[str]], source: str) -> str:
-    """``page`` with every marked block replaced by its table from ``sections``."""
+def summary_path(run: Path, target: str | None) -> Path:
+    """The summary.md a block reads: the main study's, or an on-request ``target``'s own."""
+    return run / "results" / (f"{target}/summary.md" if target else "summary.md")
+
+
+def refill(page: str, run: Path) -> str:
+    """``page`` with every marked block replaced by its table from ``run``'s summaries."""
+    loaded: dict[str | None, dict[str, list[str]]] = {}
 
     def table(match: re.Match) -> str:
+        source = summary_path(run, match["target"])
+        if match["target"] not in loaded:
+            if not source.is_file():
+                raise SystemExit(f"{source} not found: run the target there first")
+            loaded[match["target"]] = summary_tables(source.read_text())
         section, index = match["section"].strip(), int(match["index"] or 1)
-        tables = sections.get(section)
+        tables = loaded[match["target"]].get(section)
         if tables is None:
-            raise SystemExit(f"{source} has no section '## {section}' (sections: {list(sections)})")
+            sections = list(loaded[match["target"]])
+            raise SystemExit(f"{source} has no section '## {section}' (sections: {sections})")
         if not 1 <= index <= len(tables):
             raise SystemExit(f"'## {section}' of {source} has {len(tables)} tables, not {index}")
-        return match.group(1) + tables[index - 1] + match.group(5)
+        return match["open"] + tables[index - 1] + match["close"]
 
     return BLOCK.sub(table, page)
 
 
 def refill_pages(run: Path, pages: list[Path]) -> list[Path]:
     """Refill every page's blocks from ``run``; the pages that changed."""
-    source = run / "results" / "summary.md"
-    if not source.is_file():
-        raise SystemExit(f"{source} not found: run the binding study there first")
-    sections = summary_tables(source.read_text())
     old = {page: page.read_text() for page in pages}
-    new = {page: refill(text, sections, str(source)) for page, text in old.items()}
+    new = {page: refill(text, run) for page, text in old.items()}
     changed = [page for page in pages if new[page] != old[page]]
     for page in changed:
         page.write_text(new[page])
@@ -116,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     summary = commands.add_parser("summary", help="refill the pages' blocks from a run")
-    summary.add_argument("run", type=Path, help="the folder holding results/summary.md")
+    summary.add_argument(
+        "run", type=Path, help="the workflow folder whose results/ the blocks read"
+    )
     summary.add_argument("pages", type=Path, nargs="*", default=list(PAGES))
     steps = commands.add_parser("steps", help="print the steps-curve table of a run")
     steps.add_argument("run", type=Path)
