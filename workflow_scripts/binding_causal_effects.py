@@ -4,8 +4,8 @@ from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.binding.causal.effects import CausalFiles, causal_effects
-    from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import write_csv
 
     models = snakemake.params.models

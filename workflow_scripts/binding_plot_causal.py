@@ -4,8 +4,8 @@ check."""
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.binding.causal.report import causal_figure
-    from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.figures import save_figure
     from repdiag.common.tables import read_table
 

@@ -3,9 +3,9 @@
 from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.binding.analysis.statistics import headline_metrics
     from repdiag.binding.plots import scatter_grid
-    from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.figures import save_figure
     from repdiag.common.tables import read_table
 

@@ -5,10 +5,10 @@ from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.binding.analysis.units import with_units
     from repdiag.binding.dose import dose_correlations
     from repdiag.binding.replicate import compare_realisations, comparison_markdown
-    from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import read_table, write_csv
 
     settings = StatsSettings.from_config(snakemake.params.stats)

@@ -6,8 +6,8 @@ from repdiag.core.store import write_text
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     import pandas as pd
 
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.binding.analysis.statistics import statistics_tables
-    from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import read_table, write_csv
 
     settings = StatsSettings.from_config(snakemake.params.stats)

@@ -6,8 +6,8 @@ from repdiag.core.runtime import script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads):
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.binding.analysis.summary import SUMMARY_TABLES, summary_markdown, zoo_curves
-    from repdiag.binding.stats_options import StatsSettings
     from repdiag.common.tables import read_table
 
     settings = StatsSettings.from_config(snakemake.params.stats)

@@ -4,7 +4,7 @@ from repdiag.core.runtime import script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.analysis.depth import headline_jer
-    from repdiag.binding.stats_options import StatsSettings
+    from repdiag.binding.analysis.options import StatsSettings
     from repdiag.common.tables import write_csv
     from repdiag.sugarcrepe.report import partial_correlations, read_result, sugarcrepe_table
 

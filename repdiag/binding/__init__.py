@@ -21,7 +21,7 @@ __all__ = [
 CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.dataset:check_binding_config",
     "repdiag.binding.metrics.options:check_metrics_config",
-    "repdiag.binding.stats_options:check_stats_config",
+    "repdiag.binding.analysis.options:check_stats_config",
     "repdiag.binding.causal.options:check_causal_config",
     "repdiag.binding.family_options:check_family_config",
     "repdiag.binding.replicate_options:check_replicate_config",

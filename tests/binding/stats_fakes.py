@@ -19,7 +19,7 @@ import pandas as pd
 import xarray as xr
 
 from repdiag.binding.analysis.depth import depth_table
-from repdiag.binding.stats_options import StatsSettings
+from repdiag.binding.analysis.options import StatsSettings
 from repdiag.core.store import write_json, write_store
 
 FAMILIES = (

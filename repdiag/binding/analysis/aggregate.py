@@ -24,9 +24,9 @@ from repdiag.binding.analysis.depth import (
     normalised_spectra,
     read_jacobians,
 )
+from repdiag.binding.analysis.options import GEOMETRY, READOUTS, StatsSettings, covariate_columns
 from repdiag.binding.analysis.units import configuration
 from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
-from repdiag.binding.stats_options import GEOMETRY, READOUTS, StatsSettings, covariate_columns
 from repdiag.common.tables import json_number
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import read_json

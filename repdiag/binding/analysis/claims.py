@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from repdiag.binding.analysis.options import StatsSettings
 from repdiag.binding.analysis.units import TRAINED, UNIT
-from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.claims import study_claims
 from repdiag.common.exact import format_permutation_p
 from repdiag.core.errors import StoreError

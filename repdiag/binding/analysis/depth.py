@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repdiag.binding.stats_options import JER_FORMULAS, StatsSettings
+from repdiag.binding.analysis.options import JER_FORMULAS, StatsSettings
 from repdiag.common.intervals import mean_interval
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from repdiag.binding.analysis.options import StatsSettings
 from repdiag.binding.analysis.units import UNIT, comparison_units, require_units, runs_behind
-from repdiag.binding.stats_options import StatsSettings
 from repdiag.common import statistics as stats
 from repdiag.common.claims import study_claims
 from repdiag.common.exact import holm, permutation_correlation_p

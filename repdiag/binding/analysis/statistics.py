@@ -24,6 +24,7 @@ import pandas as pd
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.claims import paper_comparison
 from repdiag.binding.analysis.columns import l_iso_columns
+from repdiag.binding.analysis.options import JER_FORMULAS, JER_SUMMARIES, READOUTS, StatsSettings
 from repdiag.binding.analysis.units import (
     COMPARED_APART,
     LEARNED,
@@ -40,7 +41,6 @@ from repdiag.binding.analysis.units import (
 )
 from repdiag.binding.dose import dose_correlations
 from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
-from repdiag.binding.stats_options import JER_FORMULAS, JER_SUMMARIES, READOUTS, StatsSettings
 from repdiag.common import statistics as stats
 from repdiag.common.claims import study_claims
 from repdiag.common.exact import exact_p

@@ -14,10 +14,10 @@ import pandas as pd
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.columns import l_iso_columns, metric_label
 from repdiag.binding.analysis.design_summary import primary_section, within_run_section
+from repdiag.binding.analysis.options import READOUTS, StatsSettings
 from repdiag.binding.analysis.statistics import trained_models
 from repdiag.binding.analysis.units import LEARNED, TRAINED, WITH_CONTROLS, unit_labels
 from repdiag.binding.dose_report import dose_markdown
-from repdiag.binding.stats_options import READOUTS, StatsSettings
 from repdiag.common import statistics as stats
 from repdiag.common.exact import format_permutation_p
 from repdiag.common.tables import format_number as _fmt

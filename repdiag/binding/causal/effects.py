@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from repdiag.binding.analysis.aggregate import aggregate
+from repdiag.binding.analysis.options import StatsSettings
 from repdiag.binding.causal.analysis import (
     arm_table,
     binding_per_jer,
@@ -27,7 +28,6 @@ from repdiag.binding.causal.analysis import (
     weight_displacements,
 )
 from repdiag.binding.causal.report import causal_markdown
-from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.tables import read_table
 
 

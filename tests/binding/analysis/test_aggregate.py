@@ -9,7 +9,7 @@ import math
 import pytest
 
 from repdiag.binding.analysis.aggregate import aggregate, dose_of
-from repdiag.binding.stats_options import StatsSettings
+from repdiag.binding.analysis.options import StatsSettings
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store
 from tests.binding.stats_fakes import LAYERS, SETTINGS, model_paths

@@ -9,7 +9,7 @@ import xarray as xr
 from scipy import stats as sps
 
 from repdiag.binding.analysis.depth import headline_jer
-from repdiag.binding.stats_options import StatsSettings
+from repdiag.binding.analysis.options import StatsSettings
 from tests.binding.stats_fakes import depth_profile, fake_jacobian_store
 
 

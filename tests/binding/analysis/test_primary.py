@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from repdiag.binding.analysis.options import StatsSettings
 from repdiag.binding.analysis.primary import PRIMARY_COLUMNS, primary_table
-from repdiag.binding.stats_options import StatsSettings
 from repdiag.common.exact import permutation_correlation_p
 
 SETTINGS = StatsSettings.from_config({"n_bootstrap": 200, "binding_score": "win_rate"})

@@ -1,10 +1,10 @@
-"""The stats settings: schema defaults and cross-key checks (repdiag.binding.stats_options)."""
+"""The stats settings: schema defaults and cross-key checks (repdiag.binding.analysis.options)."""
 
 from __future__ import annotations
 
 import pytest
 
-from repdiag.binding.stats_options import StatsSettings, check_stats_config
+from repdiag.binding.analysis.options import StatsSettings, check_stats_config
 from repdiag.core.errors import ConfigError
 from tests.binding.stats_fakes import fake_models
 
