@@ -95,8 +95,8 @@ def _package(module: str) -> str:
 def _violations(graph: dict[str, set[str]], top_level: set[str]) -> list[tuple[str, str, str]]:
     """``(module, target, why)`` for every reference that points up a layer or across to another
     study. A module may refer to its own package and to lower layers; a top-level module (and the
-    root package, which every import runs) to anything, but nothing below refers to them (the
-    root imports the studies); a package outside LAYER is an error."""
+    root package, which every import runs) to anything, but nothing below refers to them; a
+    package outside LAYER is an error."""
     found = []
     for name, targets in sorted(graph.items()):
         if name in top_level or name == "repdiag":
@@ -106,7 +106,7 @@ def _violations(graph: dict[str, set[str]], top_level: set[str]) -> list[tuple[s
             other = _package(target)
             if other == own:
                 continue
-            if target == "repdiag" or target in top_level:  # the root runs studies.py
+            if target == "repdiag" or target in top_level:
                 found.append((name, target, "up: a top-level module"))
             elif other not in LAYER or own not in LAYER:
                 found.append((name, target, "a package outside the layers"))

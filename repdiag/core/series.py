@@ -164,7 +164,10 @@ def _check_run(where: str, run: Mapping[str, Any], family: Any) -> None:
     if family not in _families():
         raise ConfigError(f"{where}: family {family!r} is not one of {', '.join(_families())}")
 
-    errors = sorted(jsonschema.Draft202012Validator(_run_schema()).iter_errors(run), key=str)
+    from repdiag.core.validation import strict_integers
+
+    validator = strict_integers(jsonschema.Draft202012Validator)
+    errors = sorted(validator(_run_schema()).iter_errors(run), key=str)
     if errors:
         first = errors[0]
         path = ".".join(str(p) for p in first.absolute_path) or "(the run)"

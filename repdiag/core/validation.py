@@ -59,7 +59,7 @@ def _retrieve(uri: str) -> Any:
 
 def validate_config(config: Any, schema: Path = SCHEMA) -> None:
     """Validate ``config`` against ``schema`` (a YAML JSON-schema file), setting its defaults in
-    place, then check that every ``integer`` key holds an int (:func:`_strict_integers`); raises
+    place, then check that every ``integer`` key holds an int (:func:`strict_integers`); raises
     ``jsonschema.ValidationError`` (``repdiag.core.config.short_schema_errors`` turns it into one
     line naming the key)."""
     from jsonschema import Draft202012Validator
@@ -74,11 +74,11 @@ def validate_config(config: Any, schema: Path = SCHEMA) -> None:
     unversioned = Registry(retrieve=_retrieve_unversioned).with_resource(
         uri=path.as_uri(), resource=Resource.from_contents(contents)
     )
-    _strict_integers(Draft202012Validator)(contents, registry=unversioned).validate(config)
+    strict_integers(Draft202012Validator)(contents, registry=unversioned).validate(config)
 
 
 @functools.cache
-def _strict_integers(validator_class: Any) -> Any:
+def strict_integers(validator_class: Any) -> Any:
     """``validator_class`` whose ``integer`` is an int only. JSON Schema admits 32.0 as an
     integer, and a job given one fails deep in ``range()`` or a tensor's shape; with this check
     no reader converts an integer key again."""
@@ -92,7 +92,7 @@ def _strict_integers(validator_class: Any) -> Any:
 
 def _retrieve_unversioned(uri: str) -> Any:
     """A section file without its ``$schema``: at a ``$ref`` jsonschema validates a file that
-    names its dialect with that dialect's stock class, which would drop :func:`_strict_integers`'
+    names its dialect with that dialect's stock class, which would drop :func:`strict_integers`'
     checker (the first pass keeps Snakemake's semantics, whose defaults depend on that)."""
     from referencing.jsonschema import DRAFT202012
 

@@ -11,7 +11,7 @@ from repdiag.core.errors import RepdiagError
 def test_the_packages_come_from_one_registration_above_the_core(monkeypatch) -> None:
     from repdiag.studies import CHECKED_PACKAGES
 
-    assert checks.checked_packages() == CHECKED_PACKAGES  # registered when repdiag is imported
+    assert checks.checked_packages() == CHECKED_PACKAGES  # registered by the suite (conftest)
     monkeypatch.setattr(checks, "_PACKAGES", [])
     with pytest.raises(RepdiagError, match="no packages registered for config checks"):
         checks.semantic_checks()

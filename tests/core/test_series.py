@@ -106,6 +106,7 @@ def test_patch_axes_merge_into_the_run():
         ({"existing": {"dose_0p1_s0": "nowhere"}}, "is not a zoo run"),
         ({"run": {**RUN, "stepz": 3}}, "stepz"),
         ({"family": "dose"}, "family 'dose' is not one of"),
+        ({"run": {**RUN, "steps": 3.0}}, "steps: 3.0 is not of type 'integer'"),  # as the schema's
     ],
 )
 def test_bad_series_are_refused_naming_the_key(change, message):

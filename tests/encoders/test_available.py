@@ -59,7 +59,8 @@ def test_weights_files_are_checked_without_importing_torch() -> None:
     import sys
 
     code = (
-        "import sys; from repdiag.core.config import load_config; "
+        "import sys; from repdiag.studies import register; register(); "
+        "from repdiag.core.config import load_config; "
         "from repdiag.encoders.available import check_weights_available; "
         "check_weights_available(load_config('config/config.yaml')); print('torch' in sys.modules)"
     )

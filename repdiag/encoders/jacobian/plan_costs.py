@@ -308,8 +308,3 @@ def _randomized_costs(
         float(param_bytes + MEMORY_CALIBRATION * (in_flight * sketch_peak + directions)),
     )
     return [sketch, *taps]
-
-
-# ----------------------------------------------------------------------------------------------
-# The whole config
-# ----------------------------------------------------------------------------------------------
