@@ -4,6 +4,7 @@ cycles, tests that mirror it."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -26,11 +27,17 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's syntax tree, parsed once per test process."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
     """Every repdiag module each module imports, at module level or inside a function."""
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("repdiag"):
                 for alias in node.names:
                     child = f"{node.module}.{alias.name}"
@@ -79,7 +86,7 @@ def _references(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph = _imports(modules)
     named = re.compile(r"^repdiag\.\w+(\.\w+)*")
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 match = named.match(node.value)
                 if match:
