@@ -8,6 +8,8 @@ import math
 
 import pandas as pd
 
+from repdiag.binding.analysis.options import StatsSettings
+from repdiag.binding.analysis.statistics import family_means
 from repdiag.common.tables import format_number as _num
 from repdiag.common.tables import markdown_table
 
@@ -91,4 +93,27 @@ def within_run_section(within: pd.DataFrame) -> list[str]:
         markdown_table(pd.DataFrame(rows)),
         "",
         *([f"Notes: {'; '.join(notes)}.", ""] if notes else []),
+    ]
+
+
+def units_section(models: pd.DataFrame, settings: StatsSettings) -> list[str]:
+    """``## Units``: each unit of the comparison (objective x backbone, final networks, seeds
+    averaged) with the scores and metrics the primary family correlates, best-binding first."""
+    means = family_means(models)
+    if not len(means):
+        return []
+    accuracy = f"binding_{settings.readout}"
+    columns = {"unit": "unit", "n_runs": "runs", "binding": f"{settings.binding_score.replace('_', ' ')} (primary)",
+               accuracy: "accuracy", "jer": "JER", "g_pr": "G.PR", "g_iso": "G.Iso",
+               "same_different": "Same/Different"}  # fmt: skip
+    present = [c for c in columns if c in means]
+    table = means.sort_values("binding", ascending=False)[present].rename(columns=columns)
+    return [
+        "## Units",
+        "",
+        f"Final networks, each unit's mean over its seeds ({settings.readout} readout; JER "
+        f"{settings.jer_formula} at the {settings.jer_at} tap).",
+        "",
+        markdown_table(table),
+        "",
     ]

@@ -13,7 +13,11 @@ import pandas as pd
 
 from repdiag.binding import APART_FAMILIES
 from repdiag.binding.analysis.columns import l_iso_columns, metric_label
-from repdiag.binding.analysis.design_summary import primary_section, within_run_section
+from repdiag.binding.analysis.design_summary import (
+    primary_section,
+    units_section,
+    within_run_section,
+)
 from repdiag.binding.analysis.options import READOUTS, StatsSettings
 from repdiag.binding.analysis.statistics import trained_models
 from repdiag.binding.analysis.units import LEARNED, TRAINED, WITH_CONTROLS, unit_labels
@@ -142,6 +146,7 @@ def summary_markdown(
     lines += headline_lines(table, tables, settings)
     if "primary" in tables:
         lines += ["", *primary_section(tables["primary"], settings.confidence)]
+        lines += units_section(everything, settings)
         lines.pop()
     if "within_run" in tables:
         lines += ["", *within_run_section(tables["within_run"])]

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from repdiag.binding.analysis.design_summary import primary_section, within_run_section
+from repdiag.binding.analysis.design_summary import (
+    primary_section,
+    units_section,
+    within_run_section,
+)
 from repdiag.binding.analysis.primary import primary_table
 from repdiag.binding.analysis.within_run import within_run_table
 
@@ -64,3 +68,17 @@ def test_a_test_without_numbers_shows_n_a_and_runs_without_saved_steps_say_so():
     within = within_run_table(runs_table(saved=False), ["jer"], 0.95, seed=0)
     lines = within_run_section(within)
     assert "no run has both here" in lines[2] and "0 runs with a saved step" in lines[-2]
+
+
+def test_the_units_section_lists_each_units_seed_mean_best_binding_first():
+    models = runs_table()  # 5 objectives x 3 seeds, each at its end and a saved step
+    lines = units_section(models, SETTINGS)
+    assert lines[0] == "## Units"
+    header, *rows = cells(lines)
+    shown = [dict(zip(header, row, strict=True)) for row in rows]
+    assert [row["runs"] for row in shown] == ["3"] * 5  # the saved steps are not networks
+    finals = models[~models["model"].str.endswith("_step1000")]
+    expected = finals.groupby(finals["model"].str.split("_s").str[0])["binding"].mean()
+    assert [float(row["win rate (primary)"]) for row in shown] == sorted(
+        expected.round(3), reverse=True
+    )
