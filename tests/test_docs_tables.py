@@ -80,6 +80,8 @@ def test_refill_replaces_only_the_marked_blocks_each_from_its_summary(tmp_path: 
         "<!-- /summary -->\nafter\n"
     )
     assert tables.refill(out, run) == out  # idempotent
+    only = tables.refill(page, run, "binding_families")  # that target's blocks alone
+    assert "| stale |" in only and "| e |\n|---|\n| 5 |\n" in only and "| d |" not in only
 
 
 @pytest.mark.parametrize(

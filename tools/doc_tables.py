@@ -9,8 +9,9 @@
 table (1 by default) of the section headed ``## SECTION`` in ``RUN/results/summary.md``, so
 that a table in the docs is the run's own table, byte for byte; ``<!-- summary[TARGET]: ...
 -->`` reads ``RUN/results/TARGET/summary.md`` instead (an on-request target's own summary,
-e.g. ``binding_families``). A summary, section or table the run lacks is an error naming it;
-nothing is written unless every block was found.
+e.g. ``binding_families``); ``--target T`` refills T's blocks alone (``main``: the main
+study's). A summary, section or table the run lacks is an error naming it; nothing is written
+unless every block was found.
 """
 
 from __future__ import annotations
@@ -55,11 +56,18 @@ def summary_path(run: Path, target: str | None) -> Path:
     return run / "results" / (f"{target}/summary.md" if target else "summary.md")
 
 
-def refill(page: str, run: Path) -> str:
-    """``page`` with every marked block replaced by its table from ``run``'s summaries."""
+ALL = "all"
+"""``--target`` that refills every block; the main study's blocks are ``main``."""
+
+
+def refill(page: str, run: Path, only: str = ALL) -> str:
+    """``page`` with every marked block replaced by its table from ``run``'s summaries; with
+    ``only``, the blocks of that target alone (``main``: the main study's)."""
     loaded: dict[str | None, dict[str, list[str]]] = {}
 
     def table(match: re.Match) -> str:
+        if only != ALL and (match["target"] or "main") != only:
+            return match.group(0)
         source = summary_path(run, match["target"])
         if match["target"] not in loaded:
             if not source.is_file():
@@ -77,10 +85,10 @@ def refill(page: str, run: Path) -> str:
     return BLOCK.sub(table, page)
 
 
-def refill_pages(run: Path, pages: list[Path]) -> list[Path]:
-    """Refill every page's blocks from ``run``; the pages that changed."""
+def refill_pages(run: Path, pages: list[Path], only: str = ALL) -> list[Path]:
+    """Refill every page's blocks (of target ``only``) from ``run``; the pages that changed."""
     old = {page: page.read_text() for page in pages}
-    new = {page: refill(text, run) for page, text in old.items()}
+    new = {page: refill(text, run, only) for page, text in old.items()}
     changed = [page for page in pages if new[page] != old[page]]
     for page in changed:
         page.write_text(new[page])
@@ -131,13 +139,16 @@ def main(argv: list[str] | None = None) -> int:
         "run", type=Path, help="the workflow folder whose results/ the blocks read"
     )
     summary.add_argument("pages", type=Path, nargs="*", default=list(PAGES))
+    summary.add_argument(
+        "--target", default=ALL, help="refill only this target's blocks (main: the main study's)"
+    )
     steps = commands.add_parser("steps", help="print the steps-curve table of a run")
     steps.add_argument("run", type=Path)
     args = parser.parse_args(argv)
     if args.command == "steps":
         print(steps_table(args.run))
         return 0
-    for page in refill_pages(args.run, args.pages):
+    for page in refill_pages(args.run, args.pages, args.target):
         print(f"rewrote {page}")
     return 0
 
