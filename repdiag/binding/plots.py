@@ -31,7 +31,7 @@ from repdiag.binding import (
     JER_INTERVENTION_FAMILY,
 )
 from repdiag.binding.analysis.columns import metric_label
-from repdiag.binding.analysis.units import unit_means
+from repdiag.binding.analysis.units import saved_steps, unit_means
 from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE
 from repdiag.common.figures import FAMILY_COLOURS, OKABE_ITO, family_colour
 from repdiag.common.statistics import pearson
@@ -101,6 +101,42 @@ def _families(table: pd.DataFrame) -> list[str]:
     )
 
 
+def _scatter_family(
+    ax: Any, table: pd.DataFrame, family: str, x: np.ndarray, y: np.ndarray, inside: np.ndarray
+) -> None:
+    """One family's points: final networks filled, steps saved inside a run hollow."""
+    rows = (table["family"] == family).to_numpy()
+    control = family == CONTROL_FAMILY
+    colour = family_colour(family)
+    for chosen, hollow in ((rows & ~inside, False), (rows & inside, True)):
+        if not chosen.any():
+            continue
+        edge = None if control else "black" if family in APART_FAMILIES else "white"
+        ax.scatter(
+            x[chosen],
+            y[chosen],
+            color=colour,
+            facecolor="none" if hollow else colour,
+            marker=APART_MARKERS.get(family, "o"),
+            s=60 if family == BINDING_SUPERVISED_FAMILY else 28,
+            edgecolor=colour if hollow else edge,
+            linewidth=1.0 if control or hollow else 0.5,
+            zorder=3,
+        )
+
+
+def _saved_step_handle() -> Line2D:
+    return Line2D(
+        [],
+        [],
+        color="#444444",
+        marker="o",
+        markerfacecolor="none",
+        linestyle="",
+        label="step saved inside a run (not in the fit)",
+    )
+
+
 def _draw_fit(ax: Any, units: pd.DataFrame, metric: str, target: str) -> str:
     """Draw the least-squares line of ``target`` on ``metric`` over the objectives (each the
     mean of its seeds; controls and the families apart never enter it); return the r/p label."""
@@ -133,30 +169,22 @@ def scatter_grid(
     ncols: int = 3,
 ) -> Figure:
     """One panel per metric: models coloured by family against ``target``; the least-squares
-    line, r and p over the objectives (each the mean of its seeds, :func:`unit_means`)."""
+    line, r and p over the objectives (each the mean of its seeds' final networks,
+    :func:`unit_means`). A step saved inside a run (:func:`saved_steps`) is drawn hollow and
+    stays out of the fit: it is its run's, not another unit."""
     metrics = list(metrics)
     nrows = max(1, math.ceil(len(metrics) / ncols))
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows + 0.6), squeeze=False, layout="constrained"
     )
     y_all = table[target].to_numpy(float)
+    inside = saved_steps(table).to_numpy()
     trained = (~table["family"].isin(APART_FAMILIES)).to_numpy()
-    units = unit_means(table[trained], "the scatter's least-squares fit")
+    units = unit_means(table[trained & ~inside], "the scatter's least-squares fit")
     for ax, metric in zip(axes.flat, metrics, strict=False):
         x_all = table[metric].to_numpy(float)
         for family in _families(table):
-            rows = (table["family"] == family).to_numpy()
-            control = family == CONTROL_FAMILY
-            ax.scatter(
-                x_all[rows],
-                y_all[rows],
-                color=family_colour(family),
-                marker=APART_MARKERS.get(family, "o"),
-                s=60 if family == BINDING_SUPERVISED_FAMILY else 28,
-                edgecolor=None if control else "black" if family in APART_FAMILIES else "white",
-                linewidth=1.0 if control else 0.5,
-                zorder=3,
-            )
+            _scatter_family(ax, table, family, x_all, y_all, inside)
         text = _draw_fit(ax, units, metric, target)
         ax.text(
             0.03,
@@ -177,6 +205,8 @@ def scatter_grid(
     for ax in list(axes.flat)[len(metrics) :]:
         ax.set_axis_off()
     handles = family_handles(_families(table))
+    if inside.any():
+        handles.append(_saved_step_handle())
     handles.append(Line2D([], [], color="#444444", linewidth=1.2, label="least-squares fit"))
     if chance is not None and np.isfinite(chance):
         handles.append(Line2D([], [], color="#999999", linestyle="--", label="chance"))

@@ -139,11 +139,10 @@ def check_units(
         shared.setdefault(unit, []).append(str(row))
     repeated = {unit: rows for unit, rows in shared.items() if len(rows) > 1}
     if repeated:
-        listed = "; ".join(f"{unit}: {', '.join(rows)}" for unit, rows in repeated.items())
         raise ReplicationError(
-            f"{what}: rows are not independent units ({units.name}): {listed}. Keep one row per "
-            f"{units.name} (the final checkpoint of a run; the mean over the seeds of an "
-            "objective) and analyse checkpoints apart as trajectories"
+            f"{what}: rows are not independent units ({units.name}): {_listed(repeated)}. Keep "
+            f"one row per {units.name} (the final checkpoint of a run; the mean over the seeds "
+            "of an objective) and analyse checkpoints apart as trajectories"
         )
     return units
 
@@ -156,3 +155,18 @@ def require_independent(units: Units, rows: Sequence[str], what: str) -> None:
     if len(names) != len(units.unit):
         raise ReplicationError(f"{what}: {len(names)} row names for {len(units.unit)} units")
     check_units(Units(units.unit, units.block, units.name, names), what)
+
+
+def _short(label: str, width: int = 60) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _listed(repeated: dict[str, list[str]], shown: int = 3) -> str:
+    """The first ``shown`` repeated units with their rows (a unit's label cut to 60 characters:
+    the rows name it), then how many more."""
+    items = list(repeated.items())
+    text = "; ".join(f"{_short(unit)}: {', '.join(rows)}" for unit, rows in items[:shown])
+    more = len(items) - shown
+    return text + (
+        f"; and {more} more unit{'s' if more > 1 else ''} like these" if more > 0 else ""
+    )

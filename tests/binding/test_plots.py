@@ -222,3 +222,30 @@ def test_scatter_fit_is_over_objectives_with_their_seeds_averaged(tmp_path):
     text = fig.axes[0].texts[0].get_text()
     assert f"r = {r:.2f}, p = {p:.2g}" in text and "n = 3 objectives (6 runs)" in text
     save_and_check(fig, tmp_path, "units")
+
+
+def test_scatter_fit_leaves_out_the_steps_saved_inside_a_run(tmp_path):
+    """A step saved inside a run (save_at) is drawn hollow and never enters the fit: the text is
+    the fit over the final networks alone, and a table with saved steps is not refused."""
+    from tests.binding.analysis.test_units import meta, row
+
+    rng = np.random.default_rng(1)
+    finals, inside = [], []
+    for objective in ("simclr", "mae", "clip"):
+        for seed in (0, 1):
+            run = meta(objective, seed)
+            name = f"{objective}_s{seed}"
+            finals.append(row(name, "contrastive", run, jer=rng.normal(), binding=rng.random()))
+            inside.append(
+                row(f"{name}-step100", "contrastive", run, 100, jer=9.0, binding=rng.random())
+            )
+    fig = plots.scatter_grid(pd.DataFrame(finals + inside), ["jer"], ncols=1)
+    alone = plots.scatter_grid(pd.DataFrame(finals), ["jer"], ncols=1)
+    text = fig.axes[0].texts[0].get_text()
+    assert text == alone.axes[0].texts[0].get_text() and "(6 runs)" in text
+    hollow = [c for c in fig.axes[0].collections if (c.get_facecolor()[:, 3] == 0).all()]
+    assert len(hollow) == 1 and len(hollow[0].get_offsets()) == 6
+    assert np.allclose(np.asarray(hollow[0].get_offsets())[:, 0], 9.0)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "step saved inside a run (not in the fit)" in labels
+    save_and_check(fig, tmp_path, "saved_steps")

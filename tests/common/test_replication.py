@@ -308,3 +308,15 @@ def test_t_interval_is_the_shared_mean_interval_with_its_p():
     )
     assert se == pytest.approx(np.std(values, ddof=1) / math.sqrt(5))
     assert p == pytest.approx(sps.ttest_1samp(values, 0.0).pvalue)
+
+
+def test_a_long_refusal_names_three_units_and_counts_the_rest():
+    labels = tuple(f"objective{i} [" + "x" * 200 + "]" for i in range(5))
+    units = Units(tuple(np.repeat(labels, 2)), ("0",) * 10, "training run",
+                  tuple(f"m{i}" for i in range(10)))  # fmt: skip
+    with pytest.raises(ReplicationError) as err:
+        cluster_bootstrap(lambda rows: float(len(rows)), units, n_boot=10)
+    message = str(err.value)
+    assert "m0, m1" in message and "m4, m5" in message and "m6" not in message
+    assert "; and 2 more units like these" in message and len(message) < 600
+    assert "objective0 [" + "x" * 47 + "…: m0, m1" in message
