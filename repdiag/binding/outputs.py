@@ -80,6 +80,13 @@ def aggregate_stats(config: Mapping[str, Any], binding_score: str | None = None)
     return stats
 
 
+def family_stats(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``stats`` section as the family comparison reads it: the main study's, its headline
+    score replaced by ``binding_families.binding_score`` (the tables, the summary's labels and
+    the scatter's axis all name the score its models table holds)."""
+    return {**config["stats"], "binding_score": config["binding_families"]["binding_score"]}
+
+
 def _per_model(models: Mapping[str, Any]) -> list[str]:
     return [
         *(f"results/embeddings/{key}.zarr" for key in models),

@@ -219,7 +219,8 @@ def scatter_grid(
         title_fontsize=8,
     )
     fig.suptitle(
-        "Metrics against binding accuracy (points: models; fit and r: objectives, seeds averaged)",
+        f"Metrics against {target_label.split(' (')[0]} (points: models; fit and r: objectives, "
+        "seeds averaged)",
         fontsize=10,
     )
     return fig

@@ -9,6 +9,7 @@ FAMILY_MEMBERS = repdiag.binding.family_options.family_members(config)
 FAMILY_ZOO_MODELS = zoo_models_of({key: MODELS[key] for key in FAMILY_MEMBERS})
 FAMILY_ZOO_RUNS = zoo_runs_of({key: MODELS[key] for key in FAMILY_MEMBERS})
 FAMILIES_DIR = repdiag.binding.outputs.FAMILIES_DIR
+FAMILY_STATS = repdiag.binding.outputs.family_stats(config)
 
 
 use rule aggregate_models as family_aggregate with:
@@ -29,7 +30,7 @@ use rule aggregate_models as family_aggregate with:
         models=repdiag.binding.outputs.aggregate_models(config, FAMILY_MEMBERS),
         zoo_models=FAMILY_ZOO_MODELS,
         stats=repdiag.binding.outputs.aggregate_stats(
-            config, config["binding_families"]["binding_score"]
+            config, FAMILY_STATS["binding_score"]
         ),
 
 
@@ -55,13 +56,7 @@ use rule stats_tables as family_tables with:
         bench_file("family_tables", "all")
     priority: 0
     params:
-        stats=seeded(
-            {
-                **config["stats"],
-                "binding_score": config["binding_families"]["binding_score"],
-            },
-            config,
-        ),
+        stats=seeded(FAMILY_STATS, config),
         primary=config["binding_families"]["primary"],
 
 
@@ -76,6 +71,10 @@ use rule plot_metric_scatter as family_scatter with:
     benchmark:
         bench_file("family_scatter", "all")
     priority: 0
+    params:
+        readout=FAMILY_STATS["readout"],
+        binding_score=FAMILY_STATS["binding_score"],
+        covariates=FAMILY_STATS["covariates"],
 
 
 use rule summarise as family_summary with:
@@ -96,3 +95,5 @@ use rule summarise as family_summary with:
     benchmark:
         bench_file("family_summary", "all")
     priority: 0
+    params:
+        stats=seeded(FAMILY_STATS, config),

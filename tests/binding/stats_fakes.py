@@ -10,6 +10,7 @@ geometry metrics are independent noise, like the paper's finding.
 from __future__ import annotations
 
 import warnings
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -118,11 +119,18 @@ def fake_metrics(
             accuracy = float(
                 np.clip(chance + 0.5 * quality * scale + rng.normal(0, 0.02) - 0.01 * offset, 0, 1)
             )
+            # the win rate's own noise, from a generator of its own: the shared draws (and every
+            # value other tests read from them) stay as they were before it was added
+            noise = np.random.default_rng(zlib.crc32(f"{key}/{layer}/{readout}".encode()))
+            win = float(np.clip(0.5 + 0.45 * quality * scale + noise.normal(0, 0.05), 0, 1))
             binding[readout] = {
                 "accuracy": accuracy,
                 "ci_low": max(0.0, accuracy - 0.05),
                 "ci_high": min(1.0, accuracy + 0.05),
                 "n": 64,
+                "win_rate": win,
+                "win_rate_ci_low": max(0.0, win - 0.03),
+                "win_rate_ci_high": min(1.0, win + 0.03),
             }
         per_layer[layer] = {
             "geometry": {

@@ -223,6 +223,7 @@ def test_the_family_comparison_takes_the_objective_as_the_unit(extras: Path) -> 
     summary = (results / "summary.md").read_text()
     assert "too few" in summary  # 2 objectives: the tables say so instead of giving numbers
     assert "## Pre-registered primary family" in summary and "## Within-run split" in summary
+    assert "| win rate (primary) |" in summary and "accuracy (primary)" not in summary
     assert "| r(jer, win_rate) | 2 (" in summary and "no run has both here" in summary
     image = mpimg.imread(results / "metric_scatter.png")
     assert image.shape[0] > 200 and image.std() > 0

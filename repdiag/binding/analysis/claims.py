@@ -141,9 +141,10 @@ class ClaimRows:
 
 def paper_comparison(
     table: pd.DataFrame,
-    depth: pd.DataFrame,
     tables: Mapping[str, Any],
     settings: StatsSettings,
+    *,
+    depth: pd.DataFrame,
     runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Each claim of ``repdiag/binding/claims.yaml`` beside this run's value.

@@ -98,14 +98,30 @@ def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _naming_keys(same: list[dict[str, str]]) -> list[str]:
+    """The fewest settings, shallowest first, that tell ``same`` (one objective's flattened
+    configurations) apart: a key joins only if it separates configurations the keys before it
+    did not (``backbone`` alone names a ResNet and a ViT, not their every timm keyword)."""
+    differing = {k for f in same for k in f if len({g.get(k) for g in same}) > 1}
+    target = len({tuple(sorted(f.items())) for f in same})
+    chosen: list[str] = []
+    for key in sorted(differing, key=lambda k: (k.count("."), k)):
+        if len({tuple(f.get(k) for k in chosen) for f in same}) == target:
+            break
+        before = len({tuple(f.get(k) for k in chosen) for f in same})
+        if len({tuple(f.get(k) for k in [*chosen, key]) for f in same}) > before:
+            chosen.append(key)
+    return sorted(chosen)
+
+
 def _named(configs: Mapping[str, dict[str, Any]]) -> dict[str, str]:
-    """A short name per configuration: its objective, plus ``[key=value, ...]`` for the
-    settings that differ between configurations of the same objective."""
+    """A short name per configuration: its objective, plus ``[key=value, ...]`` for the fewest
+    settings that tell apart the configurations of the same objective (:func:`_naming_keys`)."""
     flat = {c: _flat(s) for c, s in configs.items()}
     names = {}
     for config, settings in configs.items():
         same = [flat[o] for o, s in configs.items() if s.get("objective") == settings["objective"]]
-        keys = sorted({k for f in same for k in f if len({g.get(k) for g in same}) > 1})
+        keys = _naming_keys(same)
         differ = ", ".join(f"{k}={flat[config].get(k, 'null')}" for k in keys)
         names[config] = f"{settings['objective']}" + (f" [{differ}]" if differ else "")
     return names

@@ -27,16 +27,16 @@ def test_paper_comparison_collapse_layer(fake_run):
     depth.loc[mask, "drop_ci_low"] = [np.nan, -2.0, 11.0, 0.1, 0.1]
     depth.loc[mask, "drop_ci_high"] = [np.nan, 0.5, 15.0, 0.9, 0.9]
     tables = statistics_tables(result.models, depth, SETTINGS)
-    comparison = paper_comparison(result.models, depth, tables, SETTINGS).set_index("claim")
+    comparison = paper_comparison(result.models, tables, SETTINGS, depth=depth).set_index("claim")
     assert (
         "m04: block02 (depth 0.50, -62%, drop 95% CI [11, 15])"
         in comparison.loc["depth of JER collapse, CLIP/DINOv2", "run_text"]
     )
     depth.loc[mask, "drop_ci_low"] = [np.nan, -2.0, -1.0, 0.1, 0.1]  # the drop is not real
-    comparison = paper_comparison(result.models, depth, tables, SETTINGS).set_index("claim")
+    comparison = paper_comparison(result.models, tables, SETTINGS, depth=depth).set_index("claim")
     assert "m04: no collapse" in comparison.loc["depth of JER collapse, CLIP/DINOv2", "run_text"]
     with pytest.raises(StoreError, match="rerun aggregate_models"):
-        paper_comparison(result.models, depth.drop(columns="drop_ci_low"), tables, SETTINGS)
+        paper_comparison(result.models, tables, SETTINGS, depth=depth.drop(columns="drop_ci_low"))
 
 
 def test_collapse_rule_flat_noisy_profile_is_no_collapse():
@@ -105,3 +105,28 @@ def test_the_correlation_claims_note_the_permutation_p_up_to_ten_units():
     assert added["p"][3].endswith("Permutation p of r = 0.017.")
     add_correlation_claims(add, corr, "g_iso", "r", "p")
     assert "Permutation" not in added["p"][3]
+
+
+def test_with_the_win_rate_headline_the_paper_comparison_reads_accuracy(fake_run):
+    """The paper's r(JER, binding) and family means are accuracies: with the win rate as the
+    headline score they are computed again on accuracy, equal to an independent Pearson r."""
+    from dataclasses import replace
+
+    from repdiag.binding.analysis.statistics import family_means
+    from repdiag.common.statistics import pearson
+
+    root, models, _ = fake_run
+    win = replace(SETTINGS, binding_score="win_rate")
+    result = aggregate(models, *model_paths(root, models), win)
+    tables = statistics_tables(result.models, result.depth, win)
+    comparison = tables["paper_comparison"].set_index("claim_id")
+    means = family_means(result.models)
+    accuracy_r = pearson(means["jer"], means[f"binding_{win.readout}"])[0]
+    win_r = pearson(means["jer"], means[f"binding_{win.readout}_win"])[0]
+    assert comparison.loc["jer_binding_r", "run_value"] == pytest.approx(accuracy_r)
+    assert abs(accuracy_r - win_r) > 1e-3
+    headline = tables["correlations"].set_index("metric").loc["jer", "pearson_r"]
+    assert np.ravel(headline)[0] == pytest.approx(win_r)
+    supervised = means.loc[means["family"] == "supervised", f"binding_{win.readout}"]
+    if "binding_supervised" in comparison.index and len(supervised):
+        assert comparison.loc["binding_supervised", "run_value"] == pytest.approx(supervised.mean())

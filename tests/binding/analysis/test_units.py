@@ -95,8 +95,28 @@ def test_one_objective_on_two_backbones_is_two_units():
         ]
     )
     labels = unit_labels(table)
-    assert labels[0] == labels[1] != labels[2]
-    assert "backbone" in labels[0] and "backbone" in labels[2]
+    assert labels == ['clip [backbone="resnet"]'] * 2 + ['clip [backbone="vit"]']
+
+
+def test_a_unit_is_named_by_the_fewest_settings_that_tell_it_apart():
+    """The backbone and its timm keywords all differ, the backbone alone separates (named by it
+    only); two settings that each separate only part of the configurations are both named."""
+    resnet = {"timm_kwargs": {"channels": [32, 64], "depth": None}}
+    vit = {"backbone": "vit", "timm_kwargs": {"channels": None, "depth": 6}}
+    table = pd.DataFrame(
+        [
+            row("a", "contrastive", meta("simclr", 0, **resnet)),
+            row("b", "contrastive", meta("simclr", 0, **vit)),
+            row("c", "contrastive", meta("simclr", 0, lr=0.01, **vit)),
+            row("d", "contrastive", meta("simclr", 0, steps=10, lr=0.01, **vit)),
+        ]
+    )
+    assert unit_labels(table) == [
+        'simclr [backbone="resnet", lr=0.001, steps=300]',
+        'simclr [backbone="vit", lr=0.001, steps=300]',
+        'simclr [backbone="vit", lr=0.01, steps=300]',
+        'simclr [backbone="vit", lr=0.01, steps=10]',
+    ]
 
 
 def test_a_checkpoint_and_the_untrained_network_twice_are_refused_naming_the_rows():
