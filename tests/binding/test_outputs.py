@@ -81,3 +81,18 @@ def test_every_aggregate_reads_the_stats_keys_its_table_uses_and_a_target_its_ow
         key: {"family": entry["family"], "source": entry["source"],
               "covariates": entry.get("covariates", {})}
     }  # fmt: skip
+
+
+def test_the_family_target_reads_one_stats_section_with_its_own_score() -> None:
+    """Its tables, summary and scatter all take family_stats: the main study's stats section
+    with binding_families.binding_score as the headline (the summary once labelled the win rate
+    'accuracy', from the main study's section)."""
+    from repdiag.binding.outputs import family_stats
+
+    config = resolved_config()
+    stats = family_stats(config)
+    assert stats["binding_score"] == config["binding_families"]["binding_score"] == "win_rate"
+    assert {k: v for k, v in stats.items() if k != "binding_score"} == {
+        k: v for k, v in config["stats"].items() if k != "binding_score"
+    }
+    assert config["stats"]["binding_score"] == "accuracy"  # the main study's, untouched
