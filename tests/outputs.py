@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-VOLATILE = re.compile(r"(^created$|time_s$|per_s$|seconds)")
+VOLATILE = re.compile(r"(^created$|time_s$|per_s$|seconds|^saved_sha256$)")
+"""Keys that record time. ``saved_sha256`` is the hash of a run's saved steps file, which holds
+each saved step's meta.json and so its wall time: its tensors are compared, its hash is not."""
 ACROSS_COMMITS = re.compile(rf"{VOLATILE.pattern}|^git_commit$")
 """VOLATILE and the commit a store's provenance records: two commits' runs compared."""
 

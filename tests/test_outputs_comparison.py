@@ -16,7 +16,9 @@ def _results(root: Path, value: float, created: str) -> Path:
     (results / "tables").mkdir(parents=True)
     (results / "tables" / "t.csv").write_text("a,b\n1,2\n")
     (results / "m.json").write_text(
-        json.dumps({"value": value, "created": created, "git_commit": created})
+        json.dumps(
+            {"value": value, "created": created, "git_commit": created, "saved_sha256": created}
+        )
     )
     store = zarr.open_group(results / "s.zarr", mode="w")
     store.create_array("x", data=np.arange(4, dtype=np.float32) * value)
