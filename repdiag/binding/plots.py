@@ -272,7 +272,7 @@ def _model_styles(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
     return styles
 
 
-def depth_figure(depth: pd.DataFrame, *, formula: str = "pr", probe_set: str = "binding") -> Figure:
+def depth_figure(depth: pd.DataFrame, *, formula: str, probe_set: str) -> Figure:
     """Mean JER per layer against relative depth (0 = first tap, 1 = last), one line per model."""
     part = depth[(depth["formula"] == formula) & (depth["probe_set"] == probe_set)]
     fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")

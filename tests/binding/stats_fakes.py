@@ -207,5 +207,5 @@ def depth_profile(per_image: np.ndarray) -> pd.DataFrame:
             "probe_set": ("image", ["binding"] * n_images),
         },
     )
-    depth = depth_table(ds, "m", "vision_language")
+    depth = depth_table(ds, "m", "vision_language", confidence=SETTINGS.confidence)
     return depth[(depth.formula == "pr") & (depth.probe_set == "binding")]

@@ -31,7 +31,7 @@ class Collapse:
     drop_ci_low: float  # paired t-interval of that mean
     drop_ci_high: float
 
-    def text(self, model: str, confidence: float = 0.95) -> str:
+    def text(self, model: str, confidence: float) -> str:
         return (
             f"{model}: {self.layer} (depth {self.relative_depth:.2f}, -{self.relative_drop:.0%}, "
             f"drop {confidence:.0%} CI [{self.drop_ci_low:.3g}, {self.drop_ci_high:.3g}])"

@@ -45,7 +45,7 @@ def select_images(ds: Any, probe_set: str, path: str | Path) -> np.ndarray:
 
 
 def depth_table(
-    ds: Any, model: str, family: str, *, path: str | Path = "", confidence: float = 0.95
+    ds: Any, model: str, family: str, *, confidence: float, path: str | Path = ""
 ) -> pd.DataFrame:
     """Mean JER per layer, formula and probe set (plus ``all``) with a t-interval over images.
 

@@ -227,7 +227,7 @@ def family_table(
     table: pd.DataFrame,
     metrics: Sequence[str],
     *,
-    confidence: float = 0.95,
+    confidence: float,
     family_column: str = "family",
 ) -> pd.DataFrame:
     """Per family and metric (``families.csv``): :func:`family_row` over the family's units,

@@ -330,8 +330,9 @@ def binding_per_jer(
     arms: pd.DataFrame,
     arm: str = "raise",
     n_boot: int = 4000,
-    seed: int = 0,
-    confidence: float = 0.95,
+    *,
+    seed: int,
+    confidence: float,
 ) -> pd.DataFrame:
     """Per base: the ``arm``'s binding change per unit of top-k JER change against plain, the
     ratio of the mean per-seed differences, with a percentile interval over seed resamples

@@ -60,7 +60,7 @@ def test_collapse_rule_a_large_tight_drop_is_named():
     assert found is not None and found.layer == "block02"
     assert found.relative_depth == 0.5 and found.relative_drop == pytest.approx(0.4, abs=0.02)
     assert 0 < found.drop_ci_low < found.drop_mean < found.drop_ci_high
-    assert found.text("m").startswith("m: block02 (depth 0.50, -40%, drop 95% CI [")
+    assert found.text("m", 0.9).startswith("m: block02 (depth 0.50, -40%, drop 90% CI [")
 
 
 def test_collapse_rule_a_large_mean_drop_carried_by_few_images_is_no_collapse():

@@ -131,7 +131,7 @@ def test_family_means_and_t_intervals():
     table = pd.DataFrame(
         {"model": list("abcd"), "family": ["x", "x", "x", "y"], "jer": [1.0, 2.0, 4.0, 3.0]}
     )
-    frame = family_table(table, ["jer"]).set_index("family")
+    frame = family_table(table, ["jer"], confidence=SETTINGS.confidence).set_index("family")
     values = np.array([1.0, 2.0, 4.0])
     half = sps.t.ppf(0.975, 2) * values.std(ddof=1) / math.sqrt(3)
     assert frame.loc["x", "mean"] == pytest.approx(values.mean(), abs=TOL)
@@ -143,7 +143,11 @@ def test_family_means_and_t_intervals():
     assert frame.loc["x", "p"] == pytest.approx(sps.ttest_1samp(values, 0.0).pvalue)
     assert frame.loc["x", "unit"] == "model" and frame.loc["x", "null"] == 0.0
     accuracy = table.assign(same_different=[0.55, 0.6, 0.7, 0.5])
-    row = family_table(accuracy, ["same_different"]).set_index("family").loc["x"]
+    row = (
+        family_table(accuracy, ["same_different"], confidence=SETTINGS.confidence)
+        .set_index("family")
+        .loc["x"]
+    )
     assert row["null"] == 0.5
     assert row["p"] == pytest.approx(sps.ttest_1samp([0.55, 0.6, 0.7], 0.5).pvalue)
     # beside the t p, the exact sign-flip p of the differences from the null: 0.05, 0.1, 0.2
@@ -161,7 +165,7 @@ def test_family_means_and_t_intervals():
     # order +++, ++-, +-+, +--, -++, -+-, --+, ---); six reach |0.15|, and so do their mirror
     # images: 12 of 16
     mixed = table.assign(family="x", same_different=[0.6, 0.45, 0.7, 0.4])
-    row = family_table(mixed, ["same_different"]).iloc[0]
+    row = family_table(mixed, ["same_different"], confidence=SETTINGS.confidence).iloc[0]
     assert row["p_exact"] == pytest.approx(12 / 16)
 
 

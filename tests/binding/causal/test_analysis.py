@@ -198,7 +198,7 @@ def test_displacement_summary_reads_sham_and_geometry_against_raise_and_all_agai
 
 def test_binding_per_jer_is_the_ratio_of_the_mean_changes_with_a_seed_bootstrap() -> None:
     arms = arms_frame()
-    row = binding_per_jer(arms, n_boot=500, seed=1).iloc[0]
+    row = binding_per_jer(arms, n_boot=500, seed=1, confidence=0.95).iloc[0]
     d_binding = binding_of("raise") - binding_of("plain")
     d_jer = np.full(len(SEEDS), 2.0)
     assert row["binding_per_jer"] == pytest.approx(d_binding.mean() / 2.0)

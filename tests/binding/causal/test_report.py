@@ -45,7 +45,7 @@ def report_inputs():
         arms,
         contrasts,
         displacement_summary(arms, 0.95),
-        binding_per_jer(arms, n_boot=200),
+        binding_per_jer(arms, n_boot=200, seed=0, confidence=0.95),
         plain_associations(arms, 0.95, 200, 0),
     )
 
