@@ -95,7 +95,7 @@ def load_probes(
     preprocess: Any,
     *,
     binding_store: str | Path | None = None,
-    seed: int = 0,
+    seed: int,
 ) -> Probes:
     """The probe sets of ``jacobians.probes`` (binding queries, noise, folder), preprocessed.
 

@@ -74,13 +74,13 @@ def test_load_probes_noise_and_folder_preprocessed_in_order(tmp_path):
 def test_load_probes_errors_name_the_key(tmp_path):
     preprocess = Preprocess(16)
     with pytest.raises(ConfigError, match=r"jacobians\.probes\.folder\.path"):
-        load_probes({"folder": {"path": str(tmp_path / "missing"), "n": 2}}, preprocess)
+        load_probes({"folder": {"path": str(tmp_path / "missing"), "n": 2}}, preprocess, seed=0)
     with pytest.raises(
         ConfigError, match=r"jacobians\.probes\.binding\.n > 0 needs the binding store"
     ):
-        load_probes({"binding": {"n": 2}}, preprocess)
+        load_probes({"binding": {"n": 2}}, preprocess, seed=0)
     with pytest.raises(ConfigError, match="no probe images"):
-        load_probes({"binding": {"n": 0}, "noise": {"n": 0}}, preprocess)
+        load_probes({"binding": {"n": 0}, "noise": {"n": 0}}, preprocess, seed=0)
 
 
 def test_mean_ci_is_the_student_t_interval():

@@ -183,7 +183,8 @@ def test_a_probe_folder_decodes_only_the_images_it_keeps(tmp_path):
         f"""
         from repdiag.binding.jacobian_stage import load_probes
         from repdiag.encoders.preprocess import Preprocess
-        probes = load_probes({{"folder": {{"path": {str(folder)!r}, "n": 2}}}}, Preprocess(16))
+        probes = load_probes({{"folder": {{"path": {str(folder)!r}, "n": 2}}}}, Preprocess(16),
+                             seed=0)
         result["ids"] = list(probes.ids)
         result["shape"] = list(probes.x.shape)
         """

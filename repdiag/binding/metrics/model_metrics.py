@@ -233,7 +233,7 @@ def compute_model_metrics(
     family: str | None = None,
     source: str | None = None,
     options: Mapping[str, Any] | None = None,
-    seed: int = 0,
+    seed: int,
 ) -> dict[str, Any]:
     """Per-layer metrics of one model, as the JSON of ``results/metrics/<model>.json``.
 
