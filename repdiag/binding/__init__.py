@@ -20,7 +20,7 @@ __all__ = [
 
 CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.dataset:check_binding_config",
-    "repdiag.binding.controls:check_controls_config",
+    "repdiag.binding.control_options:check_controls_config",
     "repdiag.binding.metrics.options:check_metrics_config",
     "repdiag.binding.analysis.options:check_stats_config",
     "repdiag.binding.causal.options:check_causal_config",

@@ -8,7 +8,7 @@ name from :data:`CONTROLS` (:func:`build_control`) or, in a config, as ``source:
 
 Their keyword arguments default to the embedded default's dataset (64 px, a 2x2 grid, the four
 benchmark shapes at ``object_size`` 0.85, rotation within +-15 degrees); give ``kwargs`` for
-another one (``image_size: 224`` for ``config/paper.yaml``): :func:`check_controls_config` refuses
+another one (``image_size: 224`` for ``config/paper.yaml``): ``control_options.check_controls_config`` refuses
 a control whose image size, grid, shapes or rotation range differ from ``datasets.binding``.
 
 | control | sees | binding / Same-Different expected |
@@ -31,23 +31,24 @@ Same/Different scores, not the JER, and the statistics keep them out of the corr
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from repdiag.binding.control_options import (
+    DEFAULT_GRID,
+    DEFAULT_IMAGE_SIZE,
+    DEFAULT_ROTATION_DEG,
+)
 from repdiag.common.render import BENCHMARK_SHAPES, SHAPE_AREA, SHAPES
-from repdiag.core.errors import ConfigError
 from repdiag.core.registry import Registry
 
 CONTROLS: Registry[Callable[..., nn.Module]] = Registry("control encoder")
 
-DEFAULT_IMAGE_SIZE = 64
-DEFAULT_GRID = (2, 2)
 FOREGROUND_THRESHOLD = 0.3  # max-channel distance from the background colour, in [0, 1] units
 EMPTY_FRACTION = 0.02  # a slot whose foreground covers less of its cell is empty
 CANONICAL_PX = 33  # side of the canonical frame of the template matcher
@@ -183,7 +184,7 @@ class ShapeClassifier(Control):
         image_size: int = DEFAULT_IMAGE_SIZE,
         grid: Sequence[int] = DEFAULT_GRID,
         shapes: Sequence[str] = BENCHMARK_SHAPES,
-        rotation_deg: float = 15.0,
+        rotation_deg: float = DEFAULT_ROTATION_DEG,
         n_rotations: int = 7,
     ) -> None:
         super().__init__(image_size)
@@ -308,61 +309,3 @@ def bag_of_shapes(**kwargs: Any) -> nn.Module:
 
 def random_features(**kwargs: Any) -> nn.Module:
     return build_control("random_features", **kwargs)
-
-
-CONTROLS_MODULE = "repdiag.binding.controls"
-DATASET_KEYS = {
-    "image_size": "image_size",
-    "grid": "grid",
-    "shapes": "shapes",
-    "rotation_deg": "jitter.rotation_deg",
-}
-"""A control's keyword argument -> the ``datasets.binding`` key it must equal: a control sees the
-dataset it scores, so what it assumes about the images has that key as its only home."""
-
-
-def _dataset_value(binding: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = binding
-    for part in dotted.split("."):
-        value = (value or {}).get(part)
-    return value
-
-
-def _same(control: Any, dataset: Any, key: str) -> bool:
-    if key == "shapes":
-        return sorted(map(str, control)) == sorted(map(str, dataset))
-    if key == "grid":
-        return [int(g) for g in control] == [int(g) for g in dataset]
-    return float(control) == float(dataset)
-
-
-def check_controls_config(config: Mapping[str, Any]) -> None:
-    """Each control in ``models`` (``source: python``, an ``id`` of this module) assumes the
-    images of ``datasets.binding``: its image size, grid, shapes and rotation range (its keyword
-    arguments, else their defaults: the embedded default's dataset) must equal the dataset's, or
-    the oracle would score below its ceiling for a reason that is not the metric's. Registered in
-    ``repdiag.binding.CONFIG_CHECKS``."""
-    binding = (config.get("datasets") or {}).get("binding")
-    if not binding:
-        return
-    for key, entry in (config.get("models") or {}).items():
-        target = str(entry.get("id", ""))
-        if entry.get("source") != "python" or not target.startswith(f"{CONTROLS_MODULE}:"):
-            continue
-        name = target.split(":", 1)[1]
-        if name not in CONTROLS.names():
-            continue  # the python source names the unknown callable when it builds
-        parameters = inspect.signature(CONTROLS.get(name)).parameters
-        given = dict(entry.get("kwargs") or {})
-        for argument, dataset_key in DATASET_KEYS.items():
-            if argument not in parameters:
-                continue
-            value = given.get(argument, parameters[argument].default)
-            wanted = _dataset_value(binding, dataset_key)
-            if wanted is not None and not _same(value, wanted, argument):
-                raise ConfigError(
-                    f"models.{key}: the control's {argument} is {value!r} but "
-                    f"datasets.binding.{dataset_key} is {wanted!r}; give it "
-                    f"kwargs: {{{argument}: {wanted!r}}} (a control must assume the images it "
-                    "scores; its defaults are the embedded default's dataset)"
-                )

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from repdiag.binding.controls import CONTROLS, build_control
 from repdiag.binding.dataset import BindingParams, render_binding_dataset
@@ -177,51 +176,3 @@ def test_the_win_rate_orders_the_controls_as_accuracy_does(control_metrics: dict
             assert ladder[0][score] >= ladder[1][score] > max(e[score] for e in blind), readout
     # bag_of_shapes sees which shapes are present, never where: every candidate is the same
     assert finals["bag_of_shapes"]["cosine"]["win_rate"] == 0.5
-
-
-def _with_controls(name: str = "config.yaml", **binding_changes) -> dict:
-    """A shipped config with every schema default filled in, its dataset changed."""
-    from repdiag.core.config import fill_defaults
-
-    config = fill_defaults(yaml.safe_load((REPO / "config" / name).read_text()))
-    config["datasets"]["binding"].update(binding_changes)
-    return config
-
-
-def test_a_control_must_assume_the_images_it_scores():
-    """The controls' image size, grid, shapes and rotation range have datasets.binding as their
-    home: a dataset that rotates further than the oracle looks is refused naming the model and
-    both keys, and passes once the entry's kwargs say the dataset's value."""
-    from repdiag.binding.controls import check_controls_config
-    from repdiag.core.errors import ConfigError
-
-    check_controls_config(_with_controls())  # config/config.yaml as shipped
-    rotated = _with_controls(jitter={"position": 0.5, "scale": 0.1, "rotation_deg": 30})
-    with pytest.raises(ConfigError) as err:
-        check_controls_config(rotated)
-    message = str(err.value)
-    assert message.startswith("models.") and "rotation_deg is 15.0" in message
-    assert "datasets.binding.jitter.rotation_deg is 30" in message
-    assert "kwargs: {rotation_deg: 30}" in message
-    for entry in rotated["models"].values():
-        if entry.get("id", "").endswith(("shape_oracle", "bag_of_shapes")):
-            entry["kwargs"] = {"rotation_deg": 30}
-    check_controls_config(rotated)
-    larger = _with_controls(image_size=96)
-    with pytest.raises(ConfigError, match=r"image_size is 64 but datasets\.binding\.image_size"):
-        check_controls_config(larger)
-
-
-def test_the_paper_config_gives_its_controls_the_datasets_size():
-    from repdiag.binding.controls import check_controls_config
-    from repdiag.core.errors import ConfigError
-
-    paper = _with_controls("paper.yaml")
-    assert paper["datasets"]["binding"]["image_size"] == 224
-    check_controls_config(paper)
-    for entry in paper["models"].values():
-        entry.pop("kwargs", None)  # the defaults assume the embedded default's 64 px
-    with pytest.raises(
-        ConfigError, match=r"image_size is 64 but datasets\.binding\.image_size is 224"
-    ):
-        check_controls_config(paper)

@@ -50,6 +50,7 @@ from repdiag.common.ols import OLSFit, fit_ols, ols_summary_text, ols_table
 from repdiag.common.power import correlation_power, detectable_correlation
 from repdiag.common.replication import t_interval
 from repdiag.common.units import Units
+from repdiag.core.errors import StoreError
 
 
 def headline_metrics(table: pd.DataFrame, settings: StatsSettings) -> list[str]:
@@ -349,7 +350,8 @@ def statistics_tables(
     objectives of the families, seeds averaged (:func:`repdiag.binding.analysis.units.unit_means`);
     ``correlations`` repeats every metric over the objectives whose runs learned and over the
     objectives with the controls and upper bounds (``models`` column), and ``families`` lists
-    the controls and upper bounds as families of their own."""
+    the controls and upper bounds as families of their own. The paper comparison reads accuracy
+    whatever the headline score (:func:`in_accuracy`)."""
     options = settings.options()
     everything = with_units(table)
     runs = trained_models(everything)
@@ -418,6 +420,11 @@ def in_accuracy(
     if settings.binding_score == "accuracy":
         return means, dict(tables), settings
     accuracy = replace(settings, binding_score="accuracy")
+    if accuracy.binding_column not in means:
+        raise StoreError(
+            f"the models table has no {accuracy.binding_column} (accuracy) column, which the paper "
+            "comparison reads: rerun aggregate_models"
+        )
     scored = means.assign(binding=means[accuracy.binding_column])
     return (
         scored,

@@ -10,7 +10,7 @@ Every row of the models table is one network. Two keys say what it replicates:
 - its **unit** (:func:`unit_labels`): for a run of an objective family, the objective's
   configuration (every training setting except the seed and ``stop_at``; ``configuration`` in
   the models table), named by its objective and, where one objective was trained in several
-  configurations, the settings that differ; any other network (a pretrained encoder, a
+  configurations, the settings that tell them apart (:func:`_naming_keys`); any other network (a pretrained encoder, a
   hand-built control, an upper bound trained once) is its own unit.
 
 The family comparison's unit is the objective with its seeds nested: :func:`unit_means`
@@ -98,31 +98,47 @@ def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+UNSET = "unset"
+"""How a unit's name shows a setting its configuration does not have (not the JSON ``null``)."""
+
+
 def _naming_keys(same: list[dict[str, str]]) -> list[str]:
-    """The fewest settings, shallowest first, that tell ``same`` (one objective's flattened
-    configurations) apart: a key joins only if it separates configurations the keys before it
-    did not (``backbone`` alone names a ResNet and a ViT, not their every timm keyword)."""
-    differing = {k for f in same for k in f if len({g.get(k) for g in same}) > 1}
-    target = len({tuple(sorted(f.items())) for f in same})
+    """Settings that tell ``same`` (one objective's flattened configurations) apart, shallowest
+    first, none of which could be dropped: a key joins only if it separates configurations the
+    keys before it did not, and is dropped again if the others separate them without it
+    (``backbone`` alone names a ResNet and a ViT, not their every timm keyword). A setting one
+    configuration lacks counts as :data:`UNSET`, so "null" and "absent" stay two names."""
+
+    def distinct(keys: list[str]) -> int:
+        return len({tuple(f.get(k, UNSET) for k in keys) for f in same})
+
+    differing = sorted(
+        {k for f in same for k in f if len({g.get(k, UNSET) for g in same}) > 1},
+        key=lambda k: (k.count("."), k),
+    )
+    target = distinct(differing)
     chosen: list[str] = []
-    for key in sorted(differing, key=lambda k: (k.count("."), k)):
-        if len({tuple(f.get(k) for k in chosen) for f in same}) == target:
+    for key in differing:
+        if distinct(chosen) == target:
             break
-        before = len({tuple(f.get(k) for k in chosen) for f in same})
-        if len({tuple(f.get(k) for k in [*chosen, key]) for f in same}) > before:
+        if distinct([*chosen, key]) > distinct(chosen):
             chosen.append(key)
+    for key in reversed(list(chosen)):
+        rest = [k for k in chosen if k != key]
+        if distinct(rest) == target:
+            chosen = rest
     return sorted(chosen)
 
 
 def _named(configs: Mapping[str, dict[str, Any]]) -> dict[str, str]:
-    """A short name per configuration: its objective, plus ``[key=value, ...]`` for the fewest
-    settings that tell apart the configurations of the same objective (:func:`_naming_keys`)."""
+    """A short name per configuration: its objective, plus ``[key=value, ...]`` for the settings
+    that tell apart the configurations of the same objective (:func:`_naming_keys`)."""
     flat = {c: _flat(s) for c, s in configs.items()}
     names = {}
     for config, settings in configs.items():
         same = [flat[o] for o, s in configs.items() if s.get("objective") == settings["objective"]]
         keys = _naming_keys(same)
-        differ = ", ".join(f"{k}={flat[config].get(k, 'null')}" for k in keys)
+        differ = ", ".join(f"{k}={flat[config].get(k, UNSET)}" for k in keys)
         names[config] = f"{settings['objective']}" + (f" [{differ}]" if differ else "")
     return names
 

@@ -98,6 +98,27 @@ def test_one_objective_on_two_backbones_is_two_units():
     assert labels == ['clip [backbone="resnet"]'] * 2 + ['clip [backbone="vit"]']
 
 
+def test_null_and_absent_settings_name_two_units_and_no_named_setting_is_spare():
+    """A regulariser set to null and one given as a mapping are two configurations: two names
+    (an absent setting shows as unset, never as null). A key that a later one makes redundant
+    is dropped: steps alone tell (lr 0.001, 100 steps), (0.01, 200), (0.01, 300) apart."""
+    table = pd.DataFrame(
+        [
+            row("p", "contrastive", meta("simclr", 0, jer_regulariser=None)),
+            row("q", "contrastive", meta("simclr", 0, jer_regulariser={"weight": 0.3})),
+        ]
+    )
+    first, second = unit_labels(table)
+    assert first != second and "unset" in second and "null" in first
+    table = pd.DataFrame(
+        [
+            row(f"r{i}", "contrastive", meta("simclr", 0, lr=lr, steps=steps))
+            for i, (lr, steps) in enumerate([(0.001, 100), (0.01, 200), (0.01, 300)])
+        ]
+    )
+    assert unit_labels(table) == ["simclr [steps=100]", "simclr [steps=200]", "simclr [steps=300]"]
+
+
 def test_a_unit_is_named_by_the_fewest_settings_that_tell_it_apart():
     """The backbone and its timm keywords all differ, the backbone alone separates (named by it
     only); two settings that each separate only part of the configurations are both named."""
