@@ -20,7 +20,6 @@ __all__ = [
 
 CONFIG_CHECKS: tuple[str, ...] = (
     "repdiag.binding.dataset:check_binding_config",
-    "repdiag.binding.control_options:check_controls_config",
     "repdiag.binding.metrics.options:check_metrics_config",
     "repdiag.binding.analysis.options:check_stats_config",
     "repdiag.binding.causal.options:check_causal_config",
@@ -29,5 +28,9 @@ CONFIG_CHECKS: tuple[str, ...] = (
 )
 """This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 
-BUILD_CHECKS: tuple[str, ...] = ("repdiag.binding.prerun:check_jacobian_layers",)
-"""Pre-run checks that build architectures on the meta device (core.checks.check_before_run)."""
+BUILD_CHECKS: tuple[str, ...] = (
+    "repdiag.binding.control_options:check_controls_config",
+    "repdiag.binding.prerun:check_jacobian_layers",
+)
+"""Pre-run checks (core.checks.check_before_run): the controls against the dataset, then the
+Jacobian taps, which build architectures on the meta device."""

@@ -1,10 +1,10 @@
 """What each control encoder (:mod:`repdiag.binding.controls`) assumes about the images it
 scores, and the config check that ``datasets.binding`` is what they assume. Torch-free: the
-check runs wherever a config is loaded (``repdiag.binding.CONFIG_CHECKS``)."""
+check is cheap to import where a run starts (``repdiag.binding.BUILD_CHECKS``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from repdiag.common.render import BENCHMARK_SHAPES
@@ -93,15 +93,22 @@ def _check_entry(key: str, entry: Mapping[str, Any], binding: Mapping[str, Any])
             )
 
 
-def check_controls_config(config: Mapping[str, Any]) -> None:
-    """Each control in ``models`` (``source: python``, an ``id`` of :data:`CONTROLS_MODULE`)
-    assumes the images of ``datasets.binding``: its image size, grid, shapes and rotation range
-    (its ``kwargs``, else :data:`DEFAULTS`) must equal the dataset's, or the oracle would score
-    below its ceiling for a reason that is not the metric's."""
+def check_controls_config(config: Mapping[str, Any], models: Collection[str] | None = None) -> None:
+    """Each control among ``models`` (default: every model; ``source: python``, an ``id`` of
+    :data:`CONTROLS_MODULE`) assumes the images of ``datasets.binding``: its image size, grid,
+    shapes and rotation range (its ``kwargs``, else :data:`DEFAULTS`) must equal the dataset's,
+    or the oracle would score below its ceiling for a reason that is not the metric's.
+
+    A pre-run check (``repdiag.binding.BUILD_CHECKS``: `repdiag validate` and a run's
+    ``onstart``), not a check of every parse: a cluster job's Snakemake reads the workflow's
+    ``config/config.yaml`` extended by the run's config file, so its models (the default's
+    controls) and its dataset (the run's) need not belong together there."""
     binding = (config.get("datasets") or {}).get("binding")
     if not isinstance(binding, Mapping):
         return
     for key, entry in (config.get("models") or {}).items():
+        if models is not None and key not in models:
+            continue
         target = str(entry.get("id", "")) if isinstance(entry, Mapping) else ""
         if entry.get("source") == "python" and target.startswith(f"{CONTROLS_MODULE}:"):
             _check_entry(key, entry, binding)

@@ -8,8 +8,9 @@ name from :data:`CONTROLS` (:func:`build_control`) or, in a config, as ``source:
 
 Their keyword arguments default to the embedded default's dataset (64 px, a 2x2 grid, the four
 benchmark shapes at ``object_size`` 0.85, rotation within +-15 degrees); give ``kwargs`` for
-another one (``image_size: 224`` for ``config/paper.yaml``): ``control_options.check_controls_config`` refuses
-a control whose image size, grid, shapes or rotation range differ from ``datasets.binding``.
+another one (``image_size: 224`` for ``config/paper.yaml``). A pre-run check
+(``control_options.check_controls_config``) refuses a control whose image size, grid, shapes or
+rotation range differ from ``datasets.binding``.
 
 | control | sees | binding / Same-Different expected |
 |---|---|---|

@@ -96,12 +96,20 @@ def test_a_malformed_kwarg_is_named(kwargs, shown):
     assert str(err.value).startswith(shown)
 
 
-def test_the_check_runs_where_a_config_loads_without_torch():
-    code = (
-        "import sys; from repdiag.studies import register; register(); "
-        "from repdiag.core.config import load_config; load_config('config/config.yaml'); "
-        "import repdiag.binding.control_options; print('torch' in sys.modules)"
-    )
+def test_validate_and_a_runs_start_refuse_the_mismatch(tmp_path):
+    """Registered as a pre-run check: core.checks.check_before_run (what `repdiag validate` and
+    a run's onstart call) refuses it; loading the config, which every cluster job's Snakemake
+    does with the default's models, does not."""
+    from repdiag.core.checks import check_before_run
+
+    rotated = shipped(jitter={"position": 0.5, "scale": 0.1, "rotation_deg": 30})
+    with pytest.raises(ConfigError, match="rotation_deg"):
+        check_before_run(rotated, {"shape_oracle"}, weights=False)
+    check_before_run(rotated, {"random_resnet"}, weights=False)  # not a control: nothing to see
+
+
+def test_the_check_imports_no_torch():
+    code = "import sys; import repdiag.binding.control_options; print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )

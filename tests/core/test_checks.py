@@ -129,6 +129,7 @@ def test_the_build_checks_never_build_the_users_code() -> None:
     assert checks.run_checks(build=True, weights=False) == (
         "repdiag.encoders.zoo.prerun:check_zoo_backbones",
         "repdiag.encoders.factory:check_model_sizes",
+        "repdiag.binding.control_options:check_controls_config",  # reads entries, builds none
         "repdiag.binding.prerun:check_jacobian_layers",
     )
     for sources in (TAPS_CHECKED_SOURCES, SIZE_CHECKED_SOURCES):
