@@ -107,8 +107,8 @@ def check_controls_config(config: Mapping[str, Any], models: Collection[str] | N
     if not isinstance(binding, Mapping):
         return
     for key, entry in (config.get("models") or {}).items():
-        if models is not None and key not in models:
-            continue
-        target = str(entry.get("id", "")) if isinstance(entry, Mapping) else ""
+        if (models is not None and key not in models) or not isinstance(entry, Mapping):
+            continue  # a malformed entry is the schema's to name
+        target = str(entry.get("id", ""))
         if entry.get("source") == "python" and target.startswith(f"{CONTROLS_MODULE}:"):
             _check_entry(key, entry, binding)

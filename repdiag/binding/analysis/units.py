@@ -10,8 +10,8 @@ Every row of the models table is one network. Two keys say what it replicates:
 - its **unit** (:func:`unit_labels`): for a run of an objective family, the objective's
   configuration (every training setting except the seed and ``stop_at``; ``configuration`` in
   the models table), named by its objective and, where one objective was trained in several
-  configurations, the settings that tell them apart (:func:`_naming_keys`); any other network (a pretrained encoder, a
-  hand-built control, an upper bound trained once) is its own unit.
+  configurations, the settings that tell them apart (:func:`_naming_keys`); any other network
+  (a pretrained encoder, a hand-built control, an upper bound trained once) is its own unit.
 
 The family comparison's unit is the objective with its seeds nested: :func:`unit_means`
 averages each unit's training runs (one row per unit, ``n_runs`` beside it) after refusing two
