@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -109,11 +111,22 @@ def stop_background_builds(proc: subprocess.Popen | None) -> None:
         proc.wait(timeout=120)
 
 
+def record_build(fixture: str, start: float) -> None:
+    """The background build's span, for the suite's timeline (``benchmarks/tests.py``)."""
+    if folder := os.environ.get("REPDIAG_TEST_TIMES"):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with open(Path(folder) / "builds.jsonl", "a") as log:
+            log.write(json.dumps({"fixture": fixture, "start": start, "stop": time.time()}) + "\n")
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0])
     for fixture in argv[1:]:
         try:
-            print(f"built {fixture} in {build_shared(root, fixture)}", flush=True)
+            start = time.time()
+            folder = build_shared(root, fixture)
+            record_build(fixture, start)
+            print(f"built {fixture} in {folder}", flush=True)
         except Exception:  # the fixture rebuilds it in the test that needs it, and fails there
             traceback.print_exc()
     return 0

@@ -49,8 +49,15 @@ def pytest_fixture_setup(fixturedef, request):
 
 def pytest_runtest_logreport(report) -> None:
     if enabled() and worker() == "controller":
+        node = getattr(report, "node", None)  # xdist's worker that ran it
         _records["tests"].append(
-            {"nodeid": report.nodeid, "when": report.when, "seconds": report.duration}
+            {
+                "nodeid": report.nodeid,
+                "when": report.when,
+                "seconds": report.duration,
+                "start": getattr(report, "start", None),  # epoch seconds: the suite's timeline
+                "worker": node.gateway.id if node is not None else "controller",
+            }
         )
 
 
