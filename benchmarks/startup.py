@@ -1,10 +1,12 @@
-"""Per-job start-up: a workflow script's imports at a baseline commit against this checkout.
+"""Per-job start-up and exit: a workflow script's imports and its ending at a baseline commit
+against this checkout.
 
 A Snakemake ``script:`` job starts a new interpreter, loads Snakemake's script preamble and runs
-the script's imports before it does any work. This benchmark measures exactly that (the
-imports at module level and inside ``script_logging``, plus ``snakemake.script``, and for the
-extraction and Jacobian scripts their first ``numerics`` block, which imported torch._inductor)
-for chosen scripts, in fresh processes that alternate between a baseline tree (``git archive``
+the script's imports before it does any work, and the interpreter's teardown after it. This
+benchmark measures exactly that (the imports at module level and inside ``script_logging``,
+plus ``snakemake.script``, for the extraction and Jacobian scripts their first ``numerics``
+block, which imported torch._inductor, and the script's ending: ``exit_job()`` where the script
+calls it, else the interpreter's normal exit) for chosen scripts, in fresh processes that alternate between a baseline tree (``git archive``
 of ``--baseline``) and this checkout, and prints the median wall and CPU seconds of each and
 their ratio. CPU seconds (user + system of the child) move less with the machine's load than wall
 seconds; run it on a quiet machine and check ``uptime`` first.
@@ -63,6 +65,15 @@ def script_imports(path: Path) -> str:
     return "\n".join(lines)
 
 
+def script_ending(path: Path) -> str:
+    """How the script ends: ``exit_job()`` (no interpreter teardown) where its last statement
+    calls it, else nothing (the normal exit)."""
+    last = ast.parse(path.read_text()).body[-1]
+    if ast.unparse(last) == "exit_job()":
+        return "from repdiag.core.runtime import exit_job\nexit_job()"
+    return ""
+
+
 def baseline_tree(ref: str, into: Path) -> Path:
     """The files of commit ``ref`` under ``into`` (no checkout, no git state)."""
     archive = subprocess.run(["git", "archive", ref], cwd=REPO, capture_output=True, check=True)
@@ -99,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"baseline": baseline_tree(args.baseline, Path(tmp)), "this": REPO}
         print(
-            f"start-up of a job: {args.baseline} against this checkout, {args.repeat} starts each"
+            f"start-up and exit of a job: {args.baseline} against this checkout, {args.repeat} starts each"
         )
         print(
             "| script | baseline wall s | this wall s | baseline CPU s | this CPU s | CPU ratio |"
@@ -107,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|")
         for name in args.scripts:
             codes = {
-                k: script_imports(script_path(t, name)) + "\n" + FIRST_CALLS.get(name, "")
+                k: "\n".join(
+                    (
+                        script_imports(script_path(t, name)),
+                        FIRST_CALLS.get(name, ""),
+                        script_ending(script_path(t, name)),
+                    )
+                )
                 for k, t in trees.items()
             }
             runs: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}

@@ -344,6 +344,16 @@ def test_workflow_scripts_import_the_library_inside_script_logging():
     assert {name: lines for name, lines in found.items() if lines} == {}
 
 
+def test_every_workflow_script_ends_with_exit_job_after_its_script_logging_block():
+    """The job's last statement skips the interpreter's teardown (repdiag.core.runtime.exit_job);
+    a script that raised inside its block never reaches it and fails as before."""
+    shapes = {}
+    for path in sorted((ROOT / "workflow_scripts").glob("*.py")):
+        *_, block, last = ast.parse(path.read_text()).body
+        shapes[path.name] = (type(block).__name__, ast.unparse(last))
+    assert {name: shape for name, shape in shapes.items() if shape != ("With", "exit_job()")} == {}
+
+
 def test_the_import_checker_finds_a_heavy_import_at_the_top_and_a_light_one_inside():
     source = (
         "import torch\nimport os, numpy\nfrom repdiag.core.runtime import script_logging\n"

@@ -3,7 +3,7 @@
 import resource
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import read_json, write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -24,3 +24,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         usage.ru_utime + usage.ru_stime,
     )
     write_json(snakemake.output[0], result)
+exit_job()

@@ -1,6 +1,6 @@
 """Rule alignment_figures: metrics per method and metrics against the paired fraction."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     import pandas as pd
@@ -12,3 +12,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     methods_figure(table, out.methods_png, out.methods_pdf)
     paired_fraction_figure(table, out.fraction_png, out.fraction_pdf)
     log.info("wrote %s and %s", out.methods_png, out.fraction_png)
+exit_job()

@@ -1,7 +1,7 @@
 """Rule alignment_lr: train one variant at every tuning learning rate, pick one on validation."""
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -15,3 +15,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         "%s: picked lr %g (config %g)", result["variant"], result["picked_lr"], result["default_lr"]
     )
     write_json(snakemake.output[0], result)
+exit_job()

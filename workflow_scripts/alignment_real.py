@@ -1,7 +1,7 @@
 """Rule alignment_real: every alignment variant on two encoders' embeddings, paired by image id."""
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import write_json
 
 # The binding store's arrays that say which shape sits in which slot (not its images).
@@ -25,3 +25,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         )
     log.info("pair done in %.1f s", result["wall_time_s"])
     write_json(snakemake.output[0], result)
+exit_job()

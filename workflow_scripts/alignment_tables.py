@@ -1,6 +1,6 @@
 """Rule alignment_tables: per-model table, seed summary and the paper's claims with evidence."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import atomic_path, read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -20,3 +20,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
             frame.to_csv(tmp, index=False, float_format="%.6g")
     for row in claims.itertuples():
         log.info("claim %s [%s]: %s", row.claim_id, row.scope, row.verdict)
+exit_job()

@@ -1,6 +1,6 @@
 """Rule aggregate_models: one row per model -> results/tables/{models,depth_profiles,spectra}.csv."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.analysis.aggregate import aggregate
@@ -17,3 +17,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     write_csv(result.models, snakemake.output.models)
     write_csv(result.depth, snakemake.output.depth)
     write_csv(result.spectra, snakemake.output.spectra)
+exit_job()

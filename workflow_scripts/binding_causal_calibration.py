@@ -1,6 +1,6 @@
 """Rule causal_calibration: the recorded pilot of the JER regulariser's strength per base."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     import pandas as pd
@@ -22,3 +22,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
                  row["weight_for_target"], row["target"])  # fmt: skip
     write_csv(steps, snakemake.output.steps)
     write_csv(summary, snakemake.output.summary)
+exit_job()

@@ -1,6 +1,6 @@
 """Rule causal_effects: the arms of each causal base per seed -> results/binding_causal/."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -27,3 +27,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     write_csv(result.associations, snakemake.output.associations)
     write_csv(result.models, snakemake.output.models)
     write_text(snakemake.output.summary, result.summary)
+exit_job()

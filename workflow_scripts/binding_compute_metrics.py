@@ -1,6 +1,6 @@
 """Rule compute_metrics: per-layer binding, probe and geometry metrics of one model -> JSON."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -17,3 +17,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     )
     write_json(snakemake.output[0], metrics)
     log.info("wrote %s", snakemake.output[0])
+exit_job()

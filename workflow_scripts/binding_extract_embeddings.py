@@ -6,7 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import hug
 
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     from repdiag.binding.store import image_sets, open_binding_store
@@ -46,3 +46,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         ds.sizes["image"],
         ds["layer"].values.tolist(),
     )
+exit_job()

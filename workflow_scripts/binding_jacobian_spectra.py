@@ -7,7 +7,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before timm/open_clip import hug
 from pathlib import Path
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     from repdiag.binding.jacobian_stage import load_probes, run_stage
@@ -42,3 +42,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
         },
     )
     log.info("wrote %s and %s", snakemake.output.store, snakemake.output.summary)
+exit_job()

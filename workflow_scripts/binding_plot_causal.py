@@ -1,7 +1,7 @@
 """Rule plot_causal: binding per arm, the primary estimate against the sham, the manipulation
 check."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.analysis.options import StatsSettings
@@ -19,3 +19,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     figure = causal_figure(arms, contrasts, chance=chance, label=settings.binding_label)
     save_figure(figure, snakemake.output.png, snakemake.output.pdf)
     log.info("wrote %s and %s", *snakemake.output)
+exit_job()

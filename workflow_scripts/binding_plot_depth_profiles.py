@@ -1,6 +1,6 @@
 """Rule plot_depth_profiles: mean JER per layer against relative depth, one line per model."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.plots import depth_figure
@@ -13,3 +13,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     )
     save_figure(fig, snakemake.output.png, snakemake.output.pdf)
     log.info("wrote %s and %s (%d models)", *snakemake.output, depth["model"].nunique())
+exit_job()

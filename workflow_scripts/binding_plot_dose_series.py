@@ -1,6 +1,6 @@
 """Rule plot_dose_series: binding against the dose, JER against binding, trajectories by step."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.analysis.options import StatsSettings
@@ -21,3 +21,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     )
     save_figure(figure, snakemake.output.png, snakemake.output.pdf)
     log.info("wrote %s and %s", *snakemake.output)
+exit_job()

@@ -1,6 +1,6 @@
 """Rule plot_metric_scatter: every metric against the headline binding score, one panel each."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.analysis.options import StatsSettings
@@ -27,3 +27,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     )
     save_figure(fig, snakemake.output.png, snakemake.output.pdf)
     log.info("wrote %s and %s (%d models)", *snakemake.output, models["model"].nunique())
+exit_job()

@@ -1,6 +1,6 @@
 """Rule plot_zoo_curves: the training curves of every zoo run in one figure (PNG and PDF)."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -11,3 +11,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     metas = {run: read_json(path) for run, path in zip(runs, snakemake.input.meta, strict=True)}
     plot_curves(curves, metas, snakemake.output.png, snakemake.output.pdf)
     log.info("plotted %d zoo curves", len(runs))
+exit_job()

@@ -2,7 +2,7 @@
 
 import time
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_store
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -29,3 +29,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     )
     contact_sheet(ds, snakemake.output.sheet)
     log.info("wrote %s and %s", snakemake.output.store, snakemake.output.sheet)
+exit_job()

@@ -1,7 +1,7 @@
 """Rule replicate_comparison: the replicate's dose series (the main study's analysis over its
 runs), set beside the main run's."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -21,3 +21,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     write_csv(replicate, snakemake.output.dose_series)
     write_csv(comparison, snakemake.output.table)
     write_text(snakemake.output.markdown, comparison_markdown(comparison))
+exit_job()

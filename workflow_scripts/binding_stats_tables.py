@@ -1,6 +1,6 @@
 """Rule stats_tables: correlations, OLS, partial correlations, families, robustness, paper comparison."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -27,3 +27,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
             write_csv(table, snakemake.output[name])
         else:
             write_text(snakemake.output[name], table)
+exit_job()

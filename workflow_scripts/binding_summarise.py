@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_text
 
 with script_logging(snakemake.log[0], snakemake.threads):
@@ -17,3 +17,4 @@ with script_logging(snakemake.log[0], snakemake.threads):
     zoo = zoo_curves(snakemake.input.zoo_curves)
     tables_dir = Path(snakemake.input.models).parent.as_posix()
     write_text(snakemake.output[0], summary_markdown(models, tables, settings, zoo, tables_dir))
+exit_job()

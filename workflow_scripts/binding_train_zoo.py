@@ -1,7 +1,7 @@
 """Rule train_zoo: train one zoo run and write model.safetensors, meta.json, curve.csv."""
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.encoders.zoo.checkpoint import save_push, save_saved_steps, save_zoo_run
@@ -29,3 +29,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         snakemake.output.meta,
         snakemake.output.curve,
     )
+exit_job()

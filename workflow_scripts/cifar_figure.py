@@ -1,6 +1,6 @@
 """Probe accuracy by regime and architecture, and the gaps between architectures (rule cifar_figure)."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     import pandas as pd
@@ -14,3 +14,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         snakemake.params.regimes,
         [snakemake.output.png, snakemake.output.pdf],
     )
+exit_job()

@@ -1,7 +1,7 @@
 """Train one SimCLR run on CIFAR-10 and probe it: JSON record and loss curve (rule cifar_simclr)."""
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import write_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -17,3 +17,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         "step,loss,lr\n" + "".join(f"{s},{v:.6f},{lr:.6g}\n" for s, v, lr in curve),
     )
     write_json(snakemake.output.result, record)
+exit_job()

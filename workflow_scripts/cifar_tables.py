@@ -1,6 +1,6 @@
 """Per-run table and the summary table (mean, spread, gaps between architectures) (rule cifar_tables)."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import read_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -12,3 +12,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     write_csv(runs, snakemake.output.runs, float_format="%.6g")
     write_csv(summary, snakemake.output.table, float_format="%.6g")
     log.info("%d runs -> %d summary rows", len(runs), len(summary))
+exit_job()

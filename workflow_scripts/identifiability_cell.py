@@ -1,7 +1,7 @@
 """Train and evaluate one identifiability cell: JSON metrics and the loss curve (rule identifiability_cell)."""
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import write_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -12,3 +12,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         record, curve = run_cell(dict(snakemake.params.cell), str(device))
     write_text(snakemake.output.curve, "step,loss\n" + "".join(f"{s},{v:.6f}\n" for s, v in curve))
     write_json(snakemake.output.result, record)
+exit_job()

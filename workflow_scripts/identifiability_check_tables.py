@@ -1,6 +1,6 @@
 """Rule identifiability_check_tables: our violated-diversity MLP seeds beside the authors' runs."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import read_json, write_text
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
@@ -25,3 +25,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         int((claims["agree"] == True).sum()),  # noqa: E712 (None: no authors' runs)
         len(claims),
     )
+exit_job()

@@ -1,6 +1,6 @@
 """Rule sugarcrepe_figure: JER against SugarCrepe accuracy, raw and given zero-shot accuracy."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads):
     from repdiag.binding.analysis.columns import metric_label
@@ -15,3 +15,4 @@ with script_logging(snakemake.log[0], snakemake.threads):
         jer_label=metric_label(snakemake.params.jer_column),
     )
     save_figure(figure, snakemake.output.png, snakemake.output.pdf)
+exit_job()

@@ -5,7 +5,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before open_clip imports huggingface_hub
 
 from repdiag.core.gpu import gpu_slot
-from repdiag.core.runtime import script_logging, select_device
+from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import provenance, write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
@@ -24,3 +24,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
     )
     write_json(snakemake.output[0], result)
     log.info("wrote %s", snakemake.output[0])
+exit_job()

@@ -1,6 +1,6 @@
 """Rule sugarcrepe_tables: per-model SugarCrepe JSON + Jacobian stores -> accuracy and partial tables."""
 
-from repdiag.core.runtime import script_logging
+from repdiag.core.runtime import exit_job, script_logging
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.analysis.depth import headline_jer
@@ -19,3 +19,4 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
     table = sugarcrepe_table(results, jer, snakemake.params.zero_shot)
     write_csv(table, snakemake.output.table)
     write_csv(partial_correlations(table, **settings.options()), snakemake.output.partial)
+exit_job()

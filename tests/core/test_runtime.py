@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from repdiag.core.runtime import (
     PROGRESS_ENV,
     Progress,
     check_output_folders,
+    exit_job,
     progress_interval,
     script_logging,
 )
@@ -178,3 +181,48 @@ def test_auto_with_a_gpu_gives_the_indexed_device_tensors_report():
     with simulated_cuda() as cuda:
         device = select_device("auto")
         assert device == cuda and torch.zeros(2, device=device).device == device
+
+
+JOB_THAT_EXITS = """
+import atexit, logging, sys
+from repdiag.core.runtime import exit_job
+
+class Teardown:
+    def __del__(self):  # runs when the interpreter frees its modules, never after os._exit
+        open(sys.argv[1] + "/teardown", "w").write("ran")
+
+kept = Teardown()
+atexit.register(lambda: open(sys.argv[1] + "/atexit", "w").write("ran"))
+handler = logging.StreamHandler(open(sys.argv[1] + "/job.log", "w", buffering=65536))
+logging.getLogger().addHandler(handler)
+logging.getLogger().warning("outputs written")
+sys.stdout.write("no newline, block-buffered")
+exit_job()
+raise SystemExit(3)  # never reached
+"""
+
+
+def test_exit_job_keeps_what_a_normal_exit_writes_and_skips_the_teardown(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", JOB_THAT_EXITS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "no newline, block-buffered"  # flushed though block-buffered (a pipe)
+    assert (tmp_path / "job.log").read_text() == "outputs written\n"  # its 64 KiB buffer flushed
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert not (tmp_path / "teardown").exists()  # the interpreter's teardown was skipped
+
+
+def test_exit_job_runs_the_exit_handlers_before_leaving_with_status_0(monkeypatch):
+    """In order: the exit handlers, then ``os._exit(0)`` (stand-ins record both; the real call
+    would end pytest)."""
+    calls = []
+    monkeypatch.setattr(os, "_exit", calls.append)
+    monkeypatch.setattr("atexit._run_exitfuncs", lambda: calls.append("atexit"))
+    exit_job()
+    assert calls == ["atexit", 0]
