@@ -34,8 +34,8 @@ def check_cached_weights(key: str, entry: Mapping[str, Any]) -> None:
     elif source == "torchvision" and isinstance(pretrained, str):
         import torchvision
 
+        from repdiag.encoders.entries import model_error
         from repdiag.encoders.sources.torchvision import torchvision_cached
-        from repdiag.encoders.weights import model_error
 
         enum = torchvision.models.get_model_weights(name)
         if pretrained not in enum.__members__:

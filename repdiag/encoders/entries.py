@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from repdiag.core.errors import ConfigError
+from repdiag.core.errors import ConfigError, EncoderError
 
 SOURCE_NAMES = ("timm", "open_clip", "torchvision", "hub", "checkpoint", "zoo", "python")
 ZOO_FILES = ("model.safetensors", "meta.json")
@@ -246,6 +246,44 @@ def is_local_path(value: str) -> bool:
     return "/" in value or "\\" in value or Path(value).suffix in (".safetensors", *PICKLE_SUFFIXES)
 
 
+def model_error(key: str, message: str) -> EncoderError:
+    """The error of model ``key``: ``model '<key>': <message>``."""
+    return EncoderError(f"model {key!r}: {message}")
+
+
+def _is_pickle(path: Path, head: bytes) -> bool:
+    """torch.save zip archives, raw pickles (protocol 2-5) and the usual pickle suffixes."""
+    zip_archive = head[:4] == b"PK\x03\x04"
+    raw_pickle = len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+    return zip_archive or raw_pickle or path.suffix.lower() in PICKLE_SUFFIXES
+
+
+def check_safetensors(path: str | Path, key: str) -> Path:
+    """Refuse a missing, pickle or malformed file before anything reads it (header-only check)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise model_error(
+            key,
+            f"weights file {path} does not exist; check the path (or run the rule that writes it)",
+        )
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if _is_pickle(path, head):
+        raise model_error(
+            key,
+            f"{path} is a pickle (torch.save) file; it is refused without being unpickled. Convert it "
+            "once where you trust it: safetensors.torch.save_file(torch.load(f, weights_only=True), "
+            "'model.safetensors')",
+        )
+    size = path.stat().st_size
+    header_len = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
+    if header_len < 2 or 8 + header_len > size or head[8:9] != b"{":
+        raise model_error(
+            key, f"{path} is not a valid safetensors file (truncated or corrupt header)"
+        )
+    return path
+
+
 def model_files(key: str, entry: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """The local files and folders an entry's encoder reads: ``(dotted key, path, "file"|"dir")``.
 
@@ -267,8 +305,9 @@ def model_files(key: str, entry: Mapping[str, Any]) -> list[tuple[str, str, str]
 
 
 def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = None) -> None:
-    """Every weights file and hub folder of ``models`` exists (part of a real run's ``onstart``
-    check, :func:`repdiag.encoders.available.check_weights_available`).
+    """Every weights file and hub folder of ``models`` exists, and a ``checkpoint`` entry's file is
+    safetensors, not a pickle (its header only, :func:`check_safetensors`): part of a real run's
+    ``onstart`` check, :func:`repdiag.encoders.available.check_weights_available`.
 
     ``models``: the keys to check (default: all). Kept out of :func:`check_models` so that a dry
     run plans a config whose weights live on another machine (``config/paper.yaml``);
@@ -289,6 +328,8 @@ def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = 
                     f"{where}: the weights file {path} does not exist; put it there or fix {where} "
                     "(relative paths are relative to the workflow directory)"
                 )
+            if kind == "file" and entry.get("source") == "checkpoint":
+                check_safetensors(local, key)  # a pickle is refused here, before any job
 
 
 def check_embeddings_config(config: Mapping[str, Any]) -> None:

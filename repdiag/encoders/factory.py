@@ -26,12 +26,11 @@ from torch import nn
 from repdiag.core.config import SEED_LIMIT
 from repdiag.core.errors import ConfigError, EncoderError, RegistryError
 from repdiag.core.offline import enforce_offline
-from repdiag.encoders.entries import check_entry
+from repdiag.encoders.entries import check_entry, model_error
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.sources import SOURCES, BuildOptions
 from repdiag.encoders.sources.base import Built
 from repdiag.encoders.taps import TapPlan, run_taps, tap_plan
-from repdiag.encoders.weights import model_error
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from repdiag.encoders.weights import model_error
+from repdiag.encoders.entries import model_error
 
 MAX_PARAMETERS = 2_000_000_000
 """Parameters of one model: above ViT-g/14 (1.0 G), the largest encoder config/paper.yaml names."""

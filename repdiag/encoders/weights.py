@@ -16,48 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from repdiag.core.errors import EncoderError
-from repdiag.encoders.entries import PICKLE_SUFFIXES
+from repdiag.encoders.entries import check_safetensors, model_error
 
 log = logging.getLogger(__name__)
-
-
-def model_error(key: str, message: str) -> EncoderError:
-    """The error of model ``key``: ``model '<key>': <message>``."""
-    return EncoderError(f"model {key!r}: {message}")
-
-
-def _is_pickle(path: Path, head: bytes) -> bool:
-    """torch.save zip archives, raw pickles (protocol 2-5) and the usual pickle suffixes."""
-    zip_archive = head[:4] == b"PK\x03\x04"
-    raw_pickle = len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
-    return zip_archive or raw_pickle or path.suffix.lower() in PICKLE_SUFFIXES
-
-
-def check_safetensors(path: str | Path, key: str) -> Path:
-    """Refuse a missing, pickle or malformed file before anything reads it (header-only check)."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise model_error(
-            key,
-            f"weights file {path} does not exist; check the path (or run the rule that writes it)",
-        )
-    with open(path, "rb") as handle:
-        head = handle.read(16)
-    if _is_pickle(path, head):
-        raise model_error(
-            key,
-            f"{path} is a pickle (torch.save) file; it is refused without being unpickled. Convert it "
-            "once where you trust it: safetensors.torch.save_file(torch.load(f, weights_only=True), "
-            "'model.safetensors')",
-        )
-    size = path.stat().st_size
-    header_len = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
-    if header_len < 2 or 8 + header_len > size or head[8:9] != b"{":
-        raise model_error(
-            key, f"{path} is not a valid safetensors file (truncated or corrupt header)"
-        )
-    return path
 
 
 WEIGHT_DTYPES = frozenset(

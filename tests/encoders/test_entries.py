@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repdiag.core.errors import ConfigError
+from repdiag.core.errors import ConfigError, EncoderError
 from repdiag.encoders import entries
 from repdiag.encoders.entries import (
     check_embeddings_config,
@@ -18,6 +18,9 @@ from repdiag.encoders.entries import (
     zoo_files,
 )
 
+# a safetensors file with no tensors: its 8-byte header length, then the JSON header "{}"
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
+
 
 def test_check_model_files_names_the_missing_file_or_hub_folder(
     tmp_path: Path, monkeypatch
@@ -25,7 +28,7 @@ def test_check_model_files_names_the_missing_file_or_hub_folder(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hub").mkdir()
     (tmp_path / "hub" / "hubconf.py").write_text("")
-    (tmp_path / "w.safetensors").write_bytes(b"")
+    (tmp_path / "w.safetensors").write_bytes(EMPTY_SAFETENSORS)
     models = {
         "ok_ckpt": {"source": "checkpoint", "id": "resnet18", "weights": "w.safetensors"},
         "ok_hub": {"source": "hub", "id": "r50", "repo": "hub", "weights": "w.safetensors"},
@@ -50,6 +53,38 @@ def test_check_model_files_names_the_missing_file_or_hub_folder(
         with pytest.raises(ConfigError, match=message):
             check_model_files({"models": {**models, "m": entry}})
         check_model_files({"models": {**models, "m": entry}}, models=["ok_ckpt", "zoo"])
+
+
+@pytest.mark.parametrize(
+    ("head", "refusal"),
+    [
+        (b"PK\x03\x04" + bytes(12), "is a pickle"),
+        (b"\x80\x04" + bytes(14), "is a pickle"),  # protocol 4
+        ((10**6).to_bytes(8, "little") + b'{"w": ', "is not a valid safetensors file"),
+    ],
+    ids=["torch.save zip", "raw pickle", "truncated header"],
+)
+def test_a_checkpoint_that_is_no_safetensors_file_is_refused_before_any_job(
+    tmp_path: Path, head: bytes, refusal: str
+) -> None:
+    """The run's onstart check reads the checkpoint's first 16 bytes, never unpickles: a pickle
+    named .safetensors stops the run before its first job, naming the model."""
+    (tmp_path / "w.safetensors").write_bytes(head)
+    (tmp_path / "hub.pth").write_bytes(head)  # a hub entry's weights may be a pickle (weights_only)
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "hubconf.py").write_text("")
+    entries = {
+        "evil": {"source": "checkpoint", "id": "r", "weights": str(tmp_path / "w.safetensors")},
+        "hub": {
+            "source": "hub",
+            "id": "r",
+            "repo": str(tmp_path / "hub"),
+            "weights": str(tmp_path / "hub.pth"),
+        },
+    }
+    check_model_files({"models": entries}, models=["hub"])
+    with pytest.raises(EncoderError, match=rf"model 'evil': .*w.safetensors {refusal}"):
+        check_model_files({"models": entries})
 
 
 def test_embeddings_folder_must_exist(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from safetensors.torch import save_file
 
 from repdiag.core.errors import EncoderError
 from repdiag.encoders import build_encoder
-from repdiag.encoders.weights import check_safetensors, load_safetensors, model_error
+from repdiag.encoders.entries import check_safetensors, model_error
+from repdiag.encoders.weights import load_safetensors
 
 torch.set_num_threads(1)
 

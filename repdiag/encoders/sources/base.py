@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from repdiag.core.registry import Registry
+from repdiag.encoders.entries import model_error
 from repdiag.encoders.preprocess import Preprocess
-from repdiag.encoders.weights import model_error
 
 META = torch.device("meta")
 

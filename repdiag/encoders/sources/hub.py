@@ -21,9 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from repdiag.encoders.entries import model_error
 from repdiag.encoders.preprocess import from_torchvision
 from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built, call_module_builder
-from repdiag.encoders.weights import load_entry_weights, load_weights_file, model_error
+from repdiag.encoders.weights import load_entry_weights, load_weights_file
 
 log = logging.getLogger(__name__)
 

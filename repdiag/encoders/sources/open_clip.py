@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from repdiag.core.errors import ConfigError, EncoderError
-from repdiag.encoders.entries import is_local_path
+from repdiag.encoders.entries import is_local_path, model_error
 from repdiag.encoders.preprocess import from_open_clip
 from repdiag.encoders.sources.base import META, SOURCES, BuildOptions, Built, close_names
-from repdiag.encoders.weights import check_float_slots, hf_cached, load_weights_file, model_error
+from repdiag.encoders.weights import check_float_slots, hf_cached, load_weights_file
 
 
 def resolve_open_clip_pretrained(key: str, name: str, pretrained: object) -> str | None:

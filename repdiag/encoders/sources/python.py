@@ -14,9 +14,9 @@ from typing import Any
 from torch import nn
 
 from repdiag.core.errors import EncoderError
+from repdiag.encoders.entries import model_error
 from repdiag.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess, from_timm
 from repdiag.encoders.sources.base import META, SOURCES, BuildOptions, Built, call_module_builder
-from repdiag.encoders.weights import model_error
 
 
 @SOURCES.register("python")

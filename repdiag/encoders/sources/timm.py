@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import torch
 
 from repdiag.core.errors import EncoderError
+from repdiag.encoders.entries import model_error
 from repdiag.encoders.preprocess import from_timm
 from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built, close_names
 from repdiag.encoders.vit_shortcuts import attach_mae_projection, is_timm_mae, split_mae_decoder
@@ -24,7 +25,6 @@ from repdiag.encoders.weights import (
     load_entry_weights,
     load_safetensors,
     load_weights_file,
-    model_error,
 )
 
 

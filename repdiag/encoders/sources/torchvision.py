@@ -13,10 +13,10 @@ from urllib.parse import urlparse
 
 import torch
 
-from repdiag.encoders.entries import is_local_path
+from repdiag.encoders.entries import is_local_path, model_error
 from repdiag.encoders.preprocess import from_torchvision
 from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built, close_names
-from repdiag.encoders.weights import load_into, load_weights_file, model_error
+from repdiag.encoders.weights import load_into, load_weights_file
 
 
 def torchvision_cached(key: str, name: str, weights: Any) -> Path:

@@ -13,10 +13,10 @@ from typing import Any
 from torch import nn
 
 from repdiag.core.errors import EncoderError
+from repdiag.encoders.entries import check_safetensors, model_error
 from repdiag.encoders.heads import WithHead
 from repdiag.encoders.preprocess import Preprocess
 from repdiag.encoders.sources.base import SOURCES, BuildOptions, Built
-from repdiag.encoders.weights import check_safetensors, model_error
 
 
 @SOURCES.register("zoo")
