@@ -31,7 +31,7 @@ import yaml
 
 from repdiag.cifar.data import synthetic_images
 from repdiag.cifar.encoders import build_simclr_model, parameter_count
-from repdiag.cifar.probe import linear_probe
+from repdiag.cifar.probe import LinearProbeSettings, linear_probe
 from repdiag.cifar.regimes import REGIMES, regime_settings
 from repdiag.cifar.study import run_params
 from repdiag.cifar.train import SimCLRSettings, param_groups
@@ -119,8 +119,7 @@ def bench_probe(cifar: dict, n: int) -> None:
         labels[:n],
         features[n:],
         labels[n:],
-        C=cifar["probe"]["C"],
-        max_iter=cifar["probe"]["max_iter"],
+        LinearProbeSettings.from_config(cifar["probe"]),
     )
     probe = time.process_time() - start
     print(

@@ -100,7 +100,9 @@ def measure(params: dict, steps: int, warmup: int) -> dict:
     evaluation = params["evaluation"]
     start_cpu = time.process_time()
     z = sample_uniform(evaluation["n_samples"], generator.latent_dim, np.random.default_rng(1))
-    identifiability_metrics(encode_latents(encoder, generator, z), z, evaluation["train_fraction"])
+    identifiability_metrics(
+        encode_latents(encoder, generator, z), z, evaluation["train_fraction"], evaluation["seed"]
+    )
     eval_s = time.process_time() - start_cpu
     return {
         "kind": params["cell"].rsplit("-s", 1)[0],

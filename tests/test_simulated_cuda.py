@@ -318,9 +318,9 @@ def test_every_model_source_extracts_and_differentiates_on_cuda(tmp_path):
     write_zoo_run(tmp_path / "zoo" / "simclr")
     for source, entry in _entries(tmp_path).items():
         encoder = build_encoder(source, entry, zoo_dir=tmp_path / "zoo")
-        expected = extract_embeddings(encoder, sets, device="cpu")
+        expected = extract_embeddings(encoder, sets, batch_size=64, device="cpu")
         with simulated_cuda() as cuda:
-            got = extract_embeddings(encoder, sets, device=cuda)
+            got = extract_embeddings(encoder, sets, batch_size=64, device=cuda)
             x = encoder.preprocess(images).to(cuda)
             layer = encoder.layers[0]
             for method in ("exact", "randomized"):
@@ -441,7 +441,7 @@ def test_the_cifar_loop_and_its_features_on_cuda():
     model = build_simclr_model("mlp", {"hidden": [32]}, 16, 16, 8, 32)
     with simulated_cuda() as cuda:
         result = train_simclr(model, images, view, settings, seed=0, device=cuda)
-        features = extract_features(model.encoder, images, view, device=cuda)
+        features = extract_features(model.encoder, images, view, device=cuda, batch_size=1024)
     assert len(result.curve) == 4 and all(np.isfinite(loss) for _, loss, _ in result.curve)
     assert features.shape[0] == len(images) and np.isfinite(features).all()
 

@@ -134,7 +134,7 @@ def sample_concepts(
     rng: np.random.Generator,
     *,
     frequencies: np.ndarray | None = None,
-    correlation: float = 0.0,
+    correlation: float,
 ) -> np.ndarray:
     """``(n, n_concepts)`` codes with exactly ``k_active`` nonzero entries per row, U(0.5, 1.5).
 

@@ -44,11 +44,13 @@ Intervals
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from repdiag.alignment.interventions import DIRECTIONS, correlation_matrix, intervention_metrics
+from repdiag.core.settings import FromConfig
 
 
 def r2_score(target: np.ndarray, prediction: np.ndarray) -> float:
@@ -131,8 +133,8 @@ def probe_transfer(
     target_codes: np.ndarray,
     labels: np.ndarray,
     *,
-    train_fraction: float = 0.5,
-    seed: int = 0,
+    train_fraction: float,
+    seed: int,
 ) -> dict[str, float]:
     """Train a linear probe on the source codes of some pairs; test it on the others' codes.
 
@@ -159,9 +161,7 @@ def probe_transfer(
     }
 
 
-def sliced_wasserstein_np(
-    x: np.ndarray, y: np.ndarray, n_projections: int = 256, seed: int = 0
-) -> float:
+def sliced_wasserstein_np(x: np.ndarray, y: np.ndarray, n_projections: int, seed: int) -> float:
     """:func:`repdiag.alignment.distances.sliced_wasserstein` on arrays, with seeded directions."""
     import torch
 
@@ -290,16 +290,25 @@ def _summary(result: dict, truth) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class EvaluationSettings(FromConfig):
+    """``alignment.evaluation``: the held-out metrics' own settings."""
+
+    SECTION = "alignment.evaluation"
+
+    sw_projections: int  # directions of the sliced-Wasserstein metrics
+    probe_train_fraction: float  # held-out pairs that fit the linear probe; the rest test it
+
+
 def evaluate_alignment(
     model,
     test: Sequence[np.ndarray],
     *,
     labels: np.ndarray,
+    settings: EvaluationSettings,
+    seed: int,
     concepts: np.ndarray | None = None,
     truth=None,
-    sw_projections: int = 256,
-    probe_train_fraction: float = 0.5,
-    seed: int = 0,
     bootstrap_counts: np.ndarray | None = None,
 ) -> dict:
     """Every metric of the study for a trained :class:`repdiag.alignment.methods.PairModel`.
@@ -326,7 +335,7 @@ def evaluate_alignment(
     }
     probes = {
         arrow[(i, j)]: probe_transfer(
-            codes[i], codes[j], labels, train_fraction=probe_train_fraction, seed=seed
+            codes[i], codes[j], labels, train_fraction=settings.probe_train_fraction, seed=seed
         )
         for i, j in DIRECTIONS
     }
@@ -345,7 +354,7 @@ def evaluate_alignment(
             "code_correlation_unweighted": code_correlation(codes[0], codes[1], weighted=False),
             "probe": probes,
         },
-        "distributional": _distributional(x, codes, translated, sw_projections, seed),
+        "distributional": _distributional(x, codes, translated, settings.sw_projections, seed),
         "intervention": intervention,
     }
     result["summary"] = _summary(result, truth)

@@ -22,7 +22,7 @@ class Adam:
     def __init__(
         self,
         params: Iterable[torch.nn.Parameter],
-        lr: float = 1e-3,
+        lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
     ) -> None:

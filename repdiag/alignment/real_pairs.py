@@ -205,7 +205,7 @@ def probe_truth(
     names: Sequence[str],
     *,
     min_accuracy: float = MIN_PROBE_ACCURACY,
-    seed: int = 0,
+    seed: int,
 ) -> ProbeTruth:
     """Effects and probes of every attribute, fitted on each domain's ``fit`` rows (with their
     ``fit_indicators``) and never on the held-out ``test`` rows (``indicators``); halves of the
@@ -333,7 +333,7 @@ def embedding_pairs(
     split: PairSplit,
     *,
     control: str = "none",
-    n_clusters: int = 8,
+    n_clusters: int,
     attributes: tuple[np.ndarray, Sequence[str], np.ndarray] | None = None,
     min_accuracy: float = MIN_PROBE_ACCURACY,
     reuse_truth: ProbeTruth | None = None,

@@ -16,7 +16,7 @@ from repdiag.alignment.bootstrap import intervals, mean_intervals
 from repdiag.alignment.concepts import PairedData, SyntheticConcepts, synthetic_pairs
 from repdiag.alignment.grid import EXACT_VARIANT, real_pair_name, split_variant, uses_pairs
 from repdiag.alignment.methods import PairModel, SAESettings, make_method
-from repdiag.alignment.metrics import evaluate_alignment
+from repdiag.alignment.metrics import EvaluationSettings, evaluate_alignment
 from repdiag.alignment.real_pairs import PairSplit, embedding_pairs, random_rotation
 from repdiag.alignment.train import SAETrainSettings, normalise, train_method
 from repdiag.common.intervals import bootstrap_counts
@@ -84,7 +84,7 @@ def fit_and_evaluate(
         SAESettings.from_config(sae),
         ablation=ablation,
         weights=weights,
-        sw_projections=int(train.get("sw_projections", 32)),
+        sw_projections=train_settings.sw_projections,
     )
     if method.uses_pairs and data.n_paired == 0:
         raise ConfigError(f"{variant} needs anchor pairs but the paired fraction gives none")
@@ -100,8 +100,7 @@ def fit_and_evaluate(
         labels=data.test_labels,
         concepts=data.test_concepts,
         truth=data.truth,
-        sw_projections=int(evaluation["sw_projections"]),
-        probe_train_fraction=float(evaluation["probe_train_fraction"]),
+        settings=EvaluationSettings.from_config(evaluation),
         seed=seed,
         bootstrap_counts=counts,
     )

@@ -45,7 +45,7 @@ class TopKSAE(nn.Module):
         n_latents: int,
         k: int,
         *,
-        dead_after: int = 4096,
+        dead_after: int,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()

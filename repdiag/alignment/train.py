@@ -22,16 +22,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SAETrainSettings(FromConfig):
-    """``alignment.train``, less ``sw_projections`` (the sliced-Wasserstein loss's own)."""
+    """``alignment.train``: the optimiser's settings, and the directions per sliced-Wasserstein
+    estimate of the distributional losses (``sw_projections``, given to the method)."""
 
     SECTION = "alignment.train"
-    OTHERS_READ = ("sw_projections",)
 
     steps: int
     batch_size: int
     pair_batch_size: int
     lr: float
     decay_fraction: float  # final fraction of steps with linear decay of the LR to 0
+    sw_projections: int
     curve_every: int = 50
 
 

@@ -112,7 +112,7 @@ def tune_learning_rate(
             SAESettings.from_config(params["sae"]),
             ablation=ablation,
             weights=params["weights"],
-            sw_projections=int(params["train"].get("sw_projections", 32)),
+            sw_projections=settings.sw_projections,
         )
         try:
             result = train_method(

@@ -21,8 +21,21 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from repdiag.core.errors import ConfigError
+from repdiag.core.settings import FromConfig
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearProbeSettings(FromConfig):
+    """``cifar.probe``: the logistic regression's settings, and the feature extraction's batch."""
+
+    SECTION = "cifar.probe"
+
+    C: float  # inverse L2 regularisation strength
+    max_iter: int  # L-BFGS iterations
+    standardize: bool  # standardise features with the train split's mean and standard deviation
+    batch_size: int  # images per forward pass when extracting the features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +59,7 @@ def linear_probe(
     train_y: np.ndarray,
     test_x: np.ndarray,
     test_y: np.ndarray,
-    *,
-    C: float = 1.0,
-    max_iter: int = 1000,
-    standardize: bool = True,
+    settings: LinearProbeSettings,
 ) -> ProbeResult:
     """Fit on (train_x, train_y), score on (test_x, test_y); classes are those seen in training."""
     if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
@@ -60,14 +70,14 @@ def linear_probe(
     if len(classes) < 2:
         raise ConfigError("the linear probe needs at least two classes in the train split")
     start = time.monotonic()
-    classifier = LogisticRegression(C=C, max_iter=max_iter)
-    model = make_pipeline(StandardScaler(), classifier) if standardize else classifier
+    classifier = LogisticRegression(C=settings.C, max_iter=settings.max_iter)
+    model = make_pipeline(StandardScaler(), classifier) if settings.standardize else classifier
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         model.fit(train_x, train_y)
     converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
     if not converged:
-        log.warning("the linear probe did not converge in %d iterations", max_iter)
+        log.warning("the linear probe did not converge in %d iterations", settings.max_iter)
     n_iter = int(np.max(classifier.n_iter_))
     return ProbeResult(
         accuracy=float(np.mean(model.predict(test_x) == test_y)),

@@ -248,10 +248,11 @@ def _probe(
     params: Mapping[str, Any], model: Any, images: Mapping[str, Any], data: Any, device: str
 ) -> tuple[Any, int, float]:
     """The linear probe on frozen features: (its result, feature width, feature wall time s)."""
-    from repdiag.cifar.probe import linear_probe
+    from repdiag.cifar.probe import LinearProbeSettings, linear_probe
     from repdiag.cifar.train import extract_features
     from repdiag.cifar.views import eval_transform
 
+    settings = LinearProbeSettings.from_config(params["probe"])
     start = time.monotonic()
     mean, std = params["normalize"]["mean"], params["normalize"]["std"]
     features = {
@@ -260,7 +261,7 @@ def _probe(
             images[split],
             eval_transform(mean, std),
             device=device,
-            batch_size=params["probe"]["batch_size"],
+            batch_size=settings.batch_size,
         )
         for split in ("train", "test")
     }
@@ -270,9 +271,7 @@ def _probe(
         data.train.labels,
         features["test"],
         data.test.labels,
-        C=params["probe"]["C"],
-        max_iter=params["probe"]["max_iter"],
-        standardize=params["probe"]["standardize"],
+        settings,
     )
     return probe, int(features["train"].shape[1]), feature_wall
 

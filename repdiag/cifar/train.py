@@ -191,7 +191,7 @@ def extract_features(
     transform: Callable[[torch.Tensor], torch.Tensor],
     *,
     device: torch.device | str = "cpu",
-    batch_size: int = 1024,
+    batch_size: int,
 ) -> np.ndarray:
     """Frozen representations h = f(x) (eval mode, float32) of uint8 ``images`` (N, 3, H, W)."""
     encoder.to(device).eval()

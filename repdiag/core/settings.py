@@ -1,8 +1,7 @@
 """Settings objects built from their config section one way: ``Settings.from_config(section)``.
 
 A settings dataclass that inherits :class:`FromConfig` names its section (``SECTION``, for
-errors) and the section's keys another consumer reads (``OTHERS_READ``, left out); every other
-key must be one of its fields, and a key the section leaves out takes the schema's default
+errors); every key must be one of its fields, and a key the section leaves out takes the schema's default
 (:func:`schema_section`), so a field repeats no default of the schema's.
 """
 
@@ -20,16 +19,14 @@ class FromConfig:
 
     SECTION: ClassVar[str] = ""
     """The config path of the section, e.g. ``alignment.train``: errors name keys under it."""
-    OTHERS_READ: ClassVar[tuple[str, ...]] = ()
-    """Keys of the section that are not this object's (another consumer reads them)."""
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Self:
         """``cls(**section)`` over the schema's defaults for ``SECTION`` (the one place they are
-        written), without ``OTHERS_READ``; a key of ``section`` that is no field is a
-        ConfigError naming ``SECTION.key`` and the fields."""
+        written); a key of ``section`` that is no field is a ConfigError naming ``SECTION.key``
+        and the fields."""
         fields = sorted(field.name for field in dataclasses.fields(cls))  # type: ignore[arg-type]
-        values = {k: v for k, v in section.items() if k not in cls.OTHERS_READ}
+        values = dict(section)
         unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ConfigError(

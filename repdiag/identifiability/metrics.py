@@ -61,7 +61,7 @@ def r2_scores(
     return 1.0 - residual / total
 
 
-def linear_r2(h: np.ndarray, z: np.ndarray, train_fraction: float = 0.5, seed: int = 0) -> float:
+def linear_r2(h: np.ndarray, z: np.ndarray, train_fraction: float, seed: int) -> float:
     """Held-out linear identifiability R^2, averaged over the latent dimensions (module docstring)."""
     h, z = _paired(h, z)
     train, test = split_indices(len(h), train_fraction, seed)
@@ -96,7 +96,7 @@ def ape(h: np.ndarray, z: np.ndarray) -> float:
 
 
 def identifiability_metrics(
-    h: np.ndarray, z: np.ndarray, train_fraction: float = 0.5, seed: int = 0
+    h: np.ndarray, z: np.ndarray, train_fraction: float, seed: int
 ) -> dict[str, float]:
     """{"r2", "mcc", "ape", "r2_z1", ..., "r2_zd"}: R^2 (mean and per latent coordinate) from
     the split, MCC and APE on the held-out rows."""

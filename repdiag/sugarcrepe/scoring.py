@@ -242,7 +242,7 @@ def score_examples(
     model: ImageTextModel,
     examples: Sequence[Example],
     images: str | Path,
-    batch_size: int = 64,
+    batch_size: int,
 ) -> ExampleScores:
     """Cosine similarity of each example's image with its caption and its negative caption.
 
@@ -327,7 +327,7 @@ def zero_shot_classifier(
     model: ImageTextModel,
     class_names: Sequence[str],
     templates: Sequence[str],
-    batch_size: int = 256,
+    batch_size: int,
 ) -> np.ndarray:
     """Class weights (C, D): unit mean of the unit embeddings of each class's prompts."""
     prompts = [template.format(name) for name in class_names for template in templates]
@@ -340,7 +340,7 @@ def zero_shot_accuracy(
     model: ImageTextModel,
     folder: LabelledFolder,
     templates: Sequence[str],
-    batch_size: int = 64,
+    batch_size: int,
     confidence: float = 0.95,
 ) -> dict[str, Any]:
     """Top-1 zero-shot accuracy on a labelled folder, with its Wilson interval."""

@@ -5,6 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from repdiag.alignment.metrics import EvaluationSettings
+
+# evaluate_alignment's keywords at the schema's alignment.evaluation, seed 0
+AT_SCHEMA_DEFAULTS = {"settings": EvaluationSettings.from_config({}), "seed": 0}
+
 
 class KnownModel:
     """A hand-made pair model: codes are the true concepts, decoders the true linear maps."""
@@ -52,7 +57,7 @@ def perfect_pair(seed=0, n_specific=0):
     saes = []
     for domain_map in data.truth.maps:
         w = torch.as_tensor(domain_map.dictionary)
-        sae = TopKSAE(w.shape[0], w.shape[1], 3)
+        sae = TopKSAE(w.shape[0], w.shape[1], 3, dead_after=4096)
         with torch.no_grad():
             sae.decoder.copy_(w)
             sae.encoder.copy_(torch.linalg.pinv(w))

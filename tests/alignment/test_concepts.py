@@ -27,7 +27,7 @@ SMALL = dict(
 
 
 def test_concepts_have_exactly_k_active_with_magnitudes_in_range():
-    z = sample_concepts(1000, 9, 3, np.random.default_rng(0))
+    z = sample_concepts(1000, 9, 3, np.random.default_rng(0), correlation=0.0)
     assert np.all(np.count_nonzero(z, axis=1) == 3)
     active = z[z != 0]
     assert active.min() >= 0.5 and active.max() <= 1.5
@@ -37,7 +37,7 @@ def test_concepts_have_exactly_k_active_with_magnitudes_in_range():
 
 def test_k_active_above_n_concepts_is_a_config_error():
     with pytest.raises(ConfigError, match="k_active"):
-        sample_concepts(5, 3, 4, np.random.default_rng(0))
+        sample_concepts(5, 3, 4, np.random.default_rng(0), correlation=0.0)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_paired_fraction_outside_unit_interval_is_rejected():
 
 def test_maps_are_the_stated_closed_forms():
     rng = np.random.default_rng(1)
-    z = sample_concepts(20, 6, 2, rng)
+    z = sample_concepts(20, 6, 2, rng, correlation=0.0)
     linear = random_map(5, 6, "linear", 0.5, rng)
     nonlinear = random_map(5, 6, "nonlinear", 0.5, rng)
     np.testing.assert_allclose(np.linalg.norm(linear.dictionary, axis=0), 1.0, rtol=1e-6)
@@ -189,7 +189,7 @@ def test_hard_testbed_power_law_correlation_and_private_concepts():
     np.testing.assert_array_equal(truth.maps[0].dictionary[:, 8:], 0.0)
     np.testing.assert_array_equal(truth.maps[1].dictionary[:, 6:8], 0.0)
     # correlated pairs (0, 1), (2, 3), ... co-occur more often than independent draws would
-    uniform = sample_concepts(20000, 10, 2, np.random.default_rng(0))
+    uniform = sample_concepts(20000, 10, 2, np.random.default_rng(0), correlation=0.0)
     correlated = sample_concepts(20000, 10, 2, np.random.default_rng(0), correlation=0.6)
 
     def together(codes):

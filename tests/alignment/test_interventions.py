@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from repdiag.alignment.metrics import evaluate_alignment
-from tests.alignment.known import KnownModel, perfect_pair, synthetic_probe_truth
+from tests.alignment.known import (
+    AT_SCHEMA_DEFAULTS,
+    KnownModel,
+    perfect_pair,
+    synthetic_probe_truth,
+)
 
 
 def test_intervention_metrics_of_the_true_dictionaries_are_one():
@@ -20,9 +25,9 @@ def test_intervention_metrics_of_the_true_dictionaries_are_one():
     for key in ("tr_intervention", "tr_intervention_input", "cont_intervention", "concept_match"):
         assert result[key] == pytest.approx(1.0, abs=1e-4), key
     assert result["n_shared_concepts"] == 12
-    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=data.truth)[
-        "summary"
-    ]
+    summary = evaluate_alignment(
+        model, data.test, labels=data.test_labels, truth=data.truth, **AT_SCHEMA_DEFAULTS
+    )["summary"]
     assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
     assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
     assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
@@ -79,7 +84,9 @@ def test_probe_scored_interventions_of_the_true_dictionaries_are_near_one():
     assert result["concept_match"] == 1.0
     accuracy = np.concatenate(truth.probe_accuracy)
     assert accuracy.min() > 0.95  # every attribute is linearly decodable in both domains
-    summary = evaluate_alignment(model, data.test, labels=data.test_labels, truth=truth)["summary"]
+    summary = evaluate_alignment(
+        model, data.test, labels=data.test_labels, truth=truth, **AT_SCHEMA_DEFAULTS
+    )["summary"]
     assert summary["attribute_probe_accuracy"] == pytest.approx(accuracy.mean())
     assert summary["mcc"] is None  # attributes are not the embeddings' generative factors
 

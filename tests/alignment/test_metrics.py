@@ -19,7 +19,7 @@ from repdiag.alignment.metrics import (
     sliced_wasserstein_np,
     total_variance,
 )
-from tests.alignment.known import KnownModel
+from tests.alignment.known import AT_SCHEMA_DEFAULTS, KnownModel
 
 
 def test_r2_by_hand():
@@ -79,10 +79,10 @@ def test_probe_transfer_identical_and_scrambled_codes():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 4, size=400)
     codes = np.eye(4)[labels] * rng.uniform(1, 2, size=(400, 1))
-    same = probe_transfer(codes, codes, labels, seed=0)
+    same = probe_transfer(codes, codes, labels, train_fraction=0.5, seed=0)
     assert same["source"] == pytest.approx(1.0)
     assert same["transfer"] == pytest.approx(1.0)
-    scrambled = probe_transfer(codes, codes[:, [1, 2, 3, 0]], labels, seed=0)
+    scrambled = probe_transfer(codes, codes[:, [1, 2, 3, 0]], labels, train_fraction=0.5, seed=0)
     assert scrambled["source"] == pytest.approx(1.0)
     assert scrambled["transfer"] == pytest.approx(0.0)
     assert 0.2 < same["chance"] < 0.35
@@ -93,8 +93,8 @@ def test_sliced_wasserstein_of_a_shift_is_its_squared_norm():
     x = rng.standard_normal((300, 3))
     shift = np.array([0.3, -0.4, 0.0])
     # E_theta (theta . t)^2 * d = ||t||^2 = 0.25; 4000 directions: within a few percent
-    assert sliced_wasserstein_np(x, x + shift, 4000) == pytest.approx(0.25, rel=0.05)
-    assert sliced_wasserstein_np(x, x[::-1], 64) == pytest.approx(0.0, abs=1e-12)
+    assert sliced_wasserstein_np(x, x + shift, 4000, seed=0) == pytest.approx(0.25, rel=0.05)
+    assert sliced_wasserstein_np(x, x[::-1], 64, seed=0) == pytest.approx(0.0, abs=1e-12)
 
 
 def _known_case():
@@ -107,7 +107,9 @@ def _known_case():
 
 def test_evaluate_alignment_of_a_perfect_model():
     z, maps, test = _known_case()
-    result = evaluate_alignment(KnownModel(maps), test, labels=np.argmax(z, 1), concepts=z)
+    result = evaluate_alignment(
+        KnownModel(maps), test, labels=np.argmax(z, 1), concepts=z, **AT_SCHEMA_DEFAULTS
+    )
     summary = result["summary"]
     for key in ("explained_variance", "mcc", "tr_r2", "tr_cosine", "jaccard", "cycle_r2"):
         assert summary[key] == pytest.approx(1.0, abs=1e-4), key
@@ -121,7 +123,9 @@ def test_evaluate_alignment_of_a_perfect_model():
 def test_evaluate_alignment_sees_a_latent_permutation():
     z, maps, test = _known_case()
     permuted = KnownModel(maps, permutation=[1, 2, 0])
-    summary = evaluate_alignment(permuted, test, labels=np.argmax(z, 1), concepts=z)["summary"]
+    summary = evaluate_alignment(
+        permuted, test, labels=np.argmax(z, 1), concepts=z, **AT_SCHEMA_DEFAULTS
+    )["summary"]
     assert summary["explained_variance"] == pytest.approx(1.0, abs=1e-4)  # each SAE is perfect
     assert summary["mcc"] == pytest.approx(1.0, abs=1e-4)
     assert summary["jaccard"] == pytest.approx(0.0, abs=1e-6)  # one-hot codes on other latents
@@ -167,7 +171,7 @@ def test_every_basis_free_metric_and_its_draws_are_unchanged_by_rotating_domain_
     from repdiag.common.intervals import bootstrap_counts
 
     generator = torch.Generator().manual_seed(0)
-    saes = [TopKSAE(6, 16, 3, generator=generator), TopKSAE(7, 16, 3, generator=generator)]
+    saes = [TopKSAE(d, 16, 3, dead_after=4096, generator=generator) for d in (6, 7)]
     rng = np.random.default_rng(0)
     labels = (rng.random((600, 2)) < 0.5).astype(np.float32)
     x_a = labels @ rng.standard_normal((2, 6)) + 0.4 * rng.standard_normal((600, 6))
@@ -178,12 +182,14 @@ def test_every_basis_free_metric_and_its_draws_are_unchanged_by_rotating_domain_
     for b, sae_b in ((x_b, saes[1]), (x_b @ q, _rotate_sae(saes[1], q))):
         xs = [x_a.astype(np.float32), b.astype(np.float32)]
         fit, test = [x[:400] for x in xs], [x[400:] for x in xs]
-        truth = probe_truth(fit, [labels[:400]] * 2, test, labels[400:], ["u", "v"])
+        truth = probe_truth(fit, [labels[:400]] * 2, test, labels[400:], ["u", "v"], seed=0)
         assert len(truth.shared) == 2
         model = PairModel([saes[0], sae_b])
         task = labels[400:, 0].astype(int)
         results.append(
-            evaluate_alignment(model, test, labels=task, truth=truth, bootstrap_counts=counts)
+            evaluate_alignment(
+                model, test, labels=task, truth=truth, bootstrap_counts=counts, **AT_SCHEMA_DEFAULTS
+            )
         )
     plain, rotated = results
     moving = {"sw_translation", "sw_floor"}

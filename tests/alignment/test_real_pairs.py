@@ -116,9 +116,11 @@ def test_embedding_pairs_errors_name_the_store(tmp_path):
     other = np.array([f"pair/p{i:05d}/m0" for i in range(20)])
     path_b = _store(tmp_path / "b.zarr", other, np.zeros((20, 2)), ["pair"] * 20)
     with pytest.raises(StoreError, match="share only 0 image ids"):
-        embedding_pairs(path_a, path_b, PairSplit("final", 1.0, 0.25, seed=0))
+        embedding_pairs(path_a, path_b, PairSplit("final", 1.0, 0.25, seed=0), n_clusters=2)
     with pytest.raises(ValueError, match="unknown real-pair control 'rotate'"):
-        embedding_pairs(path_a, path_a, PairSplit("final", 1.0, 0.25, seed=0), control="rotate")
+        embedding_pairs(
+            path_a, path_a, PairSplit("final", 1.0, 0.25, seed=0), n_clusters=2, control="rotate"
+        )
     with pytest.raises(StoreError, match="emb_block03"):
         read_layer(path_a, "block03")
     with pytest.raises(StoreError, match="does not exist"):
@@ -144,7 +146,12 @@ def test_probe_truth_effects_probes_and_split_half_stability_by_hand():
     fit_y = np.concatenate([labels, rare], axis=1)
     test_y = np.concatenate([test_labels, np.zeros((400, 1), dtype=np.float32)], axis=1)
     truth = probe_truth(
-        (x, 2 * x), (fit_y, fit_y), (test_x, 2 * test_x), test_y, ["big", "weak", "none", "rare"]
+        (x, 2 * x),
+        (fit_y, fit_y),
+        (test_x, 2 * test_x),
+        test_y,
+        ["big", "weak", "none", "rare"],
+        seed=0,
     )
     # effects: the difference of class means, the planted direction times its strength
     # (standard error about 0.045 per coordinate with 1000 rows per class)
@@ -163,7 +170,13 @@ def test_probe_truth_effects_probes_and_split_half_stability_by_hand():
     # the held-out accuracy is reported, never used to select
     assert truth.probe_accuracy[0][0] > 0.9
     lower = probe_truth(
-        (x, 2 * x), (fit_y, fit_y), (test_x, 2 * test_x), test_y, list("abcd"), min_accuracy=0.55
+        (x, 2 * x),
+        (fit_y, fit_y),
+        (test_x, 2 * test_x),
+        test_y,
+        list("abcd"),
+        min_accuracy=0.55,
+        seed=0,
     )
     assert list(lower.shared) == [0, 1]
     # evaluation rows: every held-out row; the latents are matched on the fit rows
@@ -177,10 +190,10 @@ def test_selection_and_fit_never_read_the_held_out_rows():
     rows, all_labels, _ = _attribute_rows(1300, 2)
     x, labels, test_x, test_labels = rows[:1000], all_labels[:1000], rows[1000:], all_labels[1000:]
     names = ["big", "weak", "none"]
-    truth = probe_truth((x, x), (labels, labels), (test_x, test_x), test_labels, names)
+    truth = probe_truth((x, x), (labels, labels), (test_x, test_x), test_labels, names, seed=0)
     scrambled = np.random.default_rng(0).permutation(test_labels)
     noise = np.random.default_rng(1).standard_normal(test_x.shape).astype(np.float32)
-    other = probe_truth((x, x), (labels, labels), (noise, noise), scrambled, names)
+    other = probe_truth((x, x), (labels, labels), (noise, noise), scrambled, names, seed=0)
     for i in (0, 1):
         np.testing.assert_array_equal(other.present[i], truth.present[i])
         np.testing.assert_array_equal(other.effects[i], truth.effects[i])
@@ -198,7 +211,7 @@ def test_standardisation_and_probes_are_equivariant_under_a_rotation():
     assert global_scale(rotated) == pytest.approx(global_scale(x), rel=1e-6)
     np.testing.assert_allclose(standardise(rotated), standardise(x) @ q, atol=1e-5)
     truth = probe_truth(
-        (x, rotated), (labels, labels), (test_x, test_x @ q), test_labels, list("abc")
+        (x, rotated), (labels, labels), (test_x, test_x @ q), test_labels, list("abc"), seed=0
     )
     np.testing.assert_array_equal(truth.present[0], truth.present[1])
     np.testing.assert_allclose(truth.fit_accuracy[1], truth.fit_accuracy[0], atol=1e-6)

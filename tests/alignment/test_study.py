@@ -11,6 +11,7 @@ from repdiag.alignment.grid import variant_terms
 from repdiag.alignment.methods import SAESettings, make_method
 from repdiag.alignment.study import fit_and_evaluate
 from repdiag.alignment.train import SAETrainSettings, normalise, train_method
+from tests.alignment.known import AT_SCHEMA_DEFAULTS
 from tests.alignment.tiny import DATA, EVALUATION, SAE, TRAIN
 
 torch.set_num_threads(1)
@@ -87,10 +88,10 @@ def test_the_exact_translator_is_a_in_bs_basis_and_scores_the_ceiling():
     from repdiag.alignment.topk import TopKSAE
 
     generator = torch.Generator().manual_seed(0)
-    sae = TopKSAE(6, 12, 3, generator=generator)
+    sae = TopKSAE(6, 12, 3, dead_after=4096, generator=generator)
     with torch.no_grad():
         sae.b_dec.copy_(torch.randn(6, generator=generator) * 0.1)
-    model = PairModel([sae, TopKSAE(6, 12, 3, generator=generator)])
+    model = PairModel([sae, TopKSAE(6, 12, 3, dead_after=4096, generator=generator)])
     q = random_rotation(6, 4)
     rng = np.random.default_rng(0)
     labels = (rng.random((300, 2)) < 0.5).astype(np.float32)
@@ -109,8 +110,10 @@ def test_the_exact_translator_is_a_in_bs_basis_and_scores_the_ceiling():
         )
     assert model.saes[1] is not exact.saes[1]  # the trained model is left as it was
     fit, test = (x_a[:200], x_b[:200]), (x_a[200:], x_b[200:])
-    truth = probe_truth(fit, (labels[:200], labels[:200]), test, labels[200:], ["u", "v"])
-    summary = evaluate_alignment(exact, test, labels=np.zeros(100, int), truth=truth)["summary"]
+    truth = probe_truth(fit, (labels[:200], labels[:200]), test, labels[200:], ["u", "v"], seed=0)
+    summary = evaluate_alignment(
+        exact, test, labels=np.zeros(100, int), truth=truth, **AT_SCHEMA_DEFAULTS
+    )["summary"]
     assert summary["tr_intervention"] == pytest.approx(1.0, abs=1e-4)
     assert summary["cont_intervention"] == pytest.approx(1.0, abs=1e-4)
     assert summary["jaccard"] == pytest.approx(1.0)

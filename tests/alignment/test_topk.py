@@ -14,8 +14,9 @@ from repdiag.core.errors import ConfigError
 torch.set_num_threads(1)
 
 
-def _sae(d_in=6, n_latents=10, k=3, **kwargs):
-    return TopKSAE(d_in, n_latents, k, generator=torch.Generator().manual_seed(0), **kwargs)
+def _sae(d_in=6, n_latents=10, k=3, dead_after=4096, **kwargs):
+    generator = torch.Generator().manual_seed(0)
+    return TopKSAE(d_in, n_latents, k, dead_after=dead_after, generator=generator, **kwargs)
 
 
 def test_topk_keeps_exactly_the_k_largest():
@@ -42,7 +43,7 @@ def test_initialisation_unit_columns_and_encoder_is_decoder_transpose():
     torch.testing.assert_close(sae.decoder.norm(dim=0), torch.ones(10))
     torch.testing.assert_close(sae.encoder, sae.decoder.T)
     with pytest.raises(ConfigError, match="k=11"):
-        TopKSAE(6, 10, 11)
+        TopKSAE(6, 10, 11, dead_after=4096)
 
 
 def test_decoder_columns_stay_unit_norm_after_optimiser_steps():

@@ -178,7 +178,7 @@ def test_non_finite_features_are_refused(image_sets):
         EncoderError,
         match=rf"model 'nan': array 'emb_final' has {3 * dark.sum()} non-finite .* first in images \['",
     ) as err:
-        extract_embeddings(encoder, image_sets, device="cpu")
+        extract_embeddings(encoder, image_sets, batch_size=64, device="cpu")
     assert "no store is written" in str(err.value)
 
 

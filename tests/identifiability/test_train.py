@@ -41,7 +41,7 @@ def short_run(sampling: str, seed: int = 0, steps: int = 150) -> dict[str, float
     assert len(result.curve) == steps // settings.log_every and result.curve[-1][0] == steps
     assert result.curve[-1][1] < result.curve[0][1]  # the loss went down
     z = sample_uniform(2000, 3, np.random.default_rng(99))
-    return identifiability_metrics(encode_latents(f, g, z), z)
+    return identifiability_metrics(encode_latents(f, g, z), z, 0.5, seed=0)
 
 
 def test_paper_mlp_recovers_with_diversity_and_keeps_only_the_fixed_coordinate_without() -> None:
@@ -61,7 +61,7 @@ def test_small_mlp_variant_still_trains() -> None:
     settings = contrastive(steps=200, batch_size=128, n_negatives=128, lr=3e-3)
     train_contrastive(f, g, settings, seed=0)
     z = sample_uniform(2000, 3, np.random.default_rng(99))
-    assert identifiability_metrics(encode_latents(f, g, z), z)["r2"] > 0.9
+    assert identifiability_metrics(encode_latents(f, g, z), z, 0.5, seed=0)["r2"] > 0.9
 
 
 def learning_rates(schedule: str, monkeypatch: pytest.MonkeyPatch) -> list[float]:

@@ -82,7 +82,7 @@ def test_a_model_that_prefers_the_true_caption_scores_100_percent(fixture, examp
 def test_known_partial_accuracy_ties_count_as_wrong(fixture, examples) -> None:
     """Only images 0-2 know their caption; the others tie at 0 = 0, which is not a success."""
     known = {0, 1, 2}
-    scores = score_examples(oracle({caption(i): i for i in known}), examples, fixture.images)
+    scores = score_examples(oracle({caption(i): i for i in known}), examples, fixture.images, 64)
     result = accuracy_by_category(scores)
     for category in CATEGORIES:
         expected = [fixture.image_index[r["filename"]] in known for r in fixture.examples[category]]
@@ -100,7 +100,7 @@ def test_known_partial_accuracy_ties_count_as_wrong(fixture, examples) -> None:
     assert result["overall"]["hits"] == hits
     # every text unknown: all ties, nothing correct
     assert (
-        accuracy_by_category(score_examples(oracle({}), examples, fixture.images))["overall"][
+        accuracy_by_category(score_examples(oracle({}), examples, fixture.images, 64))["overall"][
             "hits"
         ]
         == 0
@@ -109,7 +109,7 @@ def test_known_partial_accuracy_ties_count_as_wrong(fixture, examples) -> None:
 
 def test_a_model_that_prefers_the_negative_scores_zero(fixture, examples) -> None:
     vocabulary = {e.negative_caption: fixture.image_index[e.filename] for e in examples}
-    result = accuracy_by_category(score_examples(oracle(vocabulary), examples, fixture.images))
+    result = accuracy_by_category(score_examples(oracle(vocabulary), examples, fixture.images, 64))
     assert result["overall"]["accuracy"] == 0.0 and result["overall"]["ci_low"] == 0.0
 
 
@@ -127,7 +127,7 @@ def test_zero_shot_accuracy_of_oracles(tmp_path: Path) -> None:
     assert (result["accuracy"], result["hits"], result["n"], result["n_classes"]) == (1.0, 6, 6, 3)
     # "cow" prompts point at the ant code: ant and cow images both score ant's class first
     wrong_cow = {**right, "a photo of a cow.": 3, "a drawing of a cow.": 3}
-    assert zero_shot_accuracy(oracle(wrong_cow), folder, templates)["hits"] == 4
+    assert zero_shot_accuracy(oracle(wrong_cow), folder, templates, 64)["hits"] == 4
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_random_open_clip_scores_match_a_direct_computation(
         make_labelled_folder(tmp_path / "zs", {"ant": 0, "bee": 5}, per_class=2)
     )
     templates = ["a photo of a {}.", "a {} in the wild."]
-    ours = zero_shot_accuracy(clip, folder, templates)
+    ours = zero_shot_accuracy(clip, folder, templates, 64)
     with torch.no_grad():
         classes = []
         for name in folder.class_names:
@@ -263,4 +263,4 @@ def test_models_without_usable_towers_are_refused(entry: dict, message: str) -> 
 
 def test_missing_images_are_named_before_any_model_runs(fixture, examples, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"sugarcrepe.images: .* is not a folder"):
-        score_examples(oracle({}), examples, tmp_path / "nowhere")
+        score_examples(oracle({}), examples, tmp_path / "nowhere", 64)
