@@ -33,7 +33,6 @@ REPO = Path(__file__).resolve().parent.parent
 # fixture name -> (folder in the shared root, "module:function" that fills the folder)
 SHARED_RUNS: dict[str, tuple[str, str]] = {
     "workflow_run": ("workflow", "tests.conftest:run_test_config"),
-    "reference": ("uninterrupted", "tests.reliability.test_workflow_faults:run_reference"),
     "second_run": ("second", "tests.conftest:rerun_downstream"),
     "on_request": ("on_request", "tests.workflow.test_on_request_targets:build_on_request"),
 }

@@ -1,4 +1,5 @@
-"""Faults of whole workflow runs, on config/test.yaml with slightly longer stages.
+"""Faults of whole workflow runs, on config/test.yaml: the shared run (``workflow_run``) is the
+uninterrupted reference each test copies.
 
 - SIGKILL in the middle of each long stage: the rerun completes and equals an uninterrupted run;
 - a second run started on the same directory while the first runs: refused by Snakemake's lock;
@@ -25,17 +26,9 @@ import zarr
 
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store
-from tests.conftest import (
-    REPO,
-    copy_workflow,
-    edit_config,
-    snakemake,
-    snakemake_command,
-    snakemake_env,
-)
+from tests.conftest import REPO, copy_workflow, snakemake, snakemake_command, snakemake_env
 from tests.outputs import assert_same_output
 from tests.planning import plan
-from tests.shared_runs import build_shared, shared_root
 
 KILLPOINTS = Path(__file__).resolve().parent / "killpoints"
 JACOBIAN_CACHE = "results/jacobians/.cache"
@@ -56,12 +49,12 @@ STAGES = {
             "results/zoo/mae/meta.json",
             "results/zoo/mae/curve.csv",
         ),
-        "progress:train_zoo mae (mae):10",  # step 10 of 20
+        "progress:train_zoo mae (mae):2",  # step 2 of 3
     ),
     "extract_embeddings": Stage(
         "results/embeddings/mae.zarr",
         ("results/embeddings/mae.zarr",),
-        "progress:mae embeddings:100",  # image 100 of 264
+        "progress:mae embeddings:100",  # batch 4 of 9 (image 128 of 264)
     ),
     "extract_embeddings, writing the store": Stage(
         "results/embeddings/mae.zarr",
@@ -71,7 +64,7 @@ STAGES = {
     "jacobian_spectra": Stage(
         "results/jacobians/mae.zarr",
         ("results/jacobians/mae.zarr", "results/jacobians/mae.json"),
-        "progress:mae Jacobian spectra:4",  # after 2 of 4 chunks of 2 images
+        "progress:mae Jacobian spectra:2",  # after 1 of 2 chunks of 2 images
     ),
     "identifiability_cell": Stage(
         "results/identifiability/identity-full-mlp-infonce-s0.json",
@@ -91,17 +84,6 @@ STAGE_OUTPUTS = sorted({out for stage in STAGES.values() for out in stage.output
 REFERENCE_TARGETS = [*STAGE_OUTPUTS, "results/metrics/mae.json"]
 
 
-def slower_stages(config: dict) -> None:
-    """Enough steps, batches and chunks in each stage for a kill point in the middle."""
-    config["zoo"]["objectives"]["mae"]["steps"] = 20
-    config["embeddings"]["batch_size"] = 2
-    config["jacobians"]["chunk_size"] = 2
-    # one chunk per engine call (batch_size // k = 2 images), so the kill lands between cached
-    # chunks; the reference run has the same passes, so results compare bit for bit
-    config["jacobians"]["batch_size"] = 16
-    config["jacobians"]["probes"] = {"binding": {"n": 4}, "noise": {"n": 4, "std": 0.25}}
-
-
 def fault_env(stage: Stage, scope: str, marker: Path, fault: str = "kill", **extra: str) -> dict:
     return {
         "PYTHONPATH": str(KILLPOINTS),
@@ -113,22 +95,11 @@ def fault_env(stage: Stage, scope: str, marker: Path, fault: str = "kill", **ext
     }
 
 
-def prepare(workdir: Path) -> Path:
-    copy_workflow(workdir)
-    edit_config(workdir, slower_stages)
-    return workdir
-
-
-def run_reference(workdir: Path) -> None:
-    prepare(workdir)
-    snakemake(workdir, *REFERENCE_TARGETS)
-
-
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted run of every stage's target (and the metrics that read them), built once
-    per pytest run for every worker (tests.shared_runs); each test copies it."""
-    return build_shared(shared_root(tmp_path_factory.getbasetemp()), "reference")
+@pytest.fixture
+def reference(workflow_run: Path) -> Path:
+    """The uninterrupted run: the session's run of config/test.yaml, shared with the workflow
+    tests (tests.shared_runs); each test copies it."""
+    return workflow_run
 
 
 def without_outputs(reference: Path, stage: Stage, dest: Path) -> Path:
@@ -202,7 +173,7 @@ def test_killed_stage_reruns_to_the_uninterrupted_result(
         assert_same_output(reference / out, workdir / out)
     if name == "jacobian_spectra":
         log = (workdir / "logs" / "jacobian_spectra" / "mae.log").read_text()
-        assert "reused 2 cached chunks of 4" in log
+        assert "reused 1 cached chunks of 2" in log
         assert not (workdir / JACOBIAN_CACHE / "mae").exists()  # dropped once the store is written
 
 
@@ -244,7 +215,7 @@ def test_same_config_and_seed_give_bitwise_identical_outputs(
 ) -> None:
     """Every stage from scratch twice (dataset, zoo training, extraction, Jacobians, metrics, an
     identifiability and an alignment cell): bitwise identical stores, weights and JSON."""
-    workdir = prepare(tmp_path / "again")
+    workdir = copy_workflow(tmp_path / "again")
     snakemake(workdir, *REFERENCE_TARGETS)
     for out in ["results/datasets/binding.zarr", *REFERENCE_TARGETS]:
         assert_same_output(reference / out, workdir / out)
