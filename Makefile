@@ -25,11 +25,14 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set (this machine's CI), a package
-	# installed with --no-compile is compiled again by every process that imports it
-	# one resolver pass for the torch pair and the package (its dev extras included)
-	$(BIN)/python -m pip install -q $(TORCH_PINS) -e '.[dev]'
+	$(BIN)/python -m pip install -q --upgrade pip uv
+	# The torch pair through pip, which takes it from this machine's local wheels (uv would
+	# download a CUDA build); then the package and everything else through uv, which keeps that
+	# torch and installs the rest in parallel (15 s against pip's 35 s here). Byte-compiled at
+	# install: where PYTHONDONTWRITEBYTECODE is set (this machine's CI), a package installed
+	# without it is compiled again by every process that imports it.
+	$(BIN)/python -m pip install -q $(TORCH_PINS)
+	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.[dev]'
 	@touch $(STAMP)
 
 # The config is validated before Snakemake reads it: Snakemake evaluates template (YTE) configs

@@ -113,8 +113,8 @@ def run_test_config(workdir: Path) -> None:
 
 # What the second run recomputes from the first run's trained models, embeddings and Jacobians:
 # every metric, the real-embedding alignment jobs and every table, figure and summary. The
-# upstream stages' determinism is checked from scratch on the reliability config
-# (test_same_config_and_seed_give_bitwise_identical_outputs, the kill tests).
+# upstream stages' determinism is checked against this run by the reliability tests (the dataset
+# rendered again from scratch, the kill tests' reruns of every long stage).
 RECOMPUTED = ("results/metrics", "results/alignment/real", "results/tables", "results/figures")
 
 

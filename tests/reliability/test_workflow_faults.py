@@ -80,8 +80,6 @@ STAGES = {
         "progress:training cosae:30",  # step 30 of 60
     ),
 }
-STAGE_OUTPUTS = sorted({out for stage in STAGES.values() for out in stage.outputs})
-REFERENCE_TARGETS = [*STAGE_OUTPUTS, "results/metrics/mae.json"]
 
 
 def fault_env(stage: Stage, scope: str, marker: Path, fault: str = "kill", **extra: str) -> dict:
@@ -210,15 +208,18 @@ def test_a_second_run_on_the_same_directory_is_refused_by_the_lock(
     assert plan(workdir, stage.target) == []
 
 
-def test_same_config_and_seed_give_bitwise_identical_outputs(
+def test_the_dataset_rendered_again_from_scratch_is_bitwise_identical(
     reference: Path, tmp_path: Path
 ) -> None:
-    """Every stage from scratch twice (dataset, zoo training, extraction, Jacobians, metrics, an
-    identifiability and an alignment cell): bitwise identical stores, weights and JSON."""
+    """The same config and seed twice give bitwise identical outputs, stage by stage: the dataset
+    here; zoo training, extraction, an identifiability and an alignment cell from scratch in the
+    kill tests' reruns and the Jacobians chunk by chunk there, each against the shared run; every
+    metric, real pair, table and figure in the rerun below."""
     workdir = copy_workflow(tmp_path / "again")
-    snakemake(workdir, *REFERENCE_TARGETS)
-    for out in ["results/datasets/binding.zarr", *REFERENCE_TARGETS]:
-        assert_same_output(reference / out, workdir / out)
+    snakemake(workdir, "results/datasets/binding.zarr")
+    assert_same_output(
+        reference / "results/datasets/binding.zarr", workdir / "results/datasets/binding.zarr"
+    )
 
 
 def test_a_rerun_gives_the_same_results_tables_and_figures(
