@@ -1,8 +1,8 @@
 """Settings objects built from their config section one way: ``Settings.from_config(section)``.
 
 A settings dataclass that inherits :class:`FromConfig` names its section (``SECTION``, for
-errors); every key must be one of its fields, and a key the section leaves out takes the schema's default
-(:func:`schema_section`), so a field repeats no default of the schema's.
+errors); every key must be one of its fields, and a key the section leaves out takes the
+schema's default (:func:`schema_section`), so a field repeats no default of the schema's.
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ class FromConfig:
         written); a key of ``section`` that is no field is a ConfigError naming ``SECTION.key``
         and the fields."""
         fields = sorted(field.name for field in dataclasses.fields(cls))  # type: ignore[arg-type]
-        values = dict(section)
-        unknown = sorted(set(values) - set(fields))
+        unknown = sorted(set(section) - set(fields))
         if unknown:
             raise ConfigError(
                 f"unknown key {cls.SECTION}.{unknown[0]}: {cls.__name__} has "
                 f"{', '.join(fields)}; remove the key or correct its name"
             )
         defaults = {k: v for k, v in schema_section(cls.SECTION).items() if k in fields}
-        return cls(**(defaults | values))
+        return cls(**(defaults | dict(section)))
 
 
 def schema_section(path: str) -> dict[str, Any]:

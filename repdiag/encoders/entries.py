@@ -261,6 +261,10 @@ def _is_pickle(path: Path, head: bytes) -> bool:
 def check_safetensors(path: str | Path, key: str) -> Path:
     """Refuse a missing, pickle or malformed file before anything reads it (header-only check)."""
     path = Path(path).expanduser()
+    if path.exists() and not path.is_file():  # a device, a pipe or a folder: never read
+        raise model_error(
+            key, f"weights file {path} is not a regular file; give a .safetensors file"
+        )
     if not path.is_file():
         raise model_error(
             key,
@@ -322,6 +326,11 @@ def check_model_files(config: Mapping[str, Any], models: Iterable[str] | None = 
                 raise ConfigError(
                     f"{where}: {path} is not a local torch.hub directory (no "
                     f"{local / 'hubconf.py'}); clone the hub repository there or fix {where}"
+                )
+            if kind == "file" and local.exists() and not local.is_file():
+                raise ConfigError(
+                    f"{where}: {path} is not a regular file (a device, pipe or folder is never "
+                    f"read as weights); give a weights file or fix {where}"
                 )
             if kind == "file" and not local.is_file():
                 raise ConfigError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from repdiag.encoders import entries
 from repdiag.encoders.entries import (
     check_embeddings_config,
     check_model_files,
+    check_safetensors,
     zoo_dir_of,
     zoo_files,
 )
@@ -85,6 +87,17 @@ def test_a_checkpoint_that_is_no_safetensors_file_is_refused_before_any_job(
     check_model_files({"models": entries}, models=["hub"])
     with pytest.raises(EncoderError, match=rf"model 'evil': .*w.safetensors {refusal}"):
         check_model_files({"models": entries})
+
+
+def test_a_checkpoint_that_is_a_device_or_a_pipe_is_refused_unread(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.safetensors")  # opening it for reading would block
+    (tmp_path / "zero.safetensors").symlink_to("/dev/zero")  # reading it would never end
+    for name in ("pipe.safetensors", "zero.safetensors"):
+        entry = {"source": "checkpoint", "id": "r", "weights": str(tmp_path / name)}
+        with pytest.raises(ConfigError, match=rf"models.m.weights: .*{name} is not a regular file"):
+            check_model_files({"models": {"m": entry}})
+        with pytest.raises(EncoderError, match=rf"model 'm': .*{name} is not a regular file"):
+            check_safetensors(tmp_path / name, "m")  # the loader's own check, at the job
 
 
 def test_embeddings_folder_must_exist(tmp_path: Path) -> None:
