@@ -18,7 +18,8 @@ import numpy as np
 
 from repdiag.binding.metrics import geometry as geo
 from repdiag.binding.metrics import readouts as ro
-from repdiag.binding.metrics.probes import ProbeSettings, same_different_probe
+from repdiag.binding.metrics.options import MetricsSettings
+from repdiag.binding.metrics.probes import same_different_probe
 
 
 def _time(fn: Callable[[], object], repeats: int = 1) -> float:
@@ -97,15 +98,14 @@ def main() -> None:
         f"local_pca: batched {ours:7.3f} s, per-query loop {naive:7.3f} s, ratio {naive / ours:6.1f}"
     )
 
+    settings = MetricsSettings.from_config({})  # the schema's defaults
+
     def one_layer() -> None:
-        geo.geometry_metrics(ref, (5, 10, 20, 50))
-        for name, options in (
-            ("cosine", {}),
-            ("knn", {"k": 10}),
-            ("local_pca", {"k": 20, "dim": 5}),
-        ):
-            ro.binding_accuracy(query, candidates, correct, name, ref, **options)
-        same_different_probe(pairs, labels, ProbeSettings.from_config({}), 0)
+        geo.geometry_metrics(ref, settings.geometry.l_iso_k)
+        for name in settings.readouts.names:
+            keywords = settings.readouts.keywords(name)
+            ro.binding_accuracy(query, candidates, correct, name, ref, **keywords)
+        same_different_probe(pairs, labels, settings.probe, 0)
 
     print(f"one layer, every metric: {_time(one_layer):7.3f} s")
 

@@ -66,6 +66,7 @@ def measure(
     ``workdir/<key>.zarr`` and score every tap as ``results/metrics/<key>.json`` does: binding
     accuracy per readout, the Same/Different probe and the geometry metrics (docs/contracts.md)."""
     from repdiag.binding.metrics.model_metrics import compute_model_metrics
+    from repdiag.binding.metrics.options import MetricsSettings
     from repdiag.binding.store import image_sets, open_binding_store
     from repdiag.encoders.embeddings import extract_embeddings, write_embeddings
 
@@ -84,7 +85,7 @@ def measure(
         model=enc.key,
         family=enc.family,
         source=enc.source,
-        options=config["metrics"],
+        settings=MetricsSettings.from_config(config["metrics"]),
         seed=int(config.get("seed", 0)),
     )
 

@@ -22,7 +22,7 @@ STUDIES: tuple[str, ...] = ("binding", "alignment", "identifiability", "cifar", 
 """The study packages (``repdiag.<study>``): each imports the shared layers, never another study."""
 
 CHECKED_PACKAGES: tuple[str, ...] = ("repdiag.encoders", *(f"repdiag.{s}" for s in STUDIES))
-"""Packages whose ``CONFIG_CHECKS``, ``BUILD_CHECKS`` and ``WEIGHTS_CHECKS`` run, in this order
+"""Packages whose ``config_checks()``, ``build_checks()`` and ``weights_checks()`` run, in this order
 (:mod:`repdiag.core.checks`): the encoders layer (models, embeddings, zoo, Jacobians), then each
 study."""
 

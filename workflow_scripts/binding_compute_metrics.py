@@ -5,6 +5,7 @@ from repdiag.core.store import write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
     from repdiag.binding.metrics.model_metrics import compute_model_metrics
+    from repdiag.binding.metrics.options import MetricsSettings
 
     metrics = compute_model_metrics(
         snakemake.input.dataset,
@@ -12,7 +13,7 @@ with script_logging(snakemake.log[0], snakemake.threads) as log:
         model=snakemake.wildcards.model,
         family=snakemake.params.family,
         source=snakemake.params.source,
-        options=snakemake.params.metrics,
+        settings=MetricsSettings.from_config(snakemake.params.metrics),
         seed=snakemake.params.seed,
     )
     write_json(snakemake.output[0], metrics)

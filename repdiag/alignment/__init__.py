@@ -6,5 +6,17 @@ training loop), ``grid`` (cells and per-job params, torch-free), ``study`` (runn
 real pair), ``report`` (tables and claims), ``figures``.
 """
 
-CONFIG_CHECKS: tuple[str, ...] = ("repdiag.alignment.grid:check_alignment_config",)
-"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from repdiag.core.checks import Check
+
+
+def config_checks() -> tuple[Check, ...]:
+    """This package's cross-key config checks, run by core.config.check_config (imported when
+    asked: importing the package imports none of them)."""
+    from repdiag.alignment.grid import check_alignment_config
+
+    return (check_alignment_config,)

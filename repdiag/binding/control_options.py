@@ -1,6 +1,6 @@
 """What each control encoder (:mod:`repdiag.binding.controls`) assumes about the images it
 scores, and the config check that ``datasets.binding`` is what they assume. Torch-free: the
-check is cheap to import where a run starts (``repdiag.binding.BUILD_CHECKS``)."""
+check is cheap to import where a run starts (``repdiag.binding.build_checks()``)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def check_controls_config(config: Mapping[str, Any], models: Collection[str] | N
     shapes and rotation range (its ``kwargs``, else :data:`DEFAULTS`) must equal the dataset's,
     or the oracle would score below its ceiling for a reason that is not the metric's.
 
-    A pre-run check (``repdiag.binding.BUILD_CHECKS``: `repdiag validate` and a run's
+    A pre-run check (``repdiag.binding.build_checks()``: `repdiag validate` and a run's
     ``onstart``), not a check of every parse: a cluster job's Snakemake reads the workflow's
     ``config/config.yaml`` extended by the run's config file, so its models (the default's
     controls) and its dataset (the run's) need not belong together there."""

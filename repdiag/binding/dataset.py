@@ -255,7 +255,7 @@ class BindingParams:
 
 
 def check_binding_config(config: Mapping[str, Any]) -> None:
-    """Semantic check of ``datasets.binding`` (registered in ``repdiag.binding.CONFIG_CHECKS``)."""
+    """Semantic check of ``datasets.binding`` (registered in ``repdiag.binding.config_checks()``)."""
     datasets = config.get("datasets") or {}
     if "binding" in datasets:
         BindingParams.from_config(datasets["binding"] or {}).validate()

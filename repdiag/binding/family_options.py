@@ -95,7 +95,7 @@ def _check_cell(config: Mapping[str, Any], cell: Mapping[str, Any]) -> None:
 def check_family_config(config: Mapping[str, Any]) -> None:
     """Every compared run is a zoo model of an objective family; within a series, every run
     shares one budget (``BUDGET_KEYS``); no model is both compared here and an arm of the JER
-    intervention (registered in CONFIG_CHECKS)."""
+    intervention (registered in config_checks())."""
     cells = family_cells(config)
     both = sorted({cell["model"] for cell in cells} & set(causal_models(config)))
     if both:

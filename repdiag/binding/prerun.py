@@ -1,4 +1,4 @@
-"""Pre-run checks of the binding config that need built models (``repdiag.binding.BUILD_CHECKS``).
+"""Pre-run checks of the binding config that need built models (``repdiag.binding.build_checks()``).
 
 Run by ``repdiag validate`` and a real run's ``onstart`` (``repdiag.core.checks.check_before_run``),
 not on every parse. Light to import: the encoder factory, which builds models on the meta device,

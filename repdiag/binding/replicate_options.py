@@ -58,7 +58,7 @@ def replicate_models(config: Mapping[str, Any]) -> list[str]:
 
 def check_replicate_config(config: Mapping[str, Any]) -> None:
     """Every replicate run is a zoo model whose push is negligible (registered in
-    CONFIG_CHECKS)."""
+    config_checks())."""
     models = config.get("models") or {}
     for cell in replicate_cells(config):
         where = f"series.{cell['series']} (lambda {cell['dose']:g}, seed {cell['seed']})"

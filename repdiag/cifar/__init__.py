@@ -8,5 +8,17 @@ accuracy. Submodules: :mod:`~repdiag.cifar.views` (regimes, two views), :mod:`~r
 :mod:`~repdiag.cifar.report` (table and figure; no torch).
 """
 
-CONFIG_CHECKS: tuple[str, ...] = ("repdiag.cifar.study:check_cifar_config",)
-"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from repdiag.core.checks import Check
+
+
+def config_checks() -> tuple[Check, ...]:
+    """This package's cross-key config checks, run by core.config.check_config (imported when
+    asked: importing the package imports none of them)."""
+    from repdiag.cifar.study import check_cifar_config
+
+    return (check_cifar_config,)

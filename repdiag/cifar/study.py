@@ -108,7 +108,7 @@ def _check_range(key: str, pair: list[float], low: float, high: float) -> None:
 
 
 def check_cifar_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``cifar`` (registered in ``repdiag.cifar.CONFIG_CHECKS``).
+    """Semantic checks of ``cifar`` (registered in ``repdiag.cifar.config_checks()``).
 
     When the study is enabled the data directory must hold CIFAR-10 in one of the two layouts
     (the error says where to put it and how to get it).

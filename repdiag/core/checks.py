@@ -1,12 +1,13 @@
 """The checks that packages above the core register, and the one call that says which packages.
 
 The core names no package above it. Each package whose config needs checks the JSON schema cannot
-state lists them in its ``__init__`` as ``"module:function"`` references: ``CONFIG_CHECKS`` (across
-keys, e.g. more candidates than arrangements; each takes the whole config and raises
-:class:`~repdiag.core.errors.ConfigError` naming the key), and optionally ``BUILD_CHECKS``
-(architectures built on the meta device: nothing read or downloaded) and ``WEIGHTS_CHECKS``
-(weights files, hub folders, library caches), each taking the config and the keys of the models
-with jobs to run (None: all). Which packages, in which order, is said once, above the core, by
+state returns them, as the functions themselves, from functions of its ``__init__`` that import
+them when called (so importing a package imports no check): ``config_checks()`` (across keys,
+e.g. more candidates than arrangements; each takes the whole config and raises
+:class:`~repdiag.core.errors.ConfigError` naming the key), and optionally ``build_checks()``
+(architectures built on the meta device: nothing read or downloaded) and ``weights_checks()``
+(weights files, hub folders, library caches), each check taking the config and the keys of the
+models with jobs to run (None: all). Which packages, in which order, is said once, above the core, by
 :func:`register_packages`, through ``repdiag.studies.register``, which each entry point calls.
 """
 
@@ -23,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from repdiag.core.errors import RepdiagError
+
+Check = Callable[..., None]
+"""A registered check: ``check(config)`` (config checks) or ``check(config, models)`` (pre-run)."""
 
 _PACKAGES: list[str] = []
 
@@ -50,31 +54,37 @@ def resolve(reference: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def semantic_checks() -> tuple[str, ...]:
-    """Every package's registered cross-key checks (``CONFIG_CHECKS``), package by package."""
+def check_name(check: Check) -> str:
+    """``"package.module:function"``: how a check is named in messages and in the key of
+    :func:`build_check_key`."""
+    return f"{check.__module__}:{check.__qualname__}"
+
+
+def _registered(kind: str) -> tuple[Check, ...]:
+    """The checks each package's ``kind()`` returns (none where it has no such function)."""
     return tuple(
-        reference
+        check
         for package in checked_packages()
-        for reference in importlib.import_module(package).CONFIG_CHECKS
+        for check in getattr(importlib.import_module(package), kind, tuple)()
     )
+
+
+def semantic_checks() -> tuple[Check, ...]:
+    """Every package's registered cross-key checks (``config_checks()``), package by package."""
+    return _registered("config_checks")
 
 
 # Checks that import torch or read local files, too slow or too strict for every parse of the
 # workflow (a dry run plans a config whose weights live on another machine). `repdiag validate`
 # runs them (the weights checks unless --no-weights); a real run's ``onstart`` (rules/common.smk)
 # runs both on the models with jobs, before the first job starts.
-RUN_CHECK_KINDS: tuple[str, ...] = ("WEIGHTS_CHECKS", "BUILD_CHECKS")
+RUN_CHECK_KINDS: tuple[str, ...] = ("weights_checks", "build_checks")
 
 
-def run_checks(*, build: bool = True, weights: bool = True) -> tuple[str, ...]:
+def run_checks(*, build: bool = True, weights: bool = True) -> tuple[Check, ...]:
     """Every package's registered pre-run checks, weights checks first (they are the cheap ones)."""
     kinds = [kind for kind, on in zip(RUN_CHECK_KINDS, (weights, build), strict=True) if on]
-    return tuple(
-        reference
-        for kind in kinds
-        for package in checked_packages()
-        for reference in getattr(importlib.import_module(package), kind, ())
-    )
+    return tuple(check for kind in kinds for check in _registered(kind))
 
 
 def check_before_run(
@@ -94,20 +104,20 @@ def check_before_run(
     (seconds at every run's start). The weights checks always run: files change without the
     config changing."""
     models = None if models is None else set(models)
-    for reference in run_checks(build=False, weights=weights):
-        resolve(reference)(config, models)
+    for check in run_checks(build=False, weights=weights):
+        check(config, models)
     if not build:
         return
     if passed is None:
-        for reference in run_checks(build=True, weights=False):
-            resolve(reference)(config, models)
+        for check in run_checks(build=True, weights=False):
+            check(config, models)
         return
     chosen = set(config.get("models") or {}) if models is None else models
     keys = {key: build_check_key(config, key) for key in chosen}
     todo = {key for key in chosen if not (passed / keys[key]).is_file()}
     if todo:
-        for reference in run_checks(build=True, weights=False):
-            resolve(reference)(config, todo)
+        for check in run_checks(build=True, weights=False):
+            check(config, todo)
         _remember(passed, [keys[key] for key in todo])
 
 
@@ -121,7 +131,7 @@ def build_check_key(config: Mapping[str, Any], model: str) -> str:
     entry = (config.get("models") or {}).get(model) or {}
     what = [
         {**config, "models": {model: entry}},
-        run_checks(build=True, weights=False),
+        [check_name(check) for check in run_checks(build=True, weights=False)],
         _source_digest(),
         _library_versions(),
     ]

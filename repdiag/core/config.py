@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from repdiag.core.checks import resolve, semantic_checks
+from repdiag.core.checks import semantic_checks
 from repdiag.core.errors import ConfigError
 from repdiag.core.validation import SCHEMA, schema_file, validate_config
 
@@ -405,8 +405,8 @@ def check_config(config: Mapping[str, Any]) -> None:
     package's cross-key checks (:func:`repdiag.core.checks.semantic_checks`). Call after
     JSON-schema validation (the Snakefile does both)."""
     check_numbers(config)
-    for reference in semantic_checks():
-        resolve(reference)(config)
+    for check in semantic_checks():
+        check(config)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

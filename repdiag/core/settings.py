@@ -2,12 +2,15 @@
 
 A settings dataclass that inherits :class:`FromConfig` names its section (``SECTION``, for
 errors); every key must be one of its fields, and a key the section leaves out takes the
-schema's default (:func:`schema_section`), so a field repeats no default of the schema's.
+schema's default (:func:`schema_section`), so a field repeats no default of the schema's. A field
+whose type is itself a :class:`FromConfig` class is a subsection, built from its mapping the same
+way (its own defaults filled), so a nested section is one object with typed parts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
@@ -33,16 +36,58 @@ class FromConfig:
                 f"{', '.join(fields)}; remove the key or correct its name"
             )
         defaults = {k: v for k, v in schema_section(cls.SECTION).items() if k in fields}
-        return cls(**(defaults | dict(section)))
+        values = defaults | dict(section)
+        for name, part in _subsections(cls).items():
+            if isinstance(values.get(name), Mapping):
+                values[name] = part.from_config(values[name])
+        return cls(**values)
+
+    def to_config(self) -> dict[str, Any]:
+        """The section as a mapping again (subsections nested), in field order: what a job
+        records as the settings it ran with."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def _subsections(cls: type) -> dict[str, type[FromConfig]]:
+    """The fields of ``cls`` whose annotated type is a FromConfig class, by field name."""
+    names = vars(sys.modules[cls.__module__])
+    found = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kind = names.get(field.type) if isinstance(field.type, str) else field.type
+        if isinstance(kind, type) and issubclass(kind, FromConfig):
+            found[field.name] = kind
+    return found
+
+
+ITEM = "*"
+"""In a section path, one item of a mapping of named items (``zoo.objectives.*.jer_regulariser``:
+the regulariser of any zoo run)."""
 
 
 def schema_section(path: str) -> dict[str, Any]:
-    """The schema's defaults of config section ``path`` (dotted, e.g. ``cifar.train``); empty
+    """The schema's defaults of config section ``path`` (dotted, e.g. ``cifar.train``; ``*`` for
+    an item of a mapping of named items, whose defaults are those of an item nobody named); empty
     where the schema gives none."""
-    from repdiag.core.config import schema_defaults
+    from repdiag.core.config import fill_defaults
 
     top, *rest = path.split(".")
-    section: Any = schema_defaults(top) if top else {}
-    for key in rest:
+    if not top:
+        return {}
+    keys = [_UNNAMED if key == ITEM else key for key in rest]
+    config: dict[str, Any] = {top: {}}
+    node = config[top]
+    for key in keys[: _last_item(rest)]:
+        node = node.setdefault(key, {})
+    fill_defaults(config)
+    section: Any = config[top]
+    for key in keys:
         section = section.get(key) if isinstance(section, Mapping) else None
     return dict(section) if isinstance(section, Mapping) else {}
+
+
+_UNNAMED = "\x00item"  # a name no config can give (names are checked against a pattern)
+
+
+def _last_item(keys: list[str]) -> int:
+    """How many leading keys to create so that every ``*`` item exists (0: none)."""
+    return max((i + 1 for i, key in enumerate(keys) if key == ITEM), default=0)

@@ -18,28 +18,38 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from repdiag.core.checks import Check
     from repdiag.encoders.factory import Encoder, build_encoder
     from repdiag.encoders.sources import SOURCES
     from repdiag.encoders.taps import layer_outputs
 
 __all__ = ["SOURCES", "Encoder", "build_encoder", "layer_outputs"]
 
-CONFIG_CHECKS: tuple[str, ...] = (
-    "repdiag.encoders.entries:check_models",
-    "repdiag.encoders.entries:check_embeddings_config",
-    "repdiag.encoders.zoo.spec:check_zoo_config",
-    "repdiag.encoders.jacobian.options:check_jacobians_config",
-)
-"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""
 
-BUILD_CHECKS: tuple[str, ...] = (
-    "repdiag.encoders.zoo.prerun:check_zoo_backbones",
-    "repdiag.encoders.factory:check_model_sizes",
-)
-"""Pre-run checks that build architectures on the meta device (core.checks.check_before_run)."""
+def config_checks() -> tuple[Check, ...]:
+    """This package's cross-key config checks, run by core.config.check_config (imported when
+    asked: importing the package imports none of them)."""
+    from repdiag.encoders.entries import check_embeddings_config, check_models
+    from repdiag.encoders.jacobian.options import check_jacobians_config
+    from repdiag.encoders.zoo.spec import check_zoo_config
 
-WEIGHTS_CHECKS: tuple[str, ...] = ("repdiag.encoders.available:check_weights_available",)
-"""Pre-run checks of weights files, hub folders and library caches (core.checks.check_before_run)."""
+    return (check_models, check_embeddings_config, check_zoo_config, check_jacobians_config)
+
+
+def build_checks() -> tuple[Check, ...]:
+    """Pre-run checks that build architectures on the meta device (core.checks.check_before_run)."""
+    from repdiag.encoders.factory import check_model_sizes
+    from repdiag.encoders.zoo.prerun import check_zoo_backbones
+
+    return (check_zoo_backbones, check_model_sizes)
+
+
+def weights_checks() -> tuple[Check, ...]:
+    """Pre-run checks of weights files, hub folders and library caches (core.checks.check_before_run)."""
+    from repdiag.encoders.available import check_weights_available
+
+    return (check_weights_available,)
+
 
 _WHERE = {
     "SOURCES": "repdiag.encoders.sources",

@@ -1,5 +1,5 @@
 """The weights a run needs are there before its first job: weights files, hub folders and
-library caches (``WEIGHTS_CHECKS`` of :mod:`repdiag.encoders`, run by a real run's ``onstart``
+library caches (``weights_checks()`` of :mod:`repdiag.encoders`, run by a real run's ``onstart``
 and ``repdiag validate``).
 
 Imports neither torch nor the model libraries unless an entry names library-cache weights, so a

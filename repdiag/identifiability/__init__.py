@@ -4,5 +4,17 @@ Submodules are imported explicitly (``repdiag.identifiability.losses`` ...) so t
 figure code (:mod:`repdiag.identifiability.report`) runs without torch.
 """
 
-CONFIG_CHECKS: tuple[str, ...] = ("repdiag.identifiability.study:check_identifiability_config",)
-"""This study's cross-key config checks ("module:function"), run by core.config.check_config."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from repdiag.core.checks import Check
+
+
+def config_checks() -> tuple[Check, ...]:
+    """This package's cross-key config checks, run by core.config.check_config (imported when
+    asked: importing the package imports none of them)."""
+    from repdiag.identifiability.study import check_identifiability_config
+
+    return (check_identifiability_config,)

@@ -263,7 +263,7 @@ def run_cell(
 
 
 def check_identifiability_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``identifiability`` (registered in ``repdiag.identifiability.CONFIG_CHECKS``)."""
+    """Semantic checks of ``identifiability`` (registered in ``repdiag.identifiability.config_checks()``)."""
     section = config.get("identifiability")
     if not section:
         return

@@ -283,7 +283,7 @@ def _check_paths(section: Mapping[str, Any]) -> None:
 
 
 def check_sugarcrepe_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``sugarcrepe`` (registered in ``repdiag.sugarcrepe.CONFIG_CHECKS``).
+    """Semantic checks of ``sugarcrepe`` (registered in ``repdiag.sugarcrepe.config_checks()``).
 
     Listed models must exist and have a text tower (source open_clip or python); when enabled, at
     least one model is scored and the data are where the config says.

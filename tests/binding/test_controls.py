@@ -13,6 +13,7 @@ import torch
 from repdiag.binding.controls import CONTROLS, build_control
 from repdiag.binding.dataset import BindingParams, render_binding_dataset
 from repdiag.binding.metrics.model_metrics import compute_model_metrics
+from repdiag.binding.metrics.options import MetricsSettings
 from repdiag.binding.store import image_sets
 from repdiag.core.errors import RegistryError
 from repdiag.core.store import write_store
@@ -25,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.xdist_group("binding/test_controls")
 
 CHANCE_CONTROLS = ("occupancy", "slot_area", "colour_histogram", "bag_of_shapes", "random_features")
+SCHEMA_METRICS = MetricsSettings.from_config({})  # every metrics default from the schema
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,9 @@ def control_metrics(dataset, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         encoder = build_encoder(name, entry)
         embedded = extract_embeddings(encoder, image_sets(dataset), batch_size=512, device="cpu")
         path = write_embeddings(root / f"{name}.zarr", embedded)
-        results[name] = compute_model_metrics(store, path, model=name, seed=0)
+        results[name] = compute_model_metrics(
+            store, path, model=name, settings=SCHEMA_METRICS, seed=0
+        )
     return results
 
 

@@ -335,7 +335,7 @@ def _config(**binding) -> dict:
 
 
 def test_semantic_check_is_registered() -> None:
-    assert "repdiag.binding.dataset:check_binding_config" in semantic_checks()
+    assert check_binding_config in semantic_checks()
     check_binding_config(_config())  # the defaults pass
     check_binding_config({"datasets": {}})  # no binding section: nothing to check
 

@@ -17,7 +17,10 @@ def test_the_packages_come_from_one_registration_above_the_core(monkeypatch) -> 
         checks.semantic_checks()
     checks.register_packages(["repdiag.encoders", "repdiag.encoders"])
     assert checks.checked_packages() == ("repdiag.encoders",)
-    assert checks.semantic_checks()[0] == "repdiag.encoders.entries:check_models"
+    from repdiag.encoders.entries import check_models
+
+    assert checks.semantic_checks()[0] is check_models
+    assert checks.check_name(check_models) == "repdiag.encoders.entries:check_models"
     assert checks.resolve("repdiag.core.checks:resolve") is checks.resolve
 
 
@@ -26,51 +29,53 @@ def test_pre_run_checks_are_registered_by_package_weights_first() -> None:
     `repdiag validate`, not on every parse (reliability README, hardening cases 10 and 14)."""
     import importlib
 
-    from repdiag.core.checks import checked_packages, resolve, run_checks
+    from repdiag.core.checks import check_name, checked_packages, run_checks
 
-    every = run_checks()
+    every = [check_name(check) for check in run_checks()]
     assert every[0] == "repdiag.encoders.available:check_weights_available"
     assert "repdiag.encoders.zoo.prerun:check_zoo_backbones" in every
     assert "repdiag.binding.prerun:check_jacobian_layers" in every
-    assert run_checks(weights=False) == every[1:]
-    assert run_checks(build=False) == every[:1]
-    for reference in every:
-        assert callable(resolve(reference)), reference
-    for package in checked_packages():
+    assert [check_name(check) for check in run_checks(weights=False)] == every[1:]
+    assert [check_name(check) for check in run_checks(build=False)] == every[:1]
+    for package in checked_packages():  # each package registers its own checks only
         module = importlib.import_module(package)
-        for kind in ("BUILD_CHECKS", "WEIGHTS_CHECKS"):
-            for reference in getattr(module, kind, ()):
-                assert reference.startswith(package + "."), reference
+        for kind in ("build_checks", "weights_checks"):
+            for check in getattr(module, kind, tuple)():
+                assert check.__module__.startswith(package + "."), check_name(check)
 
 
 def test_check_before_run_passes_the_models_with_jobs(monkeypatch) -> None:
     import repdiag.encoders
 
     seen = []
-    monkeypatch.setattr(checks, "run_checks", lambda **kinds: ("builtins:print",))
-    monkeypatch.setattr("builtins.print", lambda config, models: seen.append((config, models)))
+
+    def record(config, models):
+        seen.append((config, models))
+
+    monkeypatch.setattr(checks, "run_checks", lambda **kinds: (record,))
     checks.check_before_run({"a": 1}, ["m", "m", "n"])
     checks.check_before_run({"a": 1})
     # once as the weights checks, once as the build checks (run_checks is asked for each kind)
     assert seen == [({"a": 1}, {"m", "n"})] * 2 + [({"a": 1}, None)] * 2
-    assert repdiag.encoders.WEIGHTS_CHECKS  # the registry the real run_checks reads
+    assert repdiag.encoders.weights_checks()  # the registry the real run_checks reads
 
 
 def recording_checks(monkeypatch) -> list[tuple[str, set[str] | None]]:
     """run_checks replaced by one weights check and one build check that record their models."""
     calls: list[tuple[str, set[str] | None]] = []
 
-    def fake_run_checks(*, build: bool = True, weights: bool = True) -> tuple[str, ...]:
-        return (("weights",) if weights else ()) + (("build",) if build else ())
+    def recorder(kind: str):
+        def check(config, models):
+            calls.append((kind, None if models is None else set(models)))
+
+        return check
+
+    weights_check, build_check = recorder("weights"), recorder("build")
+
+    def fake_run_checks(*, build: bool = True, weights: bool = True) -> tuple:
+        return ((weights_check,) if weights else ()) + ((build_check,) if build else ())
 
     monkeypatch.setattr(checks, "run_checks", fake_run_checks)
-    monkeypatch.setattr(
-        checks,
-        "resolve",
-        lambda kind: (
-            lambda config, models: calls.append((kind, None if models is None else set(models)))
-        ),
-    )
     return calls
 
 
@@ -95,15 +100,10 @@ def test_a_model_whose_build_checks_passed_is_not_built_again(monkeypatch, tmp_p
 
 
 def test_a_failed_build_check_is_not_remembered(monkeypatch, tmp_path) -> None:
-    def failing(kind):
-        def check(config, models):
-            if kind == "build":
-                raise RepdiagError("no")
+    def failing(config, models):
+        raise RepdiagError("no")
 
-        return check
-
-    monkeypatch.setattr(checks, "run_checks", lambda **kinds: ("build",))
-    monkeypatch.setattr(checks, "resolve", failing)
+    monkeypatch.setattr(checks, "run_checks", lambda **kinds: (failing,) if kinds["build"] else ())
     with pytest.raises(RepdiagError):
         checks.check_before_run(CONFIG, ["a"], passed=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -126,7 +126,7 @@ def test_the_build_checks_never_build_the_users_code() -> None:
     from repdiag.binding.prerun import TAPS_CHECKED_SOURCES
     from repdiag.encoders.factory import SIZE_CHECKED_SOURCES
 
-    assert checks.run_checks(build=True, weights=False) == (
+    assert tuple(map(checks.check_name, checks.run_checks(build=True, weights=False))) == (
         "repdiag.encoders.zoo.prerun:check_zoo_backbones",
         "repdiag.encoders.factory:check_model_sizes",
         "repdiag.binding.control_options:check_controls_config",  # reads entries, builds none

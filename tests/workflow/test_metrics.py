@@ -79,7 +79,7 @@ def test_cosine_accuracy_matches_the_embedding_reader(workflow_run: Path) -> Non
     query = read_embeddings(store, layer, "query")
     candidate = read_embeddings(store, layer, "candidate")
     correct = open_store(workflow_run / "results/datasets/binding.zarr")["correct_index"].values
-    expected = binding_accuracy(np.asarray(query), np.asarray(candidate), correct)
+    expected = binding_accuracy(np.asarray(query), np.asarray(candidate), correct, "cosine")
     assert result["per_layer"][layer]["binding"]["cosine"]["accuracy"] == expected["accuracy"]
 
 

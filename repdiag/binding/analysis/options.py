@@ -88,7 +88,7 @@ def covariate_columns(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 def check_stats_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of the ``stats`` section (registered in ``repdiag.binding.CONFIG_CHECKS``).
+    """Semantic checks of the ``stats`` section (registered in ``repdiag.binding.config_checks()``).
 
     Each covariate must be given by at least one model, and the headline readout must be one the
     metrics stage computes.

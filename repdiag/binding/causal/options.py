@@ -172,7 +172,7 @@ def _check_seed(config: Mapping[str, Any], base: str, seed: int, arms: Mapping[s
 
 def check_causal_config(config: Mapping[str, Any]) -> None:
     """Every seed of a base has the required arms, equal apart from the regulariser, each with
-    the term and sign of its arm (registered in CONFIG_CHECKS)."""
+    the term and sign of its arm (registered in config_checks())."""
     cells = causal_cells(config)
     by_seed: dict[tuple[str, int], dict[str, str]] = {}
     for cell in cells:

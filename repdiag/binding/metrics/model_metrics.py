@@ -10,7 +10,7 @@ accuracy under each readout, and the Same/Different probe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,8 @@ import xarray as xr
 
 from repdiag.binding.dataset import CONTRACT
 from repdiag.binding.metrics.geometry import geometry_metrics
-from repdiag.binding.metrics.options import merge_options
-from repdiag.binding.metrics.probes import PROBE_FIELDS, ProbeSettings, same_different_probe
+from repdiag.binding.metrics.options import MetricsSettings, ReadoutSettings, ReferenceSettings
+from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
 from repdiag.binding.metrics.readouts import WIN_RATE_CHANCE, binding_accuracy
 from repdiag.common.intervals import WILSON
 from repdiag.core.errors import ConfigError, StoreError
@@ -92,9 +92,10 @@ def _labels(ds: xr.Dataset, path: Path) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def _reference_rows(
-    emb: xr.Dataset, path: Path, image_sets: Sequence[str], max_size: int, seed: int
+    emb: xr.Dataset, path: Path, reference: ReferenceSettings, seed: int
 ) -> np.ndarray:
     """Rows of the reference images (``image_set`` in ``image_sets``), at most ``max_size``."""
+    image_sets, max_size = reference.image_sets, reference.max_size
     labels = _strings(emb["image_set"])
     missing = [name for name in image_sets if name not in set(labels)]
     if missing:
@@ -116,7 +117,7 @@ def binding_task(
     dataset_path: Path,
     emb: xr.Dataset,
     embeddings_path: Path,
-    options: Mapping[str, Any],
+    reference: ReferenceSettings,
     seed: int,
 ) -> BindingTask:
     """Align the dataset's queries, candidates and pairs with the embedding store's rows by id."""
@@ -126,25 +127,22 @@ def binding_task(
     pairs = _strings(ds["pair"])
     candidate_ids = np.array([[f"candidate/{q}/c{j}" for j in range(n_c)] for q in queries])
     pair_ids = np.array([[f"pair/{p}/m{m}" for m in (0, 1)] for p in pairs])
-    reference = options["reference"]
     return BindingTask(
         correct_index=correct,
         pair_same=same,
         query_rows=rows(np.char.add("query/", queries)),
         candidate_rows=rows(candidate_ids),
         pair_rows=rows(pair_ids),
-        reference_rows=_reference_rows(
-            emb, embeddings_path, reference["image_sets"], reference["max_size"], seed
-        ),
+        reference_rows=_reference_rows(emb, embeddings_path, reference, seed),
     )
 
 
-def _check_sizes(task: BindingTask, options: Mapping[str, Any], path: Path, dataset: Path) -> None:
+def _check_sizes(task: BindingTask, settings: MetricsSettings, path: Path, dataset: Path) -> None:
     """Neighbourhood sizes and probe folds that the stores' actual sizes cannot satisfy.
 
     Readouts are not checked here: one that cannot apply is skipped per layer (``layer_metrics``).
     """
-    folds = options["probe"]["folds"]
+    folds = settings.probe.folds
     smallest = int(np.bincount(task.pair_same, minlength=2).min())
     if smallest < folds:
         raise ConfigError(
@@ -153,7 +151,7 @@ def _check_sizes(task: BindingTask, options: Mapping[str, Any], path: Path, data
         )
     n_reference = task.reference_rows.size
     where = f"the reference set of {path} has {n_reference} embeddings (metrics.reference)"
-    for k in options["geometry"]["l_iso_k"]:
+    for k in settings.geometry.l_iso_k:
         if k >= n_reference:
             raise ConfigError(
                 f"metrics.geometry.l_iso_k: k={k} needs more than k points, but {where}"
@@ -170,7 +168,7 @@ def select_layers(layers: Sequence[str], which: str) -> list[str]:
 
 
 def readout_skip_note(
-    name: str, options: Mapping[str, Any], width: int, n_reference: int
+    name: str, readouts: ReadoutSettings, width: int, n_reference: int
 ) -> str | None:
     """Why readout ``name`` cannot apply to a layer of ``width`` dims (None when it can).
 
@@ -179,11 +177,11 @@ def readout_skip_note(
     """
     if name not in ("knn", "local_pca"):
         return None
-    k = options["k"]
+    k = getattr(readouts, name).k
     if k > n_reference:
         return f"{name} needs k={k} <= reference size {n_reference}; skipped for this layer"
     if name == "local_pca":
-        dim = options["dim"]
+        dim = readouts.local_pca.dim
         if dim > width:
             return f"local_pca needs dim={dim} <= embedding width {width}; skipped for this layer"
         if dim > k - 1:
@@ -192,15 +190,15 @@ def readout_skip_note(
 
 
 def layer_metrics(
-    features: np.ndarray, task: BindingTask, options: Mapping[str, Any], seed: int
+    features: np.ndarray, task: BindingTask, settings: MetricsSettings, seed: int
 ) -> dict[str, Any]:
     """Geometry, binding per readout and the Same/Different probe of one layer's (image, d) features."""
     reference = features[task.reference_rows]
     query, candidates = features[task.query_rows], features[task.candidate_rows]
     binding = {}
-    for name in options["readouts"]["names"]:
-        readout_options = options["readouts"].get(name, {})
-        note = readout_skip_note(name, readout_options, features.shape[1], reference.shape[0])
+    readouts = settings.readouts
+    for name in readouts.names:
+        note = readout_skip_note(name, readouts, features.shape[1], reference.shape[0])
         if note is not None:
             log.warning("readout %s: %s", name, note)
             binding[name] = {
@@ -212,14 +210,14 @@ def layer_metrics(
             }
             continue
         result = binding_accuracy(
-            query, candidates, task.correct_index, name, reference, **readout_options
+            query, candidates, task.correct_index, name, reference, **readouts.keywords(name)
         )
         binding[name] = {key: result[key] for key in BINDING_FIELDS} | {"skipped": False}
     same_different = same_different_probe(
-        features[task.pair_rows], task.pair_same, ProbeSettings.from_config(options["probe"]), seed
+        features[task.pair_rows], task.pair_same, settings.probe, seed
     )
     return {
-        "geometry": geometry_metrics(reference, options["geometry"]["l_iso_k"]),
+        "geometry": geometry_metrics(reference, settings.geometry.l_iso_k),
         "binding": binding,
         "same_different": {k: same_different[k] for k in PROBE_FIELDS},
     }
@@ -232,17 +230,16 @@ def compute_model_metrics(
     model: str,
     family: str | None = None,
     source: str | None = None,
-    options: Mapping[str, Any] | None = None,
+    settings: MetricsSettings,
     seed: int,
 ) -> dict[str, Any]:
     """Per-layer metrics of one model, as the JSON of ``results/metrics/<model>.json``.
 
-    ``options`` is the config's ``metrics`` section (defaults filled in for missing keys);
+    ``settings`` is the config's ``metrics`` section (``MetricsSettings.from_config``);
     ``seed`` fixes the reference subsample and the probe folds. Malformed, mismatched or
     non-finite stores raise :class:`StoreError` naming the store.
     """
     dataset_path, embeddings_path = Path(dataset_path), Path(embeddings_path)
-    options = merge_options(options)
     ds = open_store(dataset_path, required=[*DATASET_ARRAYS, "query", "pair"], contract=CONTRACT)
     emb = open_store(embeddings_path, required=["image", "image_set", "layer"])
     all_layers = [str(name) for name in np.asarray(emb["layer"].values)]
@@ -253,9 +250,9 @@ def compute_model_metrics(
         raise StoreError(f"embedding store {embeddings_path} lacks arrays {missing} of its layers")
     family = family if family is not None else emb.attrs.get("family")
     source = source if source is not None else emb.attrs.get("source")
-    task = binding_task(ds, dataset_path, emb, embeddings_path, options, seed)
-    _check_sizes(task, options, embeddings_path, dataset_path)
-    layers = select_layers(all_layers, options["layers"])
+    task = binding_task(ds, dataset_path, emb, embeddings_path, settings.reference, seed)
+    _check_sizes(task, settings, embeddings_path, dataset_path)
+    layers = select_layers(all_layers, settings.layers)
     progress = Progress(len(layers), f"metrics of {model}", logger=log)
     per_layer = {}
     for layer in layers:
@@ -264,7 +261,7 @@ def compute_model_metrics(
             raise StoreError(
                 f"embedding store {embeddings_path}: 'emb_{layer}' must be (image, dim)"
             )
-        per_layer[layer] = layer_metrics(features, task, options, seed)
+        per_layer[layer] = layer_metrics(features, task, settings, seed)
         log.info(
             "%s %s: %s",
             model,
@@ -277,7 +274,7 @@ def compute_model_metrics(
         "model": model,
         "family": family,
         "source": source,
-        "config": {"metrics": options, "seed": seed},
+        "config": {"metrics": settings.to_config(), "seed": seed},
         "inputs": {"dataset": str(dataset_path), "embeddings": str(embeddings_path)},
         "chance": 1.0 / n_c,
         "win_rate_chance": WIN_RATE_CHANCE,

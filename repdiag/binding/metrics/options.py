@@ -1,27 +1,93 @@
-"""Options of the metrics stage: defaults (from the schema) and the checks it cannot express.
+"""Settings of the metrics stage (``MetricsSettings``, one typed object for the ``metrics``
+section, every default from schemas/metrics.schema.yaml) and the checks the schema cannot express.
 
 Kept free of heavy imports: the Snakefile runs :func:`check_metrics_config` on every parse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from repdiag.core.config import schema_defaults
 from repdiag.core.errors import ConfigError
+from repdiag.core.settings import FromConfig
 
 
-def merge_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``options`` over the schema's defaults of ``metrics``, nested (for calls outside the workflow)."""
+@dataclass(frozen=True)
+class ReferenceSettings(FromConfig):
+    """``metrics.reference``: the image sets pooled into the reference set and its largest size."""
 
-    def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(base)
-        for key, value in over.items():
-            out[key] = merge(base[key], value) if isinstance(base.get(key), Mapping) else value
-        return out
+    SECTION: ClassVar[str] = "metrics.reference"
+    image_sets: Sequence[str]
+    max_size: int
 
-    return merge(schema_defaults("metrics"), options or {})
+
+@dataclass(frozen=True)
+class KnnSettings(FromConfig):
+    """``metrics.readouts.knn``: the keywords of ``readouts.knn_scores``."""
+
+    SECTION: ClassVar[str] = "metrics.readouts.knn"
+    k: int
+    weights: str
+
+
+@dataclass(frozen=True)
+class LocalPCASettings(FromConfig):
+    """``metrics.readouts.local_pca``: the keywords of ``readouts.local_pca_scores``."""
+
+    SECTION: ClassVar[str] = "metrics.readouts.local_pca"
+    k: int
+    dim: int
+
+
+@dataclass(frozen=True)
+class ReadoutSettings(FromConfig):
+    """``metrics.readouts``: which readouts to compute, and the settings of those that take any."""
+
+    SECTION: ClassVar[str] = "metrics.readouts"
+    names: Sequence[str]
+    knn: KnnSettings
+    local_pca: LocalPCASettings
+
+    def keywords(self, name: str) -> dict[str, Any]:
+        """The keywords readout ``name`` is called with: its subsection's fields (none for
+        cosine)."""
+        part = getattr(self, name, None)
+        return dataclasses.asdict(part) if isinstance(part, FromConfig) else {}
+
+
+@dataclass(frozen=True)
+class GeometrySettings(FromConfig):
+    """``metrics.geometry``: the neighbourhood sizes of the local isotropy L.Iso."""
+
+    SECTION: ClassVar[str] = "metrics.geometry"
+    l_iso_k: Sequence[int]
+
+
+@dataclass(frozen=True)
+class ProbeSettings(FromConfig):
+    """``metrics.probe``: outer and inner folds, the C grid and lbfgs's iteration cap."""
+
+    SECTION: ClassVar[str] = "metrics.probe"
+    folds: int
+    inner_folds: int
+    Cs: Sequence[float]
+    max_iter: int
+
+
+@dataclass(frozen=True)
+class MetricsSettings(FromConfig):
+    """The ``metrics`` section, typed: ``MetricsSettings.from_config(config["metrics"])`` fills
+    what a partial section leaves out, at every depth, from the schema."""
+
+    SECTION: ClassVar[str] = "metrics"
+    layers: str
+    reference: ReferenceSettings
+    readouts: ReadoutSettings
+    geometry: GeometrySettings
+    probe: ProbeSettings
 
 
 def _binding_sizes(config: Mapping[str, Any]) -> dict[str, int]:
@@ -38,16 +104,16 @@ def _binding_sizes(config: Mapping[str, Any]) -> dict[str, int]:
 
 
 def check_metrics_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``metrics`` (registered in ``repdiag.binding.CONFIG_CHECKS``).
+    """Semantic checks of ``metrics`` (registered in ``repdiag.binding.config_checks()``).
 
     Neighbourhood sizes must fit in the reference set, the local PCA dimension below its k, and
     the probe folds within each Same/Different class (``datasets.binding.n_pairs / 2``), and the
     inner folds of the C search within each class of an outer training fold.
     """
-    options = merge_options(config.get("metrics") or {})
-    max_size = options["reference"]["max_size"]
+    settings = MetricsSettings.from_config(config.get("metrics") or {})
+    max_size = settings.reference.max_size
     known = _binding_sizes(config)
-    sets = options["reference"]["image_sets"]
+    sets = settings.reference.image_sets
     folder = (config.get("embeddings") or {}).get("folder")
     if "folder" in sets and not folder:
         raise ConfigError(
@@ -57,28 +123,28 @@ def check_metrics_config(config: Mapping[str, Any]) -> None:
     if all(name in known for name in sets):
         max_size = min(max_size, sum(known[name] for name in sets))
     where = f"the reference set (at most {max_size} embeddings)"
-    for k in options["geometry"]["l_iso_k"]:
+    for k in settings.geometry.l_iso_k:
         if k >= max_size:
             raise ConfigError(
                 f"metrics.geometry.l_iso_k: k={k} needs more than k points in {where}"
             )
-    readouts = options["readouts"]
-    for name in ("knn", "local_pca"):
-        if name in readouts["names"] and readouts[name]["k"] > max_size:
-            raise ConfigError(f"metrics.readouts.{name}.k={readouts[name]['k']} exceeds {where}")
-    if readouts["local_pca"]["dim"] >= readouts["local_pca"]["k"]:
+    readouts = settings.readouts
+    for name, part in (("knn", readouts.knn), ("local_pca", readouts.local_pca)):
+        if name in readouts.names and part.k > max_size:
+            raise ConfigError(f"metrics.readouts.{name}.k={part.k} exceeds {where}")
+    if readouts.local_pca.dim >= readouts.local_pca.k:
         raise ConfigError(
-            f"metrics.readouts.local_pca.dim={readouts['local_pca']['dim']} must be below "
-            f"metrics.readouts.local_pca.k={readouts['local_pca']['k']}"
+            f"metrics.readouts.local_pca.dim={readouts.local_pca.dim} must be below "
+            f"metrics.readouts.local_pca.k={readouts.local_pca.k}"
         )
     n_pairs = config.get("datasets", {}).get("binding", {}).get("n_pairs")
-    folds = options["probe"]["folds"]
+    folds = settings.probe.folds
     if isinstance(n_pairs, int) and folds > n_pairs // 2:
         raise ConfigError(
             f"metrics.probe.folds={folds} exceeds the {n_pairs // 2} pairs of each "
             "Same/Different class (datasets.binding.n_pairs / 2)"
         )
-    inner = options["probe"]["inner_folds"]
+    inner = settings.probe.inner_folds
     if isinstance(n_pairs, int):
         per_class = n_pairs // 2
         training = per_class - -(-per_class // folds)  # fewest per class in an outer training fold

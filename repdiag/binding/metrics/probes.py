@@ -32,10 +32,9 @@ paper (several points lower accuracy on the same data) and is not the k-fold sea
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from scipy.stats import binomtest
@@ -45,8 +44,8 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
+from repdiag.binding.metrics.options import ProbeSettings
 from repdiag.common.intervals import wilson_interval
-from repdiag.core.settings import FromConfig
 
 TOL = 1e-5
 # The probe's entry in results/metrics/<model>.json (the C grid itself is in config.metrics).
@@ -137,18 +136,6 @@ def select_C(
     accuracy = hits / len(y)
     best = int(np.flatnonzero(accuracy == accuracy.max())[0])
     return grid[best], accuracy
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeSettings(FromConfig):
-    """The ``metrics.probe`` section: outer and inner folds, the C grid and lbfgs's iteration
-    cap (every default in schemas/metrics.schema.yaml)."""
-
-    SECTION: ClassVar[str] = "metrics.probe"
-    folds: int
-    inner_folds: int
-    Cs: Sequence[float]
-    max_iter: int
 
 
 def same_different_probe(

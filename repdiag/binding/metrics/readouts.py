@@ -199,7 +199,7 @@ def local_pca_scores(
 def readout_scores(
     query_features: np.ndarray,
     candidate_features: np.ndarray,
-    readout: str = "cosine",
+    readout: str,
     reference: np.ndarray | None = None,
     **options: Any,
 ) -> np.ndarray:
@@ -280,7 +280,7 @@ def binding_accuracy(
     query_features: np.ndarray,
     candidate_features: np.ndarray,
     correct_index: np.ndarray,
-    readout: str = "cosine",
+    readout: str,
     reference: np.ndarray | None = None,
     **options: Any,
 ) -> dict[str, Any]:

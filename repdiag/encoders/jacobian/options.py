@@ -72,7 +72,7 @@ class JacobianSettings(FromConfig):
 
 
 def check_jacobians_config(config: Mapping[str, Any]) -> None:
-    """Semantic checks of ``jacobians`` (registered in ``repdiag.encoders.CONFIG_CHECKS``).
+    """Semantic checks of ``jacobians`` (registered in ``repdiag.encoders.config_checks()``).
 
     At least one probe image; tap names of the form every encoder's taps take (which taps a
     model has is checked before a run, by building it on the meta device); no more binding

@@ -1,6 +1,6 @@
 """Pre-run checks of the zoo: every backbone a run trains is built once on the meta device.
 
-Registered in ``repdiag.encoders.BUILD_CHECKS`` and run by ``repdiag validate`` and a real run's
+Registered in ``repdiag.encoders.build_checks()`` and run by ``repdiag validate`` and a real run's
 ``onstart`` (``repdiag.core.checks.check_before_run``), not on every parse: building needs timm,
 whose import takes seconds. A backbone that built is remembered in ``cache_dir()`` per timm and
 torch version (as :func:`repdiag.encoders.entries.timm_architectures` remembers timm's names), so

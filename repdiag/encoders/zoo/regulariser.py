@@ -31,11 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from repdiag.core.settings import FromConfig
 from repdiag.encoders.jer_estimator import estimate_pr2
 
 TERMS = ("jer", "global_pr", "direction_sham")
@@ -44,26 +45,30 @@ DIRECTION_SEED_OFFSET = 104_729  # the sham's direction: a stream apart from pro
 
 
 @dataclass(frozen=True)
-class RegulariserSettings:
-    """One run's ``jer_regulariser`` (schema zoo.schema.yaml, defaults filled there)."""
+class RegulariserSettings(FromConfig):
+    """One run's ``jer_regulariser`` (schema zoo.schema.yaml): ``weight``, ``images`` and
+    ``probes`` from the run's section or the schema's defaults. ``term`` and ``start_fraction``
+    have no schema default on purpose (a plain run's resolved spec, its jobs' params, stays as it
+    was before they existed), so their defaults, jer and 0, are written here, once."""
 
-    weight: float = 0.0
+    SECTION: ClassVar[str] = "zoo.objectives.*.jer_regulariser"
+    weight: float
+    images: int
+    probes: int
     term: str = "jer"
-    images: int = 4
-    probes: int = 2
     start_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.term not in TERMS:
+            raise ValueError(f"jer_regulariser.term {self.term!r} is not one of {', '.join(TERMS)}")
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> RegulariserSettings:
         """The settings of run ``spec`` (an empty or missing section: off)."""
-        section = dict(spec.get("jer_regulariser") or {})
-        if section.get("term", "jer") not in TERMS:
-            raise ValueError(
-                f"zoo run {spec.get('run')!r}: jer_regulariser.term {section['term']!r} is not "
-                f"one of {', '.join(TERMS)}"
-            )
-        known = {key: section[key] for key in cls.__dataclass_fields__ if key in section}
-        return cls(**known)
+        try:
+            return cls.from_config(spec.get("jer_regulariser") or {})
+        except ValueError as err:
+            raise ValueError(f"zoo run {spec.get('run')!r}: {err}") from None
 
     def acts(self, step: int, steps: int) -> bool:
         """Whether the term acts at ``step`` of a ``steps``-step schedule."""

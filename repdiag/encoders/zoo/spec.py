@@ -269,7 +269,7 @@ def _check_scenes(scenes: Mapping[str, Any]) -> None:
 
 
 def check_zoo_config(config: Mapping[str, Any]) -> None:
-    """Cross-key checks of the zoo (registered in ``repdiag.encoders.CONFIG_CHECKS``).
+    """Cross-key checks of the zoo (registered in ``repdiag.encoders.config_checks()``).
 
     Every model with ``source: zoo`` names a run of ``zoo.objectives`` whose objective's family is
     the model's ``family``; every run names a known backbone (a ViT for mae) and valid overrides.

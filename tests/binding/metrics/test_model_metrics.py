@@ -14,7 +14,8 @@ import zarr
 from repdiag.binding.analysis.aggregate import metrics_row
 from repdiag.binding.metrics.geometry import geometry_metrics
 from repdiag.binding.metrics.model_metrics import compute_model_metrics, select_layers
-from repdiag.binding.metrics.probes import PROBE_FIELDS, ProbeSettings, same_different_probe
+from repdiag.binding.metrics.options import MetricsSettings, ProbeSettings
+from repdiag.binding.metrics.probes import PROBE_FIELDS, same_different_probe
 from repdiag.binding.metrics.readouts import binding_accuracy
 from repdiag.core.errors import ConfigError, StoreError
 from repdiag.core.store import write_json, write_store
@@ -28,6 +29,7 @@ OPTIONS = {
     "geometry": {"l_iso_k": [3, 5]},
     "probe": {"folds": 2, "inner_folds": 2},
 }
+SETTINGS = MetricsSettings.from_config(OPTIONS)
 
 
 def _labels(values) -> np.ndarray:
@@ -102,7 +104,7 @@ def _compute(stores: dict, embeddings: Path | None = None, **options) -> dict:
         model="toy",
         family="other",
         source="python",
-        options={**OPTIONS, **options},
+        settings=MetricsSettings.from_config({**OPTIONS, **options}),
         seed=3,
     )
 
@@ -198,7 +200,7 @@ def test_mismatched_stores_are_rejected(stores: dict) -> None:
 def test_bad_labels_are_rejected_naming_the_dataset(stores: dict) -> None:
     bad = _dataset(stores["tmp"] / "bad.zarr", np.full(N_Q, N_C), stores["same"])
     with pytest.raises(StoreError, match=r"bad\.zarr.*correct_index"):
-        compute_model_metrics(bad, stores["embeddings"], model="toy", options=OPTIONS, seed=0)
+        compute_model_metrics(bad, stores["embeddings"], model="toy", settings=SETTINGS, seed=0)
 
 
 def test_missing_reference_set_and_too_small_reference(stores: dict) -> None:
@@ -270,7 +272,7 @@ def test_binding_hits_carry_tie_credit(stores: dict) -> None:
 
 def test_family_and_source_default_to_the_store_attrs(stores: dict) -> None:
     result = compute_model_metrics(
-        stores["dataset"], stores["embeddings"], model="toy", options=OPTIONS, seed=0
+        stores["dataset"], stores["embeddings"], model="toy", settings=SETTINGS, seed=0
     )
     assert (result["family"], result["source"]) == ("other", "python")
 

@@ -1,10 +1,10 @@
-"""Metric options: schema defaults, nested merges and cross-key checks (repdiag.binding.metrics.options)."""
+"""Metric settings: schema defaults at every depth and cross-key checks (repdiag.binding.metrics.options)."""
 
 from __future__ import annotations
 
 import pytest
 
-from repdiag.binding.metrics.options import check_metrics_config
+from repdiag.binding.metrics.options import KnnSettings, MetricsSettings, check_metrics_config
 from repdiag.core.errors import ConfigError
 
 
@@ -30,11 +30,20 @@ def test_semantic_checks_name_the_key(metrics: dict, n_pairs: int, message: str)
     check_metrics_config({"metrics": {}, "datasets": {"binding": {"n_pairs": 256}}})
 
 
-def test_metric_options_default_to_the_schema_and_merge_nested():
-    from repdiag.binding.metrics.options import merge_options
+def test_metric_settings_take_the_schema_defaults_at_every_depth_and_record_as_given():
     from repdiag.core.config import schema_defaults
 
-    assert merge_options(None) == schema_defaults("metrics")
-    merged = merge_options({"readouts": {"knn": {"k": 3}}})
-    assert merged["readouts"]["knn"] == {"k": 3, "weights": "similarity"}
-    assert merged["probe"] == schema_defaults("metrics")["probe"]
+    assert MetricsSettings.from_config({}).to_config() == schema_defaults("metrics")
+    settings = MetricsSettings.from_config({"readouts": {"knn": {"k": 3}}})
+    assert settings.readouts.knn == KnnSettings(k=3, weights="similarity")
+    assert settings.readouts.keywords("knn") == {"k": 3, "weights": "similarity"}
+    assert settings.readouts.keywords("cosine") == {}
+    assert settings.probe == MetricsSettings.from_config({}).probe
+    recorded = settings.to_config()
+    assert recorded["readouts"]["knn"] == {"k": 3, "weights": "similarity"}
+    assert list(recorded) == list(schema_defaults("metrics"))  # the schema's order, as before
+
+
+def test_a_stray_key_at_any_depth_is_refused_by_its_full_name():
+    with pytest.raises(ConfigError, match=r"unknown key metrics\.readouts\.knn\.kk"):
+        MetricsSettings.from_config({"readouts": {"knn": {"kk": 3}}})

@@ -122,7 +122,7 @@ def test_knn_scores_are_scale_free_cosines(task) -> None:
 def test_knn_keeps_up_with_cosine_on_a_binding_encoder(seed: int, noise: float) -> None:
     """Latent-class embeddings bind under cosine; kNN must not lose more than 0.05 of it."""
     query, candidates, reference, correct = _latent_classes(seed, noise)
-    cosine = ro.binding_accuracy(query, candidates, correct)
+    cosine = ro.binding_accuracy(query, candidates, correct, "cosine")
     knn = ro.binding_accuracy(query, candidates, correct, "knn", reference, **KNN10)
     assert cosine["ci_low"] > 2 * cosine["chance"]  # clearly above chance
     assert knn["accuracy"] >= cosine["accuracy"] - 0.05
@@ -170,7 +170,7 @@ def test_local_pca_discounts_the_directions_in_which_the_neighbourhood_varies() 
     correct = base + 0.3 * np.eye(d)[1]  # far, but along the local variation
     distractor = base + 0.1 * np.eye(d)[5]  # near, but across it
     candidates = np.stack([distractor, correct])[None]
-    cos = ro.binding_accuracy(query[None], candidates, np.array([1]))
+    cos = ro.binding_accuracy(query[None], candidates, np.array([1]), "cosine")
     pca = ro.binding_accuracy(
         query[None], candidates, np.array([1]), "local_pca", reference, k=10, dim=2
     )
@@ -220,7 +220,7 @@ def test_hand_made_three_way_tie_scores_one_third() -> None:
     query = np.array([[1.0, 0.0, 0.0]])
     # Three candidates at the same angle to the query, one far away; the correct one is tied.
     candidates = np.array([[[1.0, 1.0, 0.0], [1.0, 0.0, 1.0], [1.0, -1.0, 0.0], [-1.0, 0, 0]]])
-    result = ro.binding_accuracy(query, candidates, np.array([1]))
+    result = ro.binding_accuracy(query, candidates, np.array([1]), "cosine")
     assert result["accuracy"] == pytest.approx(1 / 3) and result["hits"] == pytest.approx(1 / 3)
     low, high = wilson_interval(1 / 3, 1)
     assert (result["ci_low"], result["ci_high"]) == (low, high)
@@ -251,8 +251,8 @@ def test_result_fields_and_interval_match_scipy() -> None:
     candidates = rng.normal(size=(40, 5, 3))
     correct = rng.integers(0, 5, size=40)
     candidates[np.arange(25), correct[:25]] = query[:25]  # 25 sure hits, the rest random
-    result = ro.binding_accuracy(query, candidates, correct)
-    hits = float(ro.hit_credit(ro.readout_scores(query, candidates), correct).sum())
+    result = ro.binding_accuracy(query, candidates, correct, "cosine")
+    hits = float(ro.hit_credit(ro.readout_scores(query, candidates, "cosine"), correct).sum())
     assert hits == int(hits)  # continuous random scores: no ties, whole hits
     hits = int(hits)
     assert result["hits"] == hits >= 25
@@ -303,6 +303,7 @@ def test_bad_input_is_rejected(kwargs, message: str) -> None:
         "query_features": np.ones((3, 5)),
         "candidate_features": np.arange(30.0).reshape(3, 2, 5),
         "correct_index": np.array([0, 1, 0]),
+        "readout": "cosine",
         **kwargs,
     }
     with pytest.raises(ValueError, match=message):

@@ -52,9 +52,17 @@ def test_settings_default_to_jer_and_refuse_an_unknown_term():
 
 
 def test_start_fraction_sets_the_first_step_the_term_acts():
-    settings = RegulariserSettings(weight=0.5, start_fraction=0.5)
+    settings = RegulariserSettings.from_config({"weight": 0.5, "start_fraction": 0.5})
     assert [settings.acts(step, 4) for step in range(4)] == [False, False, True, True]
-    assert not RegulariserSettings(weight=0.0).acts(3, 4)
+    assert not RegulariserSettings.from_config({}).acts(3, 4)  # the schema's weight: 0, off
+
+
+def test_a_runs_regulariser_takes_the_schema_defaults_and_names_the_run_on_a_stray_key():
+    assert RegulariserSettings.of({"run": "r"}) == RegulariserSettings(
+        weight=0.0, images=4, probes=2, term="jer", start_fraction=0.0
+    )
+    with pytest.raises(ValueError, match=r"zoo run 'r': unknown key zoo\.objectives\.\*\."):
+        RegulariserSettings.of({"run": "r", "jer_regulariser": {"wieght": 1.0}})
 
 
 @pytest.mark.parametrize("term", ["jer", "global_pr", "direction_sham"])
