@@ -31,7 +31,7 @@ def zoo_model(run: Path | None) -> tuple[torch.nn.Module, str]:
         from repdiag.encoders.heads import WithHead
         from repdiag.encoders.zoo.checkpoint import load_zoo_model
 
-        loaded = load_zoo_model(run)
+        loaded = load_zoo_model(run, "cpu")
         return WithHead(loaded.backbone, loaded.head).eval(), f"trained zoo run {run}"
     from jacobian_cnn import zoo_resnet  # benchmarks/jacobian_cnn.py
 

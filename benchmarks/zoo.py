@@ -97,13 +97,13 @@ class NewStep:
 
     def __init__(self, spec: dict) -> None:
         self.spec, self.step = spec, 0
-        self.objective, _ = build_objective(spec)
+        self.objective, _ = build_objective(spec, "cpu")
         self.objective.train()
         self.optimizer = make_optimizer(self.objective, spec)
         self.gen = torch.Generator().manual_seed(spec["seed"])
         self.record = LossLog(spec)
         self.stream = Prefetcher(
-            self.objective.scenes, spec["scenes"]["seed"], spec["batch_size"], spec["steps"]
+            self.objective.scenes, spec["scenes"]["seed"], spec["batch_size"], spec["steps"], "cpu"
         )
 
     def __call__(self) -> None:
@@ -154,7 +154,7 @@ def side_by_side(spec: dict, steps: int, rounds: int, warmup: int) -> dict[str, 
 
 def step_flops(spec: dict) -> int:
     """FLOPs of one current training step (convolutions and matmuls, forward and backward)."""
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(spec["seed"])
@@ -167,7 +167,7 @@ def step_flops(spec: dict) -> int:
 def bare_pass(spec: dict, layout: torch.memory_format, repeats: int) -> tuple[float, int]:
     """(best main-thread CPU seconds, FLOPs) of the bare backbone's forward + backward on one
     batch of 64 px scenes in ``layout``."""
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.use_memory_format(layout)
     objective.train()
     batch = to_batch(scene_batch(objective.scenes, 1, 0, spec["batch_size"]), "cpu")
@@ -193,7 +193,7 @@ def allocator_effect(spec: dict, repeats: int) -> None:
     train() sets for its process and this benchmark then keeps for everything after): best
     main-thread CPU time and minor page faults per pass, one after the other (mallopt cannot
     be undone)."""
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.train()
     scenes = scene_batch(objective.scenes, 1, 0, 2 * spec["batch_size"])
     x = objective.normalize(to_batch(scenes, "cpu").images)
@@ -281,7 +281,9 @@ def print_steps(rows: dict, specs: dict, rates: dict, matmul: float) -> None:
 def render_seconds(spec: dict, batches: int) -> float:
     """Main-thread CPU seconds to render one of ``spec``'s training batches (its scenes, image
     size and batch size), the best of ``batches`` consecutive batches of its stream."""
-    scenes = SceneConfig.from_config(spec["scenes"], spec["image_size"])
+    scenes = SceneConfig.from_config(
+        spec["scenes"], spec["image_size"], arrangement_groups=spec["arrangement_groups"]
+    )
     times = []
     for step in range(batches):
         start = time.thread_time()

@@ -217,7 +217,7 @@ def old_dino_after_step(self, step: int, total_steps: int) -> None:
 
 def baseline(spec: dict) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The run's objective and optimiser as the old step had them (module docstring)."""
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.use_memory_format(torch.contiguous_format)
     for name in VIEW_ATTRIBUTES:
         if hasattr(objective, name):

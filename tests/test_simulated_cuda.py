@@ -50,7 +50,9 @@ def _scenes(n: int = 4, size: int = SCENE_SIZE) -> torch.Tensor:
     """Rendered benchmark-like scenes in [0, 1] (N, 3, size, size): shapes on a 2x2 grid."""
     from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
 
-    stream = SceneConfig.from_config({"grid": [2, 2], "min_objects": 1, "max_objects": 4}, size)
+    stream = SceneConfig.from_config(
+        {"grid": [2, 2], "min_objects": 1, "max_objects": 4}, size, arrangement_groups=1
+    )
     images = scene_batch(stream, 0, 0, n).images
     return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
 
@@ -418,7 +420,7 @@ def test_the_supervised_zoo_run_on_cuda_trains_as_on_the_cpu():
 
     spec = {**run_spec(tiny_config(), "supervised"), "steps": 2, "batch_size": 4}
     spec["jer_regulariser"] = {"weight": 0.1, "images": 2, "probes": 2}
-    cpu = train(spec)
+    cpu = train(spec, "cpu")
     with simulated_cuda() as cuda:
         got = train(spec, cuda)
     assert got.losses == pytest.approx(cpu.losses, rel=1e-4)
@@ -450,7 +452,7 @@ def test_the_identifiability_loop_on_cuda_matches_the_cpu():
     from repdiag.identifiability.encoders import build_latent_encoder
     from repdiag.identifiability.sphere import build_generator
     from repdiag.identifiability.train import encode_latents, train_contrastive
-    from tests.identifiability.conftest import contrastive
+    from tests.identifiability.conftest import contrastive, latent_encoder
 
     settings = contrastive(steps=4, batch_size=16, n_negatives=16, log_every=2)
     z = np.random.default_rng(1).normal(size=(8, 3))
@@ -458,7 +460,7 @@ def test_the_identifiability_loop_on_cuda_matches_the_cpu():
 
     def run(device: Any) -> tuple[list, np.ndarray]:
         g = build_generator("identity", 3, 0)
-        f = build_latent_encoder("mlp", g, seed=0, hidden=(16,))
+        f = build_latent_encoder(latent_encoder(hidden=(16,)), g, seed=0)
         curve = train_contrastive(f, g, settings, seed=0, device=device).curve
         return curve, encode_latents(f, g, z, device)
 

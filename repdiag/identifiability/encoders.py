@@ -15,9 +15,12 @@ those of one view.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -325,40 +328,61 @@ class InvertibleMLPInverse(InverseEncoder):
         return _project(h, self.normalize)
 
 
-def build_latent_encoder(
-    kind: str,
-    generator: Generator,
-    *,
-    seed: int,
-    normalize: bool = True,
-    hidden: Sequence[int] | None = None,
-    variant: str = "paper",
-    patches_sharpness: float = 100.0,
-    patches_sharpness_start: float = 2.0,
-) -> nn.Module:
-    """``kind`` = "mlp" (the MLP ``variant`` of :data:`MLP_VARIANTS`) or "inverse" (the
-    registered inverse model of ``generator``). ``hidden`` defaults to the variant's widths.
+@dataclass(frozen=True)
+class LatentEncoderSpec:
+    """A cell's encoder: what :func:`build_latent_encoder` builds (from ``cell_params(...)
+    ["encoder"]``, whose values come from ``identifiability.encoders``, every default in the
+    schema). ``kind`` "mlp" reads ``variant`` and ``hidden`` (None: the variant's widths), the
+    inverse of the patches generator the two sharpnesses; a setting no kind here reads is None."""
+
+    kind: str
+    normalize: bool
+    variant: str | None = None
+    hidden: tuple[int, ...] | None = None
+    patches_sharpness: float | None = None
+    patches_sharpness_start: float | None = None
+
+    @classmethod
+    def of(cls, encoder: Mapping[str, Any]) -> LatentEncoderSpec:
+        """The spec of a cell's ``encoder`` params (the training keys, lr and lr_schedule, are
+        the training's)."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in encoder.items() if key in names}
+        if values.get("hidden") is not None:
+            values["hidden"] = tuple(values["hidden"])
+        return cls(**values)
+
+
+def build_latent_encoder(spec: LatentEncoderSpec, generator: Generator, *, seed: int) -> nn.Module:
+    """``spec.kind`` = "mlp" (the MLP ``variant`` of :data:`MLP_VARIANTS`) or "inverse" (the
+    registered inverse model of ``generator``).
 
     Initial weights come from ``torch.manual_seed(seed)`` so a cell is reproducible.
     """
     from repdiag.core.errors import ConfigError
 
     torch.manual_seed(seed)
-    if kind == "mlp":
-        if variant not in MLP_VARIANTS:
+    if spec.kind == "mlp":
+        if spec.variant not in MLP_VARIANTS:
             raise ConfigError(
                 f"identifiability.encoders.mlp.variant must be one of {sorted(MLP_VARIANTS)}, "
-                f"got {variant!r}"
+                f"got {spec.variant!r}"
             )
+        hidden = spec.hidden
         if hidden is None:
-            hidden = PAPER_HIDDEN if variant == "paper" else (128, 128, 128)
-        return MLP_VARIANTS[variant](generator.out_dim, generator.latent_dim, hidden, normalize)
-    if kind == "inverse":
-        cls = INVERSE_ENCODERS.get(generator.name)
-        options = (
-            {"sharpness": patches_sharpness, "sharpness_start": patches_sharpness_start}
-            if cls is PatchesInverse
-            else {}
-        )
-        return cls.random(generator, normalize=normalize, **options)
-    raise ConfigError(f"identifiability encoder kind must be 'mlp' or 'inverse', got {kind!r}")
+            hidden = PAPER_HIDDEN if spec.variant == "paper" else (128, 128, 128)
+        cls = MLP_VARIANTS[spec.variant]
+        return cls(generator.out_dim, generator.latent_dim, hidden, spec.normalize)
+    if spec.kind == "inverse":
+        inverse = INVERSE_ENCODERS.get(generator.name)
+        options = {}
+        if inverse is PatchesInverse:
+            sharpness = (spec.patches_sharpness, spec.patches_sharpness_start)
+            if None in sharpness:
+                raise ConfigError(
+                    "the patches inverse needs identifiability.encoders.inverse.patches_sharpness "
+                    f"and patches_sharpness_start, got {sharpness}"
+                )
+            options = {"sharpness": sharpness[0], "sharpness_start": sharpness[1]}
+        return inverse.random(generator, normalize=spec.normalize, **options)
+    raise ConfigError(f"identifiability encoder kind must be 'mlp' or 'inverse', got {spec.kind!r}")

@@ -201,23 +201,15 @@ def train_settings(params: Mapping[str, Any]) -> Any:
 
 def build_cell(params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """(settings, frozen generator, freshly initialised encoder) of cell ``params``, all from its seed."""
-    from repdiag.identifiability.encoders import build_latent_encoder
+    from repdiag.identifiability.encoders import LatentEncoderSpec, build_latent_encoder
     from repdiag.identifiability.sphere import build_generator
 
     seed = params["seed"]
     generator = build_generator(
         params["generator"]["name"], params["latent_dim"], seed, **params["generator"]["params"]
     )
-    enc = params["encoder"]
-    options = {k: enc[k] for k in ("patches_sharpness", "patches_sharpness_start") if k in enc}
-    if "hidden" in enc:
-        options["hidden"] = tuple(enc["hidden"])
-    if "variant" in enc:
-        options["variant"] = enc["variant"]
-    encoder = build_latent_encoder(
-        enc["kind"], generator, seed=seed, normalize=enc["normalize"], **options
-    )
-    return train_settings(params), generator, encoder
+    spec = LatentEncoderSpec.of(params["encoder"])
+    return train_settings(params), generator, build_latent_encoder(spec, generator, seed=seed)
 
 
 def run_cell(

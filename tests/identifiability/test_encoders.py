@@ -19,6 +19,7 @@ from repdiag.identifiability.encoders import (
 )
 from repdiag.identifiability.sphere import build_generator, sample_uniform
 from repdiag.identifiability.train import encode_views
+from tests.identifiability.conftest import latent_encoder
 
 NAMES = ["identity", "linear", "spiral", "patches", "invertible_mlp"]
 PARAMS = {"linear": {"out_dim": 8}, "invertible_mlp": {"n_cond_samples": 2000}}
@@ -46,19 +47,24 @@ def test_inverse_encoder_with_true_parameters_inverts_the_generator(name: str) -
 def test_random_inverse_encoders_are_not_the_inverse(name: str) -> None:
     g = generator(name)
     z = latents(200)
-    f = build_latent_encoder("inverse", g, seed=0)
+    f = build_latent_encoder(latent_encoder("inverse"), g, seed=0)
     assert (f(g(z)) - z).abs().max() > 0.1
     assert sum(p.numel() for p in f.parameters() if p.requires_grad) > 0
 
 
 def test_inverse_encoders_have_the_inverse_shape() -> None:
     assert isinstance(
-        build_latent_encoder("inverse", generator("linear"), seed=0).weight, nn.Parameter
+        build_latent_encoder(latent_encoder("inverse"), generator("linear"), seed=0).weight,
+        nn.Parameter,
     )
-    assert build_latent_encoder("inverse", generator("linear"), seed=0).weight.shape == (3, 8)
-    mlp_inverse = build_latent_encoder("inverse", generator("invertible_mlp"), seed=0)
+    assert build_latent_encoder(
+        latent_encoder("inverse"), generator("linear"), seed=0
+    ).weight.shape == (3, 8)
+    mlp_inverse = build_latent_encoder(
+        latent_encoder("inverse"), generator("invertible_mlp"), seed=0
+    )
     assert mlp_inverse.weights.shape == (3, 3, 3) and mlp_inverse.slope == 0.2
-    spiral_inverse = build_latent_encoder("inverse", generator("spiral"), seed=0)
+    spiral_inverse = build_latent_encoder(latent_encoder("inverse"), generator("spiral"), seed=0)
     assert (
         spiral_inverse.angle_scale.shape == () and abs(spiral_inverse.angle_scale.item()) <= math.pi
     )
@@ -85,11 +91,9 @@ def test_soft_patches_inverse_approaches_the_hard_one() -> None:
 
 def test_patches_sharpness_anneals_geometrically() -> None:
     f = build_latent_encoder(
-        "inverse",
+        latent_encoder("inverse", patches_sharpness=100.0, patches_sharpness_start=1.0),
         generator("patches"),
         seed=0,
-        patches_sharpness=100.0,
-        patches_sharpness_start=1.0,
     )
     assert f.sharpness == pytest.approx(1.0)
     f.set_progress(0.5)
@@ -103,8 +107,8 @@ def test_patches_sharpness_anneals_geometrically() -> None:
 
 def test_mlp_encoder_outputs_unit_vectors_and_is_seeded() -> None:
     g = generator("linear")
-    f1 = build_latent_encoder("mlp", g, seed=4, hidden=(16, 16), variant="small")
-    f2 = build_latent_encoder("mlp", g, seed=4, hidden=(16, 16), variant="small")
+    f1 = build_latent_encoder(latent_encoder(hidden=(16, 16), variant="small"), g, seed=4)
+    f2 = build_latent_encoder(latent_encoder(hidden=(16, 16), variant="small"), g, seed=4)
     assert isinstance(f1, MLPEncoder) and not f1.separate_views
     x = g(latents(64))
     h = f1(x)
@@ -117,13 +121,13 @@ def test_mlp_encoder_outputs_unit_vectors_and_is_seeded() -> None:
 
 def test_unknown_encoder_kind_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"mlp.*inverse"):
-        build_latent_encoder("transformer", generator("identity"), seed=0)
+        build_latent_encoder(latent_encoder(kind="transformer"), generator("identity"), seed=0)
 
 
-def test_paper_mlp_is_the_default_with_its_widths_and_parameter_count() -> None:
+def test_the_schemas_mlp_is_the_papers_with_its_widths_and_parameter_count() -> None:
     """Hidden 128-256-256-256-128, Linear -> ReLU -> BatchNorm1d(affine), Linear -> 3:
     sum (w_in + 1) w_out over the Linears + 2 w per BN = 200451 for in_dim 3 (201347 for 10)."""
-    f = build_latent_encoder("mlp", generator("identity"), seed=0)
+    f = build_latent_encoder(latent_encoder(), generator("identity"), seed=0)
     assert isinstance(f, PaperMLPEncoder) and f.separate_views
     linears = [m for m in f.net if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [
@@ -138,7 +142,7 @@ def test_paper_mlp_is_the_default_with_its_widths_and_parameter_count() -> None:
     by_hand += 2 * (128 + 256 + 256 + 256 + 128)
     assert by_hand == 200451
     assert sum(p.numel() for p in f.parameters()) == by_hand
-    linear = build_latent_encoder("mlp", generator("linear"), seed=0)  # x in R^8 here
+    linear = build_latent_encoder(latent_encoder(), generator("linear"), seed=0)  # x in R^8 here
     assert sum(p.numel() for p in linear.parameters()) == by_hand + 5 * 128
     x = generator("identity")(latents(64))
     h = f(x)
@@ -150,7 +154,7 @@ def test_paper_mlp_batch_norm_statistics_are_per_view() -> None:
     """encode_views passes each view alone: outputs equal f(view) in training mode, differ from
     a joint pass, and the first BN's running mean is the momentum average of the view means."""
     g = generator("identity")
-    f = build_latent_encoder("mlp", g, seed=1, hidden=(16, 8))
+    f = build_latent_encoder(latent_encoder(hidden=(16, 8)), g, seed=1)
     f.train()
     a = g(latents(32, seed=1))
     b = g(latents(48, seed=2)) * 0.5 + 0.3  # a view with other statistics
@@ -170,4 +174,14 @@ def test_paper_mlp_batch_norm_statistics_are_per_view() -> None:
 
 def test_unknown_mlp_variant_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="variant"):
-        build_latent_encoder("mlp", generator("identity"), seed=0, variant="huge")
+        build_latent_encoder(latent_encoder(variant="huge"), generator("identity"), seed=0)
+
+
+def test_the_patches_inverse_takes_the_schemas_sharpness_and_refuses_none() -> None:
+    f = build_latent_encoder(latent_encoder("inverse"), generator("patches"), seed=0)
+    assert f.sharpness == pytest.approx(2.0)  # patches_sharpness_start
+    f.set_progress(1.0)
+    assert f.sharpness == pytest.approx(300.0)  # patches_sharpness
+    unset = latent_encoder("inverse", patches_sharpness=None)
+    with pytest.raises(ConfigError, match=r"inverse\.patches_sharpness"):
+        build_latent_encoder(unset, generator("patches"), seed=0)

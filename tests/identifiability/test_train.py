@@ -16,7 +16,7 @@ from repdiag.identifiability.train import (
     encode_latents,
     train_contrastive,
 )
-from tests.identifiability.conftest import contrastive
+from tests.identifiability.conftest import contrastive, latent_encoder
 
 torch.set_num_threads(1)
 
@@ -25,7 +25,7 @@ def short_run(sampling: str, seed: int = 0, steps: int = 150) -> dict[str, float
     """The paper's encoder (default widths, per-view BatchNorm), tau 0.3, kappa 1/tau, constant
     Adam lr; a short schedule at batch 128 and lr 1e-3 (10x the paper's) to fit a unit test."""
     g = build_generator("identity", 3, seed)
-    f = build_latent_encoder("mlp", g, seed=seed)
+    f = build_latent_encoder(latent_encoder(), g, seed=seed)
     assert f.separate_views
     settings = contrastive(
         steps=steps,
@@ -57,7 +57,7 @@ def test_paper_mlp_recovers_with_diversity_and_keeps_only_the_fixed_coordinate_w
 
 def test_small_mlp_variant_still_trains() -> None:
     g = build_generator("identity", 3, 0)
-    f = build_latent_encoder("mlp", g, seed=0, hidden=(64, 64), variant="small")
+    f = build_latent_encoder(latent_encoder(hidden=(64, 64), variant="small"), g, seed=0)
     settings = contrastive(steps=200, batch_size=128, n_negatives=128, lr=3e-3)
     train_contrastive(f, g, settings, seed=0)
     z = sample_uniform(2000, 3, np.random.default_rng(99))
@@ -67,7 +67,7 @@ def test_small_mlp_variant_still_trains() -> None:
 def learning_rates(schedule: str, monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The learning rate of every Adam step of a 4-step run."""
     g = build_generator("identity", 3, 0)
-    f = build_latent_encoder("mlp", g, seed=0, hidden=(8,))
+    f = build_latent_encoder(latent_encoder(hidden=(8,)), g, seed=0)
     settings = contrastive(steps=4, batch_size=8, n_negatives=8, lr=1e-2, lr_schedule=schedule)
     seen: list[float] = []
     original = torch.optim.Adam.step
@@ -91,7 +91,7 @@ def test_constant_and_cosine_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_training_is_seeded() -> None:
     def curve(seed: int) -> list[tuple[int, float]]:
         g = build_generator("linear", 3, seed, out_dim=5)
-        f = build_latent_encoder("mlp", g, seed=seed, hidden=(8,))
+        f = build_latent_encoder(latent_encoder(hidden=(8,)), g, seed=seed)
         settings = contrastive(steps=6, batch_size=16, n_negatives=8, log_every=2)
         return train_contrastive(f, g, settings, seed=seed).curve
 
@@ -116,7 +116,7 @@ def test_support_corrected_groups_share_their_fixed_coordinates() -> None:
 
 def test_support_corrected_loss_is_finite_and_differentiable() -> None:
     g = build_generator("spiral", 3, 0)
-    f = build_latent_encoder("mlp", g, seed=0, hidden=(8,))
+    f = build_latent_encoder(latent_encoder(hidden=(8,)), g, seed=0)
     for ratio in (0.0, 0.5, 1.0):
         settings = contrastive(
             loss="support_corrected",

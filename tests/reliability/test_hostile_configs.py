@@ -366,7 +366,7 @@ def _refused_load(run: Path) -> tuple[str, int]:
 
     def load() -> None:
         with pytest.raises(EncoderError) as err:
-            load_zoo_model(run)
+            load_zoo_model(run, "cpu")
         errors.append(str(err.value))
 
     growth = _peak_rss_growth(load)
@@ -377,8 +377,8 @@ def test_a_zoo_meta_json_goes_through_the_config_caps(tmp_path: Path) -> None:
     from repdiag.core.errors import EncoderError
     from repdiag.encoders.zoo.checkpoint import load_zoo_model
 
-    assert load_zoo_model(_zoo_run(tmp_path / "ok")).meta["timm_model"]  # the control loads
-    load_zoo_model(_zoo_run(tmp_path / "ok2"))  # and, loaded twice, sets this process's peak
+    assert load_zoo_model(_zoo_run(tmp_path / "ok"), "cpu").meta["timm_model"]  # the control loads
+    load_zoo_model(_zoo_run(tmp_path / "ok2"), "cpu")  # and, loaded twice, sets this process's peak
 
     def huge(meta: dict) -> None:
         meta["timm_kwargs"].update({"img_size": 4096, "patch_size": 1})
@@ -392,13 +392,13 @@ def test_a_zoo_meta_json_goes_through_the_config_caps(tmp_path: Path) -> None:
         meta["preprocess"]["input_size"] = 10**6
 
     with pytest.raises(EncoderError, match=r"preprocess\.input_size: 1000000 is above the cap"):
-        load_zoo_model(_zoo_run(tmp_path / "cap", meta_edit=over_cap))
+        load_zoo_model(_zoo_run(tmp_path / "cap", meta_edit=over_cap), "cpu")
 
     def loads_weights(meta: dict) -> None:
         meta["timm_kwargs"]["pretrained_cfg_overlay"] = {"file": "/etc/passwd"}
 
     with pytest.raises(EncoderError, match=r"timm_kwargs\.pretrained_cfg_overlay"):
-        load_zoo_model(_zoo_run(tmp_path / "kw", meta_edit=loads_weights))
+        load_zoo_model(_zoo_run(tmp_path / "kw", meta_edit=loads_weights), "cpu")
 
 
 def test_a_zoo_head_wider_than_its_weights_is_refused_before_it_is_built(tmp_path: Path) -> None:
@@ -407,7 +407,7 @@ def test_a_zoo_head_wider_than_its_weights_is_refused_before_it_is_built(tmp_pat
     device first."""
     from repdiag.encoders.zoo.checkpoint import load_zoo_model
 
-    load_zoo_model(_zoo_run(tmp_path / "ok"))  # sets this process's peak for the control
+    load_zoo_model(_zoo_run(tmp_path / "ok"), "cpu")  # sets this process's peak for the control
 
     def wide_head(meta: dict) -> None:
         meta["head"] = {"type": "mlp", "dims": [32, 25000, 25000, 32]}
@@ -430,7 +430,7 @@ def test_zoo_weights_go_through_check_weights(tmp_path: Path, dtype: str) -> Non
         tensors["cls_token"] = tensors["cls_token"].to(getattr(torch, dtype))
 
     with pytest.raises(EncoderError, match=rf"tensor 'cls_token' has dtype (torch\.)?{dtype}"):
-        load_zoo_model(_zoo_run(tmp_path, tensor_edit=edit))
+        load_zoo_model(_zoo_run(tmp_path, tensor_edit=edit), "cpu")
 
 
 def test_float8_weights_are_a_named_error(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def build_zoo(key: str, entry: Mapping[str, Any], options: BuildOptions) -> Buil
     from repdiag.encoders.zoo.checkpoint import load_zoo_model
 
     try:
-        zoo = load_zoo_model(root)
+        zoo = load_zoo_model(root, "cpu")
         preprocess = Preprocess(**zoo.meta["preprocess"])
     except (EncoderError, TypeError) as err:
         raise model_error(key, str(err)) from err
@@ -60,7 +60,9 @@ def _from_spec(key: str, config: Mapping[str, Any], run: str, options: BuildOpti
         kwargs = backbone_kwargs(
             spec["timm_model"], spec["timm_kwargs"], spec["image_size"], cls.backbone_extras
         )
-        scenes = SceneConfig.from_config(spec["scenes"], spec["image_size"])
+        scenes = SceneConfig.from_config(
+            spec["scenes"], spec["image_size"], arrangement_groups=spec["arrangement_groups"]
+        )
         objective = cls(build_backbone(spec["timm_model"], kwargs), scenes, **spec["hparams"])
         backbone, head = objective.export()
     model: nn.Module = backbone if head is None else WithHead(backbone, head)

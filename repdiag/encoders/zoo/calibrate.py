@@ -129,7 +129,7 @@ def pilot(spec: Mapping[str, Any], settings: PilotSettings) -> pd.DataFrame:
     ``run``, ``step``, ``term``, ``share_per_unit_weight``."""
     measured_with = RegulariserSettings.of(spec)  # its images and probes
     plain = {**spec, "jer_regulariser": {}}
-    objective, _ = build_objective(plain)
+    objective, _ = build_objective(plain, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, plain)
     gen = torch.Generator().manual_seed(plain["seed"])

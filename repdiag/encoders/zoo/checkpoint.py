@@ -239,7 +239,7 @@ def check_shapes(
         )
 
 
-def load_zoo_model(run_dir: PathLike, device: torch.device | str = "cpu") -> ZooModel:
+def load_zoo_model(run_dir: PathLike, device: torch.device | str) -> ZooModel:
     """Rebuild the encoder of ``results/zoo/<run>/``: strict loads, eval mode, on ``device``."""
     run_dir = Path(run_dir)
     model_path, meta_path = run_dir / "model.safetensors", run_dir / "meta.json"

@@ -62,7 +62,8 @@ COL_WORDS = {1: ("",), 2: ("left", "right"), 3: ("left", "centre", "right")}
 class SceneConfig:
     """Generative settings of the pretraining scenes (the ``zoo.scenes`` config section and
     ``zoo.image_size``), built by :meth:`from_config`: every value from the config or the
-    schema's default; ``arrangement_groups`` is a run's own (``zoo.objectives.<run>``)."""
+    schema's default; ``arrangement_groups`` is a run's own (``zoo.objectives.<run>``, 1: every
+    scene drawn on its own)."""
 
     image_size: int
     grid: tuple[int, int]
@@ -75,7 +76,7 @@ class SceneConfig:
     jitter: Jitter
     object_size: float
     supersample: int
-    arrangement_groups: int = 1  # scenes per group sharing all but the arrangement (1 = none)
+    arrangement_groups: int  # scenes per group sharing all but the arrangement (1 = none)
 
     def __post_init__(self) -> None:
         if self.arrangement_groups < 1:
@@ -111,15 +112,19 @@ class SceneConfig:
         return self.grid[0] * self.grid[1]
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any], image_size: int) -> SceneConfig:
-        """Build from a ``zoo.scenes`` mapping and ``zoo.image_size``; a scene key the mapping
-        leaves out takes the schema's default (:func:`repdiag.core.settings.schema_section`)."""
+    def from_config(
+        cls, section: Mapping[str, Any], image_size: int, *, arrangement_groups: int
+    ) -> SceneConfig:
+        """Build from a ``zoo.scenes`` mapping, ``zoo.image_size`` and a run's
+        ``arrangement_groups``; a scene key the mapping leaves out takes the schema's default
+        (:func:`repdiag.core.settings.schema_section`)."""
         keys = {
             "grid", "min_objects", "max_objects", "shapes", "colours", "colour_noise",
-            "background_levels", "jitter", "object_size", "supersample", "arrangement_groups",
+            "background_levels", "jitter", "object_size", "supersample",
         }  # fmt: skip
         values = schema_section("zoo.scenes") | dict(section)
-        return cls(image_size=image_size, **{k: v for k, v in values.items() if k in keys})
+        scenes = {k: v for k, v in values.items() if k in keys}
+        return cls(image_size=image_size, arrangement_groups=arrangement_groups, **scenes)
 
 
 @dataclass

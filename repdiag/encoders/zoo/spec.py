@@ -366,7 +366,7 @@ def run_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
         "weight_decay": entry["weight_decay"],
         "grad_clip": entry["grad_clip"],
         "jer_regulariser": dict(entry.get("jer_regulariser") or {}),
-        "arrangement_groups": entry.get("arrangement_groups", 1),
+        "arrangement_groups": entry["arrangement_groups"],
         "seed": entry["seed"],
         "hparams": hparams,
         # only where set: a new key in every run's params would retrain every run once

@@ -67,7 +67,7 @@ class Prefetcher:
         seed: int,
         batch_size: int,
         stop: int,
-        device: torch.device | str = "cpu",
+        device: torch.device | str,
         depth: int = 2,
         start: int = 0,
     ) -> None:

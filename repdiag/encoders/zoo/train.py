@@ -68,19 +68,21 @@ class TrainResult:
 
 
 def build_objective(
-    spec: Mapping[str, Any], device: torch.device | str = "cpu"
+    spec: Mapping[str, Any], device: torch.device | str
 ) -> tuple[Objective, dict[str, Any]]:
     """The objective module of ``spec`` (seeded init) on ``device``, in the backbone's fastest
     layout there (:func:`~repdiag.encoders.zoo.backbones.memory_format`), and the backbone's
     complete timm kwargs."""
     cls = OBJECTIVES.get(spec["objective"])
-    stream = SceneConfig.from_config(spec["scenes"], spec["image_size"])
+    scenes = SceneConfig.from_config(
+        spec["scenes"], spec["image_size"], arrangement_groups=spec["arrangement_groups"]
+    )
     kwargs = backbone_kwargs(
         spec["timm_model"], spec["timm_kwargs"], spec["image_size"], cls.backbone_extras
     )
     # normalised as the plain stream is, so arrangement groups change the batches and nothing else
-    mean, std = channel_statistics(stream, spec["scenes"]["seed"])
-    scenes = replace(stream, arrangement_groups=spec.get("arrangement_groups", 1))
+    plain = replace(scenes, arrangement_groups=1)
+    mean, std = channel_statistics(plain, spec["scenes"]["seed"])
     torch.manual_seed(spec["seed"])
     objective = cls(
         build_backbone(spec["timm_model"], kwargs), scenes, mean, std, **spec["hparams"]
@@ -384,7 +386,7 @@ class Trained:
 
 
 def train(
-    spec: Mapping[str, Any], device: torch.device | str = "cpu", prefetch: int = PREFETCH_DEPTH
+    spec: Mapping[str, Any], device: torch.device | str, prefetch: int = PREFETCH_DEPTH
 ) -> TrainResult:
     """Train run ``spec`` (:func:`repdiag.encoders.zoo.spec.run_spec`), logging progress; the
     batches rendered ``prefetch`` steps ahead (0: in the loop; the weights are the same); the

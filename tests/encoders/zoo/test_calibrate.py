@@ -45,7 +45,7 @@ def independent_shares(spec: dict, step: int) -> dict[str, float]:
     step it made, u = theta (1 - lr wd) - theta'; the push's part is lr c g_term / (sqrt(v_hat')
     + eps) from that copy's state after its step."""
     plain = {**spec, "jer_regulariser": {}}
-    objective, _ = build_objective(plain)
+    objective, _ = build_objective(plain, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, plain)
     gen = torch.Generator().manual_seed(plain["seed"])
@@ -110,7 +110,7 @@ def test_the_pilot_reports_the_shares_an_independent_computation_gives(tiny_spec
 
 def test_measuring_leaves_the_weights_buffers_optimizer_and_augmentations_alone(tiny_spec):
     spec = tiny_spec("supervised_resnet", steps=2, jer_regulariser=REGULARISER)
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(0)

@@ -35,8 +35,8 @@ def short_runs():
     torch.set_num_threads(1)
     base = run_spec(DEFAULT, "supervised_slots")
     return {
-        "zero": train({**base, "steps": 0}),
-        "short": train({**base, "steps": 60, "batch_size": 32, "lr": 3e-3}),
+        "zero": train({**base, "steps": 0}, "cpu"),
+        "short": train({**base, "steps": 60, "batch_size": 32, "lr": 3e-3}, "cpu"),
     }
 
 
@@ -67,7 +67,7 @@ def test_default_zoo_is_one_backbone_seven_objectives_two_seeds_position_free():
 
 def test_bag_captions_say_nothing_of_positions():
     spec = run_spec(DEFAULT, "clip_s0")
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     batch = to_batch(scene_batch(objective.scenes, 1, 0, 64), "cpu")
     texts = objective.caption_texts(batch)
     positions = {"top", "bottom", "left", "right", "middle", "centre"}
@@ -75,36 +75,37 @@ def test_bag_captions_say_nothing_of_positions():
     # the same objects in other slots give the same caption
     shapes, colours = batch.slot_shape[0].tolist(), batch.slot_colour[0].tolist()
     assert bag_caption(shapes[::-1], colours[::-1], objective.scenes) == texts[0]
-    relational, _ = build_objective(run_spec(DEFAULT, "clip_relational"))
+    relational, _ = build_objective(run_spec(DEFAULT, "clip_relational"), "cpu")
     assert relational.caption_texts(batch) == batch.captions
 
 
 def test_trivial_losses_equal_the_loss_of_the_trivial_solution():
     batch = to_batch(
-        scene_batch(build_objective(run_spec(DEFAULT, "simclr_s0"))[0].scenes, 1, 0, 32), "cpu"
+        scene_batch(build_objective(run_spec(DEFAULT, "simclr_s0"), "cpu")[0].scenes, 1, 0, 32),
+        "cpu",
     )
     b = batch.images.shape[0]
     constant = torch.ones(b, 8, dtype=torch.float64)
-    simclr, _ = build_objective(run_spec(DEFAULT, "simclr_s0"))
+    simclr, _ = build_objective(run_spec(DEFAULT, "simclr_s0"), "cpu")
     assert simclr.trivial_loss(batch) == pytest.approx(
         float(nt_xent_loss(constant, constant, 0.2)), rel=1e-9
     )
-    clip, _ = build_objective(run_spec(DEFAULT, "clip_s0"))
+    clip, _ = build_objective(run_spec(DEFAULT, "clip_s0"), "cpu")
     assert clip.trivial_loss(batch) == pytest.approx(float(clip_loss(constant, constant, 10.0)))
-    vicreg, _ = build_objective(run_spec(DEFAULT, "vicreg_s0"))
+    vicreg, _ = build_objective(run_spec(DEFAULT, "vicreg_s0"), "cpu")
     assert vicreg.trivial_loss(batch) == pytest.approx(
         float(vicreg_loss(constant, constant, **vicreg.coeffs))
     )
-    dino, _ = build_objective(run_spec(DEFAULT, "dino_s0"))
+    dino, _ = build_objective(run_spec(DEFAULT, "dino_s0"), "cpu")
     assert dino.trivial_loss(batch) == pytest.approx(math.log(256))
-    supervised, _ = build_objective(run_spec(DEFAULT, "supervised_s0"))
+    supervised, _ = build_objective(run_spec(DEFAULT, "supervised_s0"), "cpu")
     targets = supervised.targets(batch.slot_shape, torch.zeros(b, dtype=torch.bool))
     prior = torch.nn.functional.one_hot(targets, 2).double().mean(dim=0)  # (groups, classes)
     logits = prior.clamp(min=1e-12).log().expand(b, -1, -1)
     assert supervised.trivial_loss(batch) == pytest.approx(
         float(supervised_loss(logits, targets, 0.0)), rel=1e-6
     )
-    simmim, _ = build_objective(run_spec(DEFAULT, "simmim_s0"))
+    simmim, _ = build_objective(run_spec(DEFAULT, "simmim_s0"), "cpu")
     x = simmim.normalize(batch.images)
     median = x.transpose(0, 1).flatten(1).median(dim=1).values.view(1, 3, 1, 1)
     full = torch.ones(b, 1, 64, 64)
@@ -123,7 +124,7 @@ def test_loss_decreases_on_the_default_backbone(run):
         "lr": 3e-3,
         "warmup_fraction": 0.0,
     }
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, spec)
     batch = to_batch(scene_batch(objective.scenes, 0, 0, 16), "cpu")

@@ -68,8 +68,8 @@ def test_a_runs_regulariser_takes_the_schema_defaults_and_names_the_run_on_a_str
 @pytest.mark.parametrize("term", ["jer", "global_pr", "direction_sham"])
 def test_weight_0_is_the_plain_run_bit_for_bit_for_every_term(tiny_spec, term):
     spec = tiny_spec("supervised_resnet", steps=3)
-    plain = train(spec)
-    off = train({**spec, "jer_regulariser": {"weight": 0.0, "term": term, "images": 2}})
+    plain = train(spec, "cpu")
+    off = train({**spec, "jer_regulariser": {"weight": 0.0, "term": term, "images": 2}}, "cpu")
     assert off.losses == plain.losses and "jer_regulariser" not in off.meta
     assert same_backbone(plain, off) and off.push is None
 
@@ -79,7 +79,7 @@ def test_start_fraction_leaves_the_first_steps_as_the_plain_runs(tiny_spec):
     plain run's; the updates from step 2 on carry the term."""
     spec = tiny_spec("supervised_resnet", steps=4)
     late = {**spec, "jer_regulariser": {"weight": 0.5, "images": 2, "start_fraction": 0.5}}
-    plain, run = train(spec), train(late)
+    plain, run = train(spec, "cpu"), train(late, "cpu")
     assert run.losses[:3] == plain.losses[:3] and run.losses[3] != plain.losses[3]
     assert run.meta["jer_regulariser"]["steps_acted"] == 2
 
@@ -122,7 +122,7 @@ def test_the_sham_push_is_orthogonal_to_both_gradients_and_norm_matched_per_tens
 
     spec = tiny_spec("supervised_resnet", steps=2)
     sham_spec = {**spec, "jer_regulariser": {"weight": 0.3, "term": "direction_sham", "images": 2}}
-    objective, _ = build_objective(sham_spec)
+    objective, _ = build_objective(sham_spec, "cpu")
     objective.train()
     regulariser = Regulariser(sham_spec, objective.backbone)
     batch = tiny_batch(objective)
@@ -223,7 +223,7 @@ def test_the_cumulative_push_of_one_step_is_lr_c_d_over_adams_denominator(tiny_s
 
     spec = tiny_spec("supervised_resnet", steps=1, grad_clip=0.0)
     raised = {**spec, "jer_regulariser": {"weight": 0.5, "images": 2, "probes": 2}}
-    objective, _ = build_objective(raised)
+    objective, _ = build_objective(raised, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, raised)
     regulariser = Regulariser(raised, objective.backbone)
@@ -231,7 +231,7 @@ def test_the_cumulative_push_of_one_step_is_lr_c_d_over_adams_denominator(tiny_s
     train_step(objective, optimizer, raised, 0, gen, regulariser=regulariser)
     lr = learning_rate(0, 1, raised["lr"], raised["warmup_fraction"])
     # independent: a fresh copy's gradients, AdamW's first-step v_hat = g_total^2
-    fresh, _ = build_objective(raised)
+    fresh, _ = build_objective(raised, "cpu")
     fresh.train()
     from repdiag.encoders.zoo.scenes import scene_batch
     from repdiag.encoders.zoo.stream import to_batch
@@ -261,7 +261,7 @@ def test_the_cumulative_push_of_one_step_is_lr_c_d_over_adams_denominator(tiny_s
 
 def test_a_regularised_run_returns_its_push_and_records_what_it_did(tiny_spec):
     spec = tiny_spec("supervised_resnet", steps=3)
-    result = train({**spec, "jer_regulariser": {"weight": 0.5, "term": "global_pr"}})
+    result = train({**spec, "jer_regulariser": {"weight": 0.5, "term": "global_pr"}}, "cpu")
     names = {n for n, p in result.backbone.named_parameters() if p.requires_grad}
     assert set(result.push) == names
     record = result.meta["jer_regulariser"]
@@ -280,8 +280,8 @@ def test_a_null_push_changes_the_run_by_little_at_first(tiny_spec):
     """weight 1e-9: not the plain run (the push is there), but its first steps' weights within
     a hair of it; over a long run chaos takes it further (the null arm's floor)."""
     spec = tiny_spec("supervised_resnet", steps=2)
-    plain = train(spec)
-    null = train({**spec, "jer_regulariser": {"weight": 1e-9, "term": "global_pr"}})
+    plain = train(spec, "cpu")
+    null = train({**spec, "jer_regulariser": {"weight": 1e-9, "term": "global_pr"}}, "cpu")
     a, b = plain.backbone.state_dict(), null.backbone.state_dict()
     distance = math.sqrt(sum(float((a[k].double() - b[k].double()).square().sum()) for k in a))
     assert 0 < distance < 1e-5
@@ -311,7 +311,7 @@ def test_the_geometry_term_raises_g_pr_to_first_order(tiny_spec):
     from repdiag.encoders.zoo.regulariser import global_pr_penalty
     from repdiag.encoders.zoo.train import build_objective
 
-    objective, _ = build_objective(tiny_spec("supervised_resnet"))
+    objective, _ = build_objective(tiny_spec("supervised_resnet"), "cpu")
     batch = tiny_batch(objective)
     params = [p for p in objective.backbone.parameters() if p.requires_grad]
     start = global_pr_penalty(objective, batch)

@@ -18,7 +18,7 @@ def test_the_record_reads_the_spec_and_the_losses(tiny_spec):
     from repdiag.encoders.zoo.train import build_objective
 
     spec = tiny_spec("supervised", steps=4, stop_at=3)
-    objective, kwargs = build_objective(spec)
+    objective, kwargs = build_objective(spec, "cpu")
     backbone, head = objective.export()
     preprocess = {"input_size": 32, "mean": [0.0] * 3, "std": [1.0] * 3}
     losses = [4.0, 3.0, 2.0]

@@ -32,15 +32,15 @@ def test_a_saved_step_is_its_stop_at_retraining_bit_for_bit(tiny_spec, objective
     """supervised: the initialisation and step 1 of 2, its held-out losses and head, and the
     run itself unchanged by saving; dino: a teacher and centre carried in the state."""
     spec = tiny_spec(objective, steps=2, save_at=steps, warmup_fraction=0.5)
-    full = train(spec)
+    full = train(spec, "cpu")
     assert sorted(full.saved) == steps
     for step in steps:
         child = checkpoint_spec(spec, step)
         assert child["run"] == f"{objective}-step{step}" and "save_at" not in child
-        _same_run(full.saved[step], train(child))
+        _same_run(full.saved[step], train(child, "cpu"))
         assert full.saved[step].meta["steps_trained"] == step
     if objective == "supervised":  # saving changes nothing the run trains
-        _same_run(full, train({k: v for k, v in spec.items() if k != "save_at"}))
+        _same_run(full, train({k: v for k, v in spec.items() if k != "save_at"}, "cpu"))
 
 
 def test_snapshots_take_only_the_listed_steps_on_the_cpu():
@@ -78,7 +78,7 @@ def test_a_saved_step_is_written_out_as_the_run_files_or_refused(tmp_path, tiny_
     from repdiag.core.store import write_json
     from repdiag.encoders.zoo.checkpoint import copy_saved_step, save_saved_steps, save_zoo_run
 
-    result = train(tiny_spec("supervised", steps=2, save_at=[1]))
+    result = train(tiny_spec("supervised", steps=2, save_at=[1]), "cpu")
     bundle = tmp_path / "saved.safetensors"
     write_json(tmp_path / "meta.json", {"saved_sha256": save_saved_steps(result.saved, bundle)})
     names = ("model.safetensors", "meta.json", "curve.csv")

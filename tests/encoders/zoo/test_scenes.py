@@ -22,7 +22,9 @@ from repdiag.encoders.zoo.scenes import (
     slot_words,
 )
 
-SMALL = SceneConfig.from_config({"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32)
+SMALL = SceneConfig.from_config(
+    {"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32, arrangement_groups=1
+)
 
 
 def test_batch_is_a_pure_function_of_seed_and_step():
@@ -51,7 +53,9 @@ def test_labels_match_the_pixels_of_each_cell():
 
 
 def test_captions_name_the_labelled_objects_in_slot_order():
-    cfg = SceneConfig.from_config({"grid": (3, 3), "min_objects": 2, "max_objects": 6}, 32)
+    cfg = SceneConfig.from_config(
+        {"grid": (3, 3), "min_objects": 2, "max_objects": 6}, 32, arrangement_groups=1
+    )
     batch = scene_batch(cfg, 1, 0, 16)
     for text, shapes, colours in zip(
         batch.captions, batch.slot_shape, batch.slot_colour, strict=True
@@ -81,7 +85,7 @@ def test_position_words():
 def test_the_benchmark_geometry_but_never_its_colours_or_scenes():
     """Pretraining scenes follow the benchmark's grid, object size and jitter ranges, but draw
     all nine shapes, 2-4 objects and colours none of which is a benchmark colour."""
-    cfg = SceneConfig.from_config({}, 64)  # the schema's scenes
+    cfg = SceneConfig.from_config({}, 64, arrangement_groups=1)  # the schema's scenes
     assert set(cfg.shapes) == set(SHAPES.names()) and len(cfg.shapes) > 4
     schema = Path(__file__).resolve().parents[3] / "schemas" / "datasets.schema.yaml"
     binding = yaml.safe_load(schema.read_text())["properties"]["binding"]["properties"]
@@ -106,23 +110,23 @@ def test_channel_statistics_are_the_pixel_moments():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error", "message"),
+    ("section", "groups", "error", "message"),
     [
-        ({"shapes": ("circle", "blob")}, RegistryError, "unknown shape 'blob'"),
-        ({"colours": ("red", "teal-ish")}, ValueError, "unknown scene colours"),
-        ({"grid": (2, 2), "max_objects": 5}, ValueError, "max_objects"),
-        ({"object_size": 0.95}, ValueError, "objects would leave their cells"),
-        ({"arrangement_groups": 0}, ValueError, "arrangement_groups must be >= 1"),
+        ({"shapes": ("circle", "blob")}, 1, RegistryError, "unknown shape 'blob'"),
+        ({"colours": ("red", "teal-ish")}, 1, ValueError, "unknown scene colours"),
+        ({"grid": (2, 2), "max_objects": 5}, 1, ValueError, "max_objects"),
+        ({"object_size": 0.95}, 1, ValueError, "objects would leave their cells"),
+        ({}, 0, ValueError, "arrangement_groups must be >= 1"),
     ],
 )
-def test_bad_settings_are_named(kwargs, error, message):
+def test_bad_settings_are_named(section, groups, error, message):
     with pytest.raises(error, match=message):
-        SceneConfig.from_config(kwargs, 64)
+        SceneConfig.from_config(section, 64, arrangement_groups=groups)
 
 
 def test_arrangement_groups_share_everything_but_which_shape_is_where():
     cfg = SceneConfig.from_config(
-        {"grid": (2, 2), "min_objects": 3, "max_objects": 4, "arrangement_groups": 4}, 32
+        {"grid": (2, 2), "min_objects": 3, "max_objects": 4}, 32, arrangement_groups=4
     )
     batch = scene_batch(cfg, 3, 2, 10)  # groups of 4, 4 and a short one of 2
     for start, size in ((0, 4), (4, 4), (8, 2)):

@@ -10,9 +10,11 @@ import torch
 from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
 from repdiag.encoders.zoo.stream import Prefetcher, batch_to, host_batch, to_batch
 
-SMALL = SceneConfig.from_config({"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32)
+SMALL = SceneConfig.from_config(
+    {"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32, arrangement_groups=1
+)
 GROUPED = SceneConfig.from_config(
-    {"grid": (2, 2), "min_objects": 2, "max_objects": 3, "arrangement_groups": 3}, 32
+    {"grid": (2, 2), "min_objects": 2, "max_objects": 3}, 32, arrangement_groups=3
 )
 
 
@@ -28,7 +30,7 @@ def same_bytes(got, expected) -> None:
 @pytest.mark.parametrize("seed", [0, 1, 12345])
 def test_prefetched_batches_are_the_bytes_of_in_loop_rendering(scenes, seed):
     start, stop = 3, 8
-    with Prefetcher(scenes, seed, 6, stop, depth=2, start=start) as stream:
+    with Prefetcher(scenes, seed, 6, stop, "cpu", depth=2, start=start) as stream:
         steps = []
         for step, batch in stream:
             steps.append(step)
@@ -44,8 +46,8 @@ def test_host_batch_is_to_batch_of_scene_batch():
 
 
 def test_the_depth_does_not_change_the_batches():
-    shallow = Prefetcher(SMALL, 4, 5, 4, depth=1)
-    deep = Prefetcher(SMALL, 4, 5, 4, depth=4)
+    shallow = Prefetcher(SMALL, 4, 5, 4, "cpu", depth=1)
+    deep = Prefetcher(SMALL, 4, 5, 4, "cpu", depth=4)
     try:
         for step in range(4):
             same_bytes(shallow.get(step), deep.get(step))
@@ -55,21 +57,21 @@ def test_the_depth_does_not_change_the_batches():
 
 
 def test_batches_come_in_order_only():
-    with Prefetcher(SMALL, 0, 2, 5) as stream:
+    with Prefetcher(SMALL, 0, 2, 5, "cpu") as stream:
         stream.get(0)
         with pytest.raises(ValueError, match="in order: asked for step 2, next is 1"):
             stream.get(2)
         stream.get(1)
-    with Prefetcher(SMALL, 0, 2, 1) as stream:
+    with Prefetcher(SMALL, 0, 2, 1, "cpu") as stream:
         stream.get(0)
         with pytest.raises(ValueError, match="asked for step 1"):
             stream.get(1)
     with pytest.raises(ValueError, match="depth must be >= 1"):
-        Prefetcher(SMALL, 0, 2, 5, depth=0)
+        Prefetcher(SMALL, 0, 2, 5, "cpu", depth=0)
 
 
 def test_a_rendering_error_is_raised_by_the_step_that_needs_the_batch():
-    with Prefetcher(SMALL, -1, 2, 3) as stream:  # numpy refuses a negative seed
+    with Prefetcher(SMALL, -1, 2, 3, "cpu") as stream:  # numpy refuses a negative seed
         with pytest.raises(ValueError, match="negative"):
             stream.get(0)
 

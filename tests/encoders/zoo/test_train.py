@@ -45,7 +45,7 @@ def trained(tmp_path_factory):
     out = {}
     for run in ("clip", "supervised_resnet"):
         spec = run_spec(tiny_config(), run)
-        result = train(spec)
+        result = train(spec, "cpu")
         out[run] = (spec, result, save(result, root / run))
     return out
 
@@ -61,7 +61,7 @@ def test_learning_rate_schedule_closed_form():
 def test_weight_decay_only_on_matrices(tiny_spec):
     from repdiag.encoders.zoo.train import build_objective
 
-    objective, _ = build_objective(tiny_spec("mae"))
+    objective, _ = build_objective(tiny_spec("mae"), "cpu")
     decay, no_decay = parameter_groups(objective, 0.05)
     names = {id(p): n for n, p in objective.named_parameters()}
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
@@ -75,8 +75,8 @@ def test_weight_decay_only_on_matrices(tiny_spec):
 
 def test_same_seed_same_weights_other_seed_other_weights(tiny_spec):
     spec = tiny_spec("simclr", steps=3)
-    a, b = train(spec), train(spec)
-    c = train({**spec, "seed": 1})
+    a, b = train(spec, "cpu"), train(spec, "cpu")
+    c = train({**spec, "seed": 1}, "cpu")
     state_a, state_b, state_c = (
         a.backbone.state_dict(),
         b.backbone.state_dict(),
@@ -107,7 +107,7 @@ def test_meta_and_curve_follow_the_contract(trained):
 @pytest.mark.parametrize("run", ["clip", "supervised_resnet"])
 def test_checkpoint_reloads_to_bitwise_identical_features(trained, run):
     _, result, run_dir = trained[run]
-    loaded = load_zoo_model(run_dir)
+    loaded = load_zoo_model(run_dir, "cpu")
     x = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         original = result.backbone.eval()(x)
@@ -144,7 +144,7 @@ def test_zoo_model_through_the_encoder_registry(trained):
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(EncoderError, match=r"meta\.json does not exist"):
-        load_zoo_model(tmp_path / "nothing")
+        load_zoo_model(tmp_path / "nothing", "cpu")
 
 
 def test_truncated_checkpoint_is_a_clear_error(trained, tmp_path):
@@ -155,12 +155,12 @@ def test_truncated_checkpoint_is_a_clear_error(trained, tmp_path):
     data = (run_dir / "model.safetensors").read_bytes()
     (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(EncoderError, match=r"model\.safetensors is truncated or corrupt"):
-        load_zoo_model(broken)
+        load_zoo_model(broken, "cpu")
     (broken / "model.safetensors").unlink()
     with pytest.raises(
         EncoderError, match=r"model\.safetensors does not exist: run the train_zoo rule"
     ):
-        load_zoo_model(broken)
+        load_zoo_model(broken, "cpu")
 
 
 def test_mismatched_architecture_is_a_clear_error(trained, tmp_path):
@@ -174,18 +174,18 @@ def test_mismatched_architecture_is_a_clear_error(trained, tmp_path):
     with pytest.raises(
         EncoderError, match=r"does not hold the architecture .*meta\.json declares: blocks\.2\."
     ):
-        load_zoo_model(other)  # refused from the shapes, before the deeper network is built
+        load_zoo_model(other, "cpu")  # refused from the shapes, before the deeper network is built
     del meta["pooling"]
     (other / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(EncoderError, match=r"lacks \['pooling'\]"):
-        load_zoo_model(other)
+        load_zoo_model(other, "cpu")
 
 
 def test_divergence_names_the_run_and_the_fix(tiny_spec):
     with pytest.raises(
         FloatingPointError, match=r"zoo run 'simclr'.*lower zoo\.objectives\.simclr\.lr"
     ):
-        train(tiny_spec("simclr", lr=1e30, grad_clip=0.0, steps=4))
+        train(tiny_spec("simclr", lr=1e30, grad_clip=0.0, steps=4), "cpu")
 
 
 def test_weights_of_another_run_are_refused_by_their_digest(trained, tmp_path):
@@ -204,10 +204,10 @@ def test_weights_of_another_run_are_refused_by_their_digest(trained, tmp_path):
     save_file(tensors, mixed / "model.safetensors", metadata={"format": "pt"})
     (mixed / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(EncoderError, match=r"SHA-256 differs.*rerun train_zoo"):
-        load_zoo_model(mixed)
+        load_zoo_model(mixed, "cpu")
     del meta["weights_sha256"]  # a run saved before digests were recorded still loads
     (mixed / "meta.json").write_text(json.dumps(meta))
-    assert load_zoo_model(mixed).meta["objective"] == "supervised"
+    assert load_zoo_model(mixed, "cpu").meta["objective"] == "supervised"
 
 
 @pytest.mark.parametrize("objective", ["supervised", "dino"])
@@ -217,8 +217,8 @@ def test_a_zero_step_run_is_the_random_initialised_network(tiny_spec, objective)
     from repdiag.encoders.zoo.train import build_objective
 
     spec = tiny_spec(objective, steps=0)
-    result = train(spec)
-    fresh, _ = build_objective(spec)
+    result = train(spec, "cpu")
+    fresh, _ = build_objective(spec, "cpu")
     expected = fresh.export()[0].state_dict()
     for name, value in result.backbone.state_dict().items():
         assert torch.equal(value, expected[name]), name
@@ -233,8 +233,8 @@ def test_stop_at_is_the_full_runs_checkpoint_at_that_step(tiny_spec):
     from repdiag.encoders.zoo.train import build_objective, make_optimizer, train_step
 
     spec = tiny_spec("supervised", steps=4, warmup_fraction=0.25)
-    stopped = train({**spec, "stop_at": 2})
-    objective, _ = build_objective(spec)
+    stopped = train({**spec, "stop_at": 2}, "cpu")
+    objective, _ = build_objective(spec, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, spec)
     gen = torch.Generator().manual_seed(spec["seed"])
@@ -245,7 +245,7 @@ def test_stop_at_is_the_full_runs_checkpoint_at_that_step(tiny_spec):
         assert torch.equal(value, expected[name]), name
     assert stopped.meta["steps"] == 4 and stopped.meta["steps_trained"] == 2
     # a 2-step run decays over 2 steps instead: other weights
-    short = train({**spec, "steps": 2})
+    short = train({**spec, "steps": 2}, "cpu")
     assert short.losses[0] == losses[0]
     assert any(
         not torch.equal(value, short.backbone.state_dict()[name])
@@ -255,8 +255,8 @@ def test_stop_at_is_the_full_runs_checkpoint_at_that_step(tiny_spec):
 
 def test_stop_at_zero_is_the_initialisation(tiny_spec):
     spec = tiny_spec("supervised", steps=4)
-    start = train({**spec, "stop_at": 0})
-    control = train({**spec, "steps": 0})
+    start = train({**spec, "stop_at": 0}, "cpu")
+    control = train({**spec, "steps": 0}, "cpu")
     for name, value in start.backbone.state_dict().items():
         assert torch.equal(value, control.backbone.state_dict()[name]), name
     assert start.meta["steps_trained"] == 0 and start.losses == control.losses
@@ -269,14 +269,14 @@ def test_arrangement_groups_change_the_batches_and_nothing_else(tiny_spec):
 
     spec = tiny_spec("supervised_resnet", steps=2)
     grouped = {**spec, "arrangement_groups": 4}
-    plain_obj, grouped_obj = build_objective(spec)[0], build_objective(grouped)[0]
+    plain_obj, grouped_obj = build_objective(spec, "cpu")[0], build_objective(grouped, "cpu")[0]
     assert (plain_obj.mean, plain_obj.std) == (grouped_obj.mean, grouped_obj.std)
     assert grouped_obj.scenes.arrangement_groups == 4 and plain_obj.scenes.arrangement_groups == 1
     for a, b in zip(
         plain_obj.state_dict().values(), grouped_obj.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b)
-    plain, run = train(spec), train(grouped)
+    plain, run = train(spec, "cpu"), train(grouped, "cpu")
     assert run.losses != plain.losses
     assert run.meta["arrangement_groups"] == 4 and "arrangement_groups" not in plain.meta
 
@@ -297,9 +297,9 @@ def test_a_run_with_prefetch_has_the_weights_of_one_without_bit_for_bit(tiny_spe
     same losses, at the same thread count; and the ConvNet's channels_last run repeats itself."""
     spec = tiny_spec(run, steps=3, batch_size=4)
     prefetched, again, in_loop = (
-        train(spec, prefetch=2),
-        train(spec, prefetch=2),
-        train(spec, prefetch=0),
+        train(spec, "cpu", prefetch=2),
+        train(spec, "cpu", prefetch=2),
+        train(spec, "cpu", prefetch=0),
     )
     assert same_weights(prefetched, in_loop) and same_weights(prefetched, again)
     assert all(t.is_contiguous() for t in prefetched.backbone.state_dict().values())
@@ -309,7 +309,7 @@ def test_the_losses_are_read_in_blocks_and_the_block_size_changes_nothing(tiny_s
     from repdiag.encoders.zoo import train as train_module
 
     spec = tiny_spec("supervised_resnet", steps=5, batch_size=4)
-    whole = train(spec)
+    whole = train(spec, "cpu")
     reads = []
     read = train_module.LossLog.read
 
@@ -319,7 +319,7 @@ def test_the_losses_are_read_in_blocks_and_the_block_size_changes_nothing(tiny_s
 
     monkeypatch.setattr(train_module, "READ_EVERY", 2)
     monkeypatch.setattr(train_module.LossLog, "read", counted)
-    blocks = train(spec)
+    blocks = train(spec, "cpu")
     assert reads == [2, 2, 1] and blocks.losses == whole.losses
     assert all(isinstance(v, float) for v in blocks.losses)
 

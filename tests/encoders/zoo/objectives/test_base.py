@@ -59,7 +59,7 @@ def test_registry_families_and_schema_agree():
 def test_loss_decreases_on_tiny_data(run, tiny_spec):
     steps, lr = LEARNING[run]
     spec = tiny_spec(run, steps=steps, lr=lr, batch_size=16, warmup_fraction=0.0)
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     objective.train()
     optimizer = make_optimizer(objective, spec)
     batch = to_batch(scene_batch(objective.scenes, 0, 0, 16), "cpu")  # the same 16 scenes
@@ -80,7 +80,7 @@ def test_loss_decreases_on_tiny_data(run, tiny_spec):
 
 @pytest.mark.parametrize("run", sorted(LEARNING))
 def test_export_rebuilds_from_its_description(run, tiny_spec):
-    objective, _ = build_objective(tiny_spec(run))
+    objective, _ = build_objective(tiny_spec(run), "cpu")
     backbone, head = objective.export()
     x = torch.rand(3, 3, 32, 32)
     backbone.eval()
@@ -101,7 +101,7 @@ def test_a_convnet_objective_runs_channels_last_with_the_loss_of_nchw(run, tiny_
     """On the CPU a ConvNet's weights and inputs are channels_last (oneDNN's layout); the layout
     changes the loss by float rounding only. A ViT keeps the default layout."""
     spec = tiny_spec(run)
-    objective, _ = build_objective(spec)
+    objective, _ = build_objective(spec, "cpu")
     batch = to_batch(scene_batch(objective.scenes, 0, 0, 8), "cpu")
     is_cnn = run != "dino"  # the tiny config's dino is a ViT
     expected = torch.channels_last if is_cnn else torch.contiguous_format
@@ -111,7 +111,7 @@ def test_a_convnet_objective_runs_channels_last_with_the_loss_of_nchw(run, tiny_
         return
     conv = next(m for m in objective.backbone.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
-    nchw, _ = build_objective(spec)
+    nchw, _ = build_objective(spec, "cpu")
     nchw.use_memory_format(torch.contiguous_format)
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)  # a separate module
     objective.train(), nchw.train()

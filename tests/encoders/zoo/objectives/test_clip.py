@@ -27,7 +27,7 @@ def test_bag_captions_from_the_host_labels_are_those_of_the_device_labels(tiny_s
     from repdiag.encoders.zoo.scenes import scene_batch
     from repdiag.encoders.zoo.train import build_objective, to_batch
 
-    objective, _ = build_objective(tiny_spec("clip"))
+    objective, _ = build_objective(tiny_spec("clip"), "cpu")
     batch = to_batch(scene_batch(objective.scenes, 1, 3, 8), "cpu")
     assert batch.host_labels is not None
     without = replace(batch, host_labels=None)

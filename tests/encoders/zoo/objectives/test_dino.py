@@ -41,7 +41,7 @@ def test_dino_center_and_momentum_schedule():
 
 
 def test_dino_exports_the_teacher_and_updates_it_by_ema(tiny_spec):
-    objective, _ = build_objective(tiny_spec("dino"))
+    objective, _ = build_objective(tiny_spec("dino"), "cpu")
     backbone, head = objective.export()
     assert backbone is objective.teacher_backbone and head is objective.teacher_head.mlp
     before = [p.clone() for p in objective.teacher_backbone.parameters()]
@@ -59,7 +59,7 @@ def test_dino_exports_the_teacher_and_updates_it_by_ema(tiny_spec):
 
 
 def test_dino_freezes_the_prototypes_at_first(tiny_spec):
-    objective, _ = build_objective(tiny_spec("dino"))
+    objective, _ = build_objective(tiny_spec("dino"), "cpu")
     objective.head.prototypes.grad = torch.ones_like(objective.head.prototypes)
     objective.before_update(0, 100)  # freeze_prototypes_fraction 0.1: steps 0..9
     assert objective.head.prototypes.grad is None

@@ -39,7 +39,7 @@ def test_mae_loss_matches_the_masked_patch_loop(norm_pix):
 
 
 def test_mae_masks_the_configured_fraction(tiny_spec):
-    objective, _ = build_objective(tiny_spec("mae"))
+    objective, _ = build_objective(tiny_spec("mae"), "cpu")
     keep = objective.random_keep(4, torch.Generator().manual_seed(0), torch.device("cpu"))
     assert keep.shape == (4, 4)  # 32 px / patch 8 = 16 patches, 25 % visible
     assert all(len(set(row.tolist())) == 4 for row in keep)

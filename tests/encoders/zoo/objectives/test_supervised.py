@@ -29,7 +29,9 @@ def test_supervised_loss_matches_numpy(smoothing):
 def test_supervised_mirrors_slot_labels_with_the_image(tiny_spec):
     assert mirror_slots((2, 3)).tolist() == [2, 1, 0, 5, 4, 3]
     spec = tiny_spec("supervised")
-    objective, _ = build_objective({**spec, "hparams": {**spec["hparams"], "label": "slot_shape"}})
+    objective, _ = build_objective(
+        {**spec, "hparams": {**spec["hparams"], "label": "slot_shape"}}, "cpu"
+    )
     scenes = scene_batch(objective.scenes, 0, 3, 16)
     batch = to_batch(scenes, "cpu")
     x, flipped = objective.view.apply(batch.images, torch.Generator().manual_seed(1))
@@ -52,8 +54,8 @@ def with_dose(spec: dict, slot_weight: float) -> dict:
 
 def test_dose_zero_is_the_presence_objective_exactly(tiny_spec):
     spec = tiny_spec("supervised", steps=3)
-    plain, _ = build_objective(spec)
-    dosed, _ = build_objective(with_dose(spec, 0.0))
+    plain, _ = build_objective(spec, "cpu")
+    dosed, _ = build_objective(with_dose(spec, 0.0), "cpu")
     assert dosed.slot_classifier is None
     assert plain.state_dict().keys() == dosed.state_dict().keys()
     for name, value in plain.state_dict().items():
@@ -67,8 +69,8 @@ def test_dose_zero_is_the_presence_objective_exactly(tiny_spec):
 
 def test_dose_adds_lambda_times_the_slot_cross_entropy(tiny_spec):
     spec = tiny_spec("supervised", steps=3)
-    plain, _ = build_objective(spec)
-    dosed, _ = build_objective(with_dose(spec, 0.3))
+    plain, _ = build_objective(spec, "cpu")
+    dosed, _ = build_objective(with_dose(spec, 0.3), "cpu")
     # the backbone and presence head start where the presence run starts (head built after)
     for name, value in plain.state_dict().items():
         assert torch.equal(value, dosed.state_dict()[name]), name
@@ -100,4 +102,4 @@ def test_a_dose_needs_presence_labels(tiny_spec):
     spec = tiny_spec("supervised")
     slot_spec = {**spec, "hparams": {**spec["hparams"], "label": "slot_shape", "slot_weight": 1.0}}
     with pytest.raises(ValueError, match=r"slot_weight.*shape_presence"):
-        build_objective(slot_spec)
+        build_objective(slot_spec, "cpu")
