@@ -53,7 +53,7 @@ import yaml
 import repdiag.identifiability.train as train_module
 from repdiag.api import load_config
 from repdiag.identifiability.losses import info_nce_broadcast
-from repdiag.identifiability.metrics import identifiability_metrics
+from repdiag.identifiability.metrics import HeldOutSettings, identifiability_metrics
 from repdiag.identifiability.sphere import sample_uniform
 from repdiag.identifiability.study import build_cell, cell_params, check_section, grid_cells
 from repdiag.identifiability.train import contrastive_step_loss, encode_latents, encode_views
@@ -97,11 +97,11 @@ def measure(params: dict, steps: int, warmup: int) -> dict:
     for _ in range(steps):
         encoder(x).sum().backward()
     base_s = (time.process_time() - start_cpu) / steps
-    evaluation = params["evaluation"]
+    evaluation = HeldOutSettings.from_config(params["evaluation"])
     start_cpu = time.process_time()
-    z = sample_uniform(evaluation["n_samples"], generator.latent_dim, np.random.default_rng(1))
+    z = sample_uniform(evaluation.n_samples, generator.latent_dim, np.random.default_rng(1))
     identifiability_metrics(
-        encode_latents(encoder, generator, z), z, evaluation["train_fraction"], evaluation["seed"]
+        encode_latents(encoder, generator, z), z, evaluation.train_fraction, evaluation.seed
     )
     eval_s = time.process_time() - start_cpu
     return {

@@ -48,7 +48,7 @@ from zoo_baseline import baseline, old_train_step  # noqa: E402
 
 from repdiag.api import load_config  # noqa: E402
 from repdiag.encoders.zoo.allocator import keep_freed_memory  # noqa: E402
-from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch  # noqa: E402
+from repdiag.encoders.zoo.scenes import SceneSettings, scene_batch  # noqa: E402
 from repdiag.encoders.zoo.spec import FAMILIES, run_spec, zoo_runs  # noqa: E402
 from repdiag.encoders.zoo.stream import Prefetcher  # noqa: E402
 from repdiag.encoders.zoo.train import (  # noqa: E402
@@ -281,7 +281,7 @@ def print_steps(rows: dict, specs: dict, rates: dict, matmul: float) -> None:
 def render_seconds(spec: dict, batches: int) -> float:
     """Main-thread CPU seconds to render one of ``spec``'s training batches (its scenes, image
     size and batch size), the best of ``batches`` consecutive batches of its stream."""
-    scenes = SceneConfig.from_config(
+    scenes = SceneSettings.from_config(
         spec["scenes"], spec["image_size"], arrangement_groups=spec["arrangement_groups"]
     )
     times = []

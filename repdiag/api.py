@@ -38,10 +38,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
 def render_benchmark(out: str | Path, config: Mapping[str, Any]) -> Path:
     """Render ``config``'s binding benchmark (``datasets.binding``) into the store ``out``, as
     the rule ``render_binding`` does; returns its path."""
-    from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
+    from repdiag.binding.dataset import BindingSettings, chunk_encoding, render_binding_dataset
     from repdiag.core.store import write_store
 
-    params = BindingParams.from_config(config["datasets"]["binding"])
+    params = BindingSettings.from_config(config["datasets"]["binding"])
     ds = render_binding_dataset(params)
     write_store(out, ds, config=params.to_config(), seed=params.seed, encoding=chunk_encoding(ds))
     return Path(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from repdiag import contracts
-from repdiag.binding.dataset import CONTRACT, BindingParams, render_binding_dataset
+from repdiag.binding.dataset import CONTRACT, BindingSettings, render_binding_dataset
 
 
 def test_the_page_is_up_to_date():
@@ -24,7 +24,7 @@ def test_every_array_of_every_contract_is_a_row_with_its_dims_and_dtype():
 
 def test_the_binding_contract_is_what_the_renderer_writes():
     ds = render_binding_dataset(
-        BindingParams.from_config(dict(image_size=32, n_queries=2, n_pairs=2))
+        BindingSettings.from_config(dict(image_size=32, n_queries=2, n_pairs=2))
     )
     assert set(ds.data_vars) == set(CONTRACT)
     for array, (dtype, dims) in CONTRACT.items():

@@ -48,9 +48,9 @@ def _torch_with(**overrides: Any) -> types.SimpleNamespace:
 
 def _scenes(n: int = 4, size: int = SCENE_SIZE) -> torch.Tensor:
     """Rendered benchmark-like scenes in [0, 1] (N, 3, size, size): shapes on a 2x2 grid."""
-    from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
+    from repdiag.encoders.zoo.scenes import SceneSettings, scene_batch
 
-    stream = SceneConfig.from_config(
+    stream = SceneSettings.from_config(
         {"grid": [2, 2], "min_objects": 1, "max_objects": 4}, size, arrangement_groups=1
     )
     images = scene_batch(stream, 0, 0, n).images

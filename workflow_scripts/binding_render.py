@@ -6,10 +6,10 @@ from repdiag.core.runtime import exit_job, script_logging
 from repdiag.core.store import write_store
 
 with script_logging(snakemake.log[0], snakemake.threads) as log:
-    from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
+    from repdiag.binding.dataset import BindingSettings, chunk_encoding, render_binding_dataset
     from repdiag.binding.plots import contact_sheet
 
-    params = BindingParams.from_config(snakemake.params.binding)
+    params = BindingSettings.from_config(snakemake.params.binding)
     start = time.perf_counter()
     ds = render_binding_dataset(params)
     log.info(

@@ -125,7 +125,7 @@ _CONVERT: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class BindingParams:
+class BindingSettings:
     """Parameters of the binding dataset, built by :meth:`from_config` (every value from the
     ``datasets.binding`` section or its schema default, schemas/datasets.schema.yaml)."""
 
@@ -144,7 +144,7 @@ class BindingParams:
     seed: int
 
     @classmethod
-    def from_config(cls, binding: Mapping[str, Any]) -> BindingParams:
+    def from_config(cls, binding: Mapping[str, Any]) -> BindingSettings:
         """Build from the ``datasets.binding`` config section; a key it leaves out takes the
         schema's default (:func:`repdiag.core.settings.schema_section`)."""
         known = {f.name for f in cls.__dataclass_fields__.values()}
@@ -258,7 +258,7 @@ def check_binding_config(config: Mapping[str, Any]) -> None:
     """Semantic check of ``datasets.binding`` (registered in ``repdiag.binding.config_checks()``)."""
     datasets = config.get("datasets") or {}
     if "binding" in datasets:
-        BindingParams.from_config(datasets["binding"] or {}).validate()
+        BindingSettings.from_config(datasets["binding"] or {}).validate()
     check_scene_names(config)
 
 
@@ -280,7 +280,7 @@ def check_scene_names(config: Mapping[str, Any]) -> None:
                 )
 
 
-def _arrangement(rng: np.random.Generator, params: BindingParams) -> np.ndarray:
+def _arrangement(rng: np.random.Generator, params: BindingSettings) -> np.ndarray:
     """A random arrangement: ``n_objects`` distinct shapes in distinct slots, -1 elsewhere."""
     arrangement = np.full(params.n_slots, -1, dtype=np.int8)
     slots = rng.choice(params.n_slots, params.n_objects, replace=False)
@@ -342,7 +342,7 @@ def _scenes(
 
 
 def _render(
-    params: BindingParams, shapes: np.ndarray, colours: np.ndarray, rng: np.random.Generator
+    params: BindingSettings, shapes: np.ndarray, colours: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
     """Render images for arrangements of any leading shape (..., slots): uint8 (..., H, W, 3)."""
     lead = shapes.shape[:-1]
@@ -355,7 +355,7 @@ def _render(
     return images.reshape(*lead, params.image_size, params.image_size, 3)
 
 
-def matching_layout(params: BindingParams, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def matching_layout(params: BindingSettings, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Scene metadata of the matching task (no images): ``correct_index`` (query,),
     ``query_shape`` (query, slot), ``candidate_shape`` (query, candidate, slot) and the colours."""
     n_q, n_c, n_s = params.n_queries, params.n_candidates, params.n_slots
@@ -382,7 +382,7 @@ def matching_layout(params: BindingParams, rng: np.random.Generator) -> dict[str
     }
 
 
-def pair_layout(params: BindingParams, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def pair_layout(params: BindingSettings, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Scene metadata of the Same/Different pairs (no images): ``pair_same`` (pair,) with exactly
     half ones, ``pair_shape`` (pair, member, slot), ``pair_colour``; member 0 uses the query
     palette, member 1 the target palette."""
@@ -415,7 +415,7 @@ def _labels(values: Iterable[str]) -> np.ndarray:
     return np.array(list(values), dtype=object)
 
 
-def render_binding_dataset(params: BindingParams) -> xr.Dataset:
+def render_binding_dataset(params: BindingSettings) -> xr.Dataset:
     """The binding store's Dataset (variables, dims and coordinates as in docs/contracts.md).
 
     The matching task and the pairs use independent streams spawned from ``params.seed``, so the

@@ -329,7 +329,7 @@ class InvertibleMLPInverse(InverseEncoder):
 
 
 @dataclass(frozen=True)
-class LatentEncoderSpec:
+class LatentEncoderSettings:
     """A cell's encoder: what :func:`build_latent_encoder` builds (from ``cell_params(...)
     ["encoder"]``, whose values come from ``identifiability.encoders``, every default in the
     schema). ``kind`` "mlp" reads ``variant`` and ``hidden`` (None: the variant's widths), the
@@ -343,7 +343,7 @@ class LatentEncoderSpec:
     patches_sharpness_start: float | None = None
 
     @classmethod
-    def of(cls, encoder: Mapping[str, Any]) -> LatentEncoderSpec:
+    def of(cls, encoder: Mapping[str, Any]) -> LatentEncoderSettings:
         """The spec of a cell's ``encoder`` params (the training keys, lr and lr_schedule, are
         the training's)."""
         names = {field.name for field in dataclasses.fields(cls)}
@@ -353,7 +353,9 @@ class LatentEncoderSpec:
         return cls(**values)
 
 
-def build_latent_encoder(spec: LatentEncoderSpec, generator: Generator, *, seed: int) -> nn.Module:
+def build_latent_encoder(
+    spec: LatentEncoderSettings, generator: Generator, *, seed: int
+) -> nn.Module:
     """``spec.kind`` = "mlp" (the MLP ``variant`` of :data:`MLP_VARIANTS`) or "inverse" (the
     registered inverse model of ``generator``).
 

@@ -23,8 +23,25 @@ positive pairs, a collapse keeps r2_z1 and loses the perturbed coordinates.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from repdiag.core.settings import FromConfig
+
+
+@dataclass(frozen=True)
+class HeldOutSettings(FromConfig):
+    """``identifiability.evaluation``: how many evaluation latents (uniform on the sphere, the
+    same for every cell, drawn from ``seed``), and the share of them that fits R^2's linear map
+    (MCC and APE use the rest, split with the same ``seed``)."""
+
+    SECTION: ClassVar[str] = "identifiability.evaluation"
+    n_samples: int
+    train_fraction: float
+    seed: int
 
 
 def _paired(h: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -201,14 +201,14 @@ def train_settings(params: Mapping[str, Any]) -> Any:
 
 def build_cell(params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """(settings, frozen generator, freshly initialised encoder) of cell ``params``, all from its seed."""
-    from repdiag.identifiability.encoders import LatentEncoderSpec, build_latent_encoder
+    from repdiag.identifiability.encoders import LatentEncoderSettings, build_latent_encoder
     from repdiag.identifiability.sphere import build_generator
 
     seed = params["seed"]
     generator = build_generator(
         params["generator"]["name"], params["latent_dim"], seed, **params["generator"]["params"]
     )
-    spec = LatentEncoderSpec.of(params["encoder"])
+    spec = LatentEncoderSettings.of(params["encoder"])
     return train_settings(params), generator, build_latent_encoder(spec, generator, seed=seed)
 
 
@@ -222,7 +222,7 @@ def run_cell(
     """
     import numpy as np
 
-    from repdiag.identifiability.metrics import identifiability_metrics
+    from repdiag.identifiability.metrics import HeldOutSettings, identifiability_metrics
     from repdiag.identifiability.sphere import sample_uniform
     from repdiag.identifiability.train import encode_latents, train_contrastive
 
@@ -232,12 +232,12 @@ def run_cell(
         "cell %s: %d steps, batch %d on %s", cell.name, settings.steps, settings.batch_size, device
     )
     result = train_contrastive(encoder, generator, settings, seed=cell.seed, device=device)
-    evaluation = params["evaluation"]
+    evaluation = HeldOutSettings.from_config(params["evaluation"])
     z = sample_uniform(
-        evaluation["n_samples"], params["latent_dim"], np.random.default_rng([evaluation["seed"]])
+        evaluation.n_samples, params["latent_dim"], np.random.default_rng([evaluation.seed])
     )
     h = encode_latents(encoder, generator, z, device)
-    metrics = identifiability_metrics(h, z, evaluation["train_fraction"], evaluation["seed"])
+    metrics = identifiability_metrics(h, z, evaluation.train_fraction, evaluation.seed)
     log.info("cell %s: loss %.4f, %s", cell.name, result.final_loss, metrics)
     record = {
         **dataclasses.asdict(cell),

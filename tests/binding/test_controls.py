@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from repdiag.binding.controls import CONTROLS, build_control
-from repdiag.binding.dataset import BindingParams, render_binding_dataset
+from repdiag.binding.dataset import BindingSettings, render_binding_dataset
 from repdiag.binding.metrics.model_metrics import compute_model_metrics
 from repdiag.binding.metrics.options import MetricsSettings
 from repdiag.binding.store import image_sets
@@ -30,9 +30,9 @@ SCHEMA_METRICS = MetricsSettings.from_config({})  # every metrics default from t
 
 
 @pytest.fixture(scope="module")
-def dataset() -> BindingParams:
+def dataset() -> BindingSettings:
     # the default geometry and pair count, fewer queries
-    return render_binding_dataset(BindingParams.from_config(dict(n_queries=256)))
+    return render_binding_dataset(BindingSettings.from_config(dict(n_queries=256)))
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_random_features_are_a_deterministic_function_of_the_image(dataset) -> N
 
 def test_controls_run_at_another_image_size() -> None:
     images = render_binding_dataset(
-        BindingParams.from_config(dict(image_size=96, n_queries=8, n_pairs=2))
+        BindingSettings.from_config(dict(image_size=96, n_queries=8, n_pairs=2))
     )
     x = torch.from_numpy(images["query_image"].values).permute(0, 3, 1, 2).float() / 255
     oracle = build_control("shape_oracle", image_size=96)

@@ -14,7 +14,7 @@ from scipy.stats import chi2_contingency
 
 from repdiag.binding.dataset import (
     DIMS,
-    BindingParams,
+    BindingSettings,
     check_binding_config,
     chunk_encoding,
     matching_layout,
@@ -29,8 +29,8 @@ from repdiag.core.store import open_store, write_store
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "datasets.schema.yaml"
 
-SMALL = BindingParams.from_config(dict(image_size=32, n_queries=20, n_candidates=8, n_pairs=20))
-WIDE = BindingParams.from_config(
+SMALL = BindingSettings.from_config(dict(image_size=32, n_queries=20, n_candidates=8, n_pairs=20))
+WIDE = BindingSettings.from_config(
     dict(
         image_size=48,
         n_queries=12,
@@ -48,7 +48,7 @@ WIDE = BindingParams.from_config(
 
 
 @pytest.fixture(scope="module", params=[SMALL, WIDE], ids=["2x2", "2x3"])
-def dataset(request: pytest.FixtureRequest) -> tuple[BindingParams, xr.Dataset]:
+def dataset(request: pytest.FixtureRequest) -> tuple[BindingSettings, xr.Dataset]:
     return request.param, render_binding_dataset(request.param)
 
 
@@ -76,11 +76,11 @@ def test_every_default_comes_from_the_schema_and_the_config_round_trips() -> Non
     import dataclasses
 
     datasets = fill_defaults({}, yaml.safe_load(SCHEMA.read_text()), SCHEMA.parent)
-    default = BindingParams.from_config({})
-    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(BindingParams))
-    assert BindingParams.from_config(datasets["binding"]) == default
+    default = BindingSettings.from_config({})
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(BindingSettings))
+    assert BindingSettings.from_config(datasets["binding"]) == default
     assert default.to_config() == datasets["binding"]
-    assert BindingParams.from_config(default.to_config()) == default
+    assert BindingSettings.from_config(default.to_config()) == default
 
 
 # --- the matching task --------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def test_default_candidates_and_pairs_differ_only_in_which_shape_sits_where() ->
     """On the default config's dataset: every candidate of every query has the query's occupied
     slots and shape multiset, and so has member 1 of every pair; only the binding differs."""
     defaults = yaml.safe_load((SCHEMA.parents[1] / "config/config.yaml").read_text())
-    ds = render_binding_dataset(BindingParams.from_config(defaults["datasets"]["binding"]))
+    ds = render_binding_dataset(BindingSettings.from_config(defaults["datasets"]["binding"]))
     query, candidates = ds["query_shape"].values, ds["candidate_shape"].values
     occupied, multiset = _occupancy_and_multiset(query)
     cand_occupied, cand_multiset = _occupancy_and_multiset(candidates)

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from repdiag.binding import plots
-from repdiag.binding.dataset import BindingParams, render_binding_dataset
+from repdiag.binding.dataset import BindingSettings, render_binding_dataset
 from repdiag.common.figures import DPI, family_colour, save_figure
 from repdiag.common.statistics import pearson
 
@@ -185,7 +185,7 @@ def test_contact_sheet_is_a_png_with_the_correct_candidates_framed(tmp_path: Pat
     import matplotlib.image
 
     ds = render_binding_dataset(
-        BindingParams.from_config(dict(image_size=32, n_queries=3, n_candidates=8, n_pairs=8))
+        BindingSettings.from_config(dict(image_size=32, n_queries=3, n_candidates=8, n_pairs=8))
     )
     path = tmp_path / "sheet.png"
     plots.contact_sheet(ds, path, n_queries=3)

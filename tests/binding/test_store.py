@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
+from repdiag.binding.dataset import BindingSettings, chunk_encoding, render_binding_dataset
 from repdiag.binding.store import image_sets, open_binding_store, slot_attributes
 from repdiag.core.errors import StoreError
 from repdiag.core.store import write_store
 
-SMALL = BindingParams.from_config(dict(image_size=32, n_queries=4, n_candidates=8, n_pairs=6))
+SMALL = BindingSettings.from_config(dict(image_size=32, n_queries=4, n_candidates=8, n_pairs=6))
 
 
 def test_image_sets_flatten_in_the_documented_order() -> None:

@@ -40,6 +40,8 @@ def test_an_unknown_key_is_refused_naming_the_section_key_and_fields():
         ),
         ("repdiag.cifar.train:SimCLRSettings", {"epochs": 2, "batch_size": 4}),
         ("repdiag.encoders.zoo.calibrate:PilotSettings", {"every": 5}),
+        ("repdiag.identifiability.metrics:HeldOutSettings", {"n_samples": 64, "seed": 3}),
+        ("repdiag.binding.metrics.options:ReferenceSettings", {"max_size": 50}),
         (
             "repdiag.alignment.concepts:SyntheticConcepts",
             {
@@ -90,3 +92,50 @@ def test_the_schema_fills_what_the_section_leaves_out_and_only_the_fields():
         type("Bare", (FromSchema,), {"SECTION": "cifar.nothing"}).from_config(
             {"epochs": 1, "lr": 0.1}
         )
+
+
+@dataclass(frozen=True)
+class Inner(FromConfig):
+    SECTION = "metrics.readouts.knn"
+
+    k: int
+    weights: str
+
+
+@dataclass(frozen=True)
+class Outer(FromConfig):
+    """A section with a subsection field: built from its mapping, its own defaults filled."""
+
+    SECTION = "metrics.readouts"
+
+    names: tuple[str, ...]
+    knn: Inner
+
+
+def test_a_subsection_field_is_built_with_its_own_defaults_and_recorded_nested():
+    from repdiag.core.config import schema_defaults
+
+    readouts = schema_defaults("metrics")["readouts"]
+    built = Outer.from_config({"knn": {"k": 3}})
+    assert built.knn == Inner(k=3, weights=readouts["knn"]["weights"])
+    assert built.names == readouts["names"]
+    assert built.to_config() == {
+        "names": readouts["names"],
+        "knn": {"k": 3, "weights": "similarity"},
+    }
+    assert Outer.from_config({"knn": built.knn}).knn is built.knn  # an object already built
+    with pytest.raises(ConfigError, match=r"unknown key metrics\.readouts\.knn\.kk"):
+        Outer.from_config({"knn": {"kk": 3}})
+
+
+def test_a_star_stands_for_any_item_of_a_mapping_of_named_items():
+    from repdiag.core.config import schema_defaults
+    from repdiag.core.settings import schema_section
+
+    regulariser = schema_section("zoo.objectives.*.jer_regulariser")
+    assert regulariser == schema_defaults("zoo")["objectives"]["simclr"]["jer_regulariser"]
+    assert regulariser == {"weight": 0.0, "images": 4, "probes": 2}
+    assert (
+        schema_section("zoo.objectives.*")["steps"]
+        == schema_defaults("zoo")["objectives"]["simclr"]["steps"]
+    )

@@ -18,11 +18,11 @@ def contrastive(**overrides: Any):
 
 
 def latent_encoder(cell_kind: str = "mlp", **overrides: Any):
-    """A :class:`~repdiag.identifiability.encoders.LatentEncoderSpec` as the workflow builds it
+    """A :class:`~repdiag.identifiability.encoders.LatentEncoderSettings` as the workflow builds it
     for the default grid's first cell of encoder ``cell_kind`` on the patches generator (every value
     from the schema), with ``overrides``."""
     from repdiag.core.config import schema_defaults
-    from repdiag.identifiability.encoders import LatentEncoderSpec
+    from repdiag.identifiability.encoders import LatentEncoderSettings
     from repdiag.identifiability.study import cell_names, cell_params
 
     section = schema_defaults("identifiability")
@@ -32,4 +32,4 @@ def latent_encoder(cell_kind: str = "mlp", **overrides: Any):
         for c in cells
         if c["encoder"]["kind"] == cell_kind and c["generator"]["name"] == "patches"
     )
-    return dataclasses.replace(LatentEncoderSpec.of(cell["encoder"]), **overrides)
+    return dataclasses.replace(LatentEncoderSettings.of(cell["encoder"]), **overrides)

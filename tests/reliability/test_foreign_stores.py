@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from repdiag.binding.dataset import BindingParams, chunk_encoding, render_binding_dataset
+from repdiag.binding.dataset import BindingSettings, chunk_encoding, render_binding_dataset
 from repdiag.binding.store import open_binding_store
 from repdiag.core.errors import StoreError
 from repdiag.core.inspect import describe_store
@@ -30,7 +30,7 @@ from repdiag.core.store_reader import ZSTD_MAGIC
 from tests.reliability.memory import run_measured
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = BindingParams.from_config(dict(image_size=32, n_queries=4, n_candidates=8, n_pairs=6))
+SMALL = BindingSettings.from_config(dict(image_size=32, n_queries=4, n_candidates=8, n_pairs=6))
 HANG_GUARD_S = 300  # only against a hang; nothing is timed
 
 

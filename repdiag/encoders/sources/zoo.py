@@ -49,7 +49,7 @@ def _from_spec(key: str, config: Mapping[str, Any], run: str, options: BuildOpti
     """The zoo run's architecture from its spec (what ``train_zoo`` builds), random weights."""
     from repdiag.encoders.zoo.backbones import backbone_kwargs, build_backbone, pooling
     from repdiag.encoders.zoo.objectives import OBJECTIVES
-    from repdiag.encoders.zoo.scenes import SceneConfig
+    from repdiag.encoders.zoo.scenes import SceneSettings
     from repdiag.encoders.zoo.spec import run_spec
 
     if run not in ((config.get("zoo") or {}).get("objectives") or {}):
@@ -60,7 +60,7 @@ def _from_spec(key: str, config: Mapping[str, Any], run: str, options: BuildOpti
         kwargs = backbone_kwargs(
             spec["timm_model"], spec["timm_kwargs"], spec["image_size"], cls.backbone_extras
         )
-        scenes = SceneConfig.from_config(
+        scenes = SceneSettings.from_config(
             spec["scenes"], spec["image_size"], arrangement_groups=spec["arrangement_groups"]
         )
         objective = cls(build_backbone(spec["timm_model"], kwargs), scenes, **spec["hparams"])

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
+from repdiag.encoders.zoo.scenes import SceneSettings, scene_batch
 
 PLATEAU_MARGIN = 0.05
 PROBE_MARGIN = 0.02
@@ -104,7 +104,7 @@ def same_weights(first: nn.Module, second: nn.Module) -> bool:
 def probe_check(
     trained: nn.Module,
     initial: nn.Module,
-    scenes: SceneConfig,
+    scenes: SceneSettings,
     scene_seed: int,
     mean: Sequence[float],
     std: Sequence[float],

@@ -59,7 +59,7 @@ COL_WORDS = {1: ("",), 2: ("left", "right"), 3: ("left", "centre", "right")}
 
 
 @dataclass(frozen=True)
-class SceneConfig:
+class SceneSettings:
     """Generative settings of the pretraining scenes (the ``zoo.scenes`` config section and
     ``zoo.image_size``), built by :meth:`from_config`: every value from the config or the
     schema's default; ``arrangement_groups`` is a run's own (``zoo.objectives.<run>``, 1: every
@@ -114,7 +114,7 @@ class SceneConfig:
     @classmethod
     def from_config(
         cls, section: Mapping[str, Any], image_size: int, *, arrangement_groups: int
-    ) -> SceneConfig:
+    ) -> SceneSettings:
         """Build from a ``zoo.scenes`` mapping, ``zoo.image_size`` and a run's
         ``arrangement_groups``; a scene key the mapping leaves out takes the schema's default
         (:func:`repdiag.core.settings.schema_section`)."""
@@ -133,8 +133,8 @@ class SceneBatch:
 
     images: np.ndarray
     captions: list[str]
-    slot_shape: np.ndarray  # (B, n_slots) int64: 0 empty, 1 + index into SceneConfig.shapes
-    slot_colour: np.ndarray  # (B, n_slots) int64: 0 empty, 1 + index into SceneConfig.colours
+    slot_shape: np.ndarray  # (B, n_slots) int64: 0 empty, 1 + index into SceneSettings.shapes
+    slot_colour: np.ndarray  # (B, n_slots) int64: 0 empty, 1 + index into SceneSettings.colours
 
 
 def slot_words(slot: int, grid: tuple[int, int]) -> str:
@@ -156,7 +156,7 @@ def caption(objects: Sequence[tuple[str, str, int]], grid: tuple[int, int]) -> s
     )
 
 
-def bag_caption(slot_shape: Sequence[int], slot_colour: Sequence[int], cfg: SceneConfig) -> str:
+def bag_caption(slot_shape: Sequence[int], slot_colour: Sequence[int], cfg: SceneSettings) -> str:
     """Position-free caption of one scene from its labels (0 = empty, 1 + index otherwise): its
     objects as "colour shape" in alphabetical order, so the word order says nothing of where
     they are: "blue circle, red square"."""
@@ -168,7 +168,7 @@ def bag_caption(slot_shape: Sequence[int], slot_colour: Sequence[int], cfg: Scen
     return ", ".join(objects)
 
 
-def caption_vocabulary(cfg: SceneConfig) -> list[str]:
+def caption_vocabulary(cfg: SceneSettings) -> list[str]:
     """Every word a caption of ``cfg`` can contain (for the CLIP text tokenizer), sorted."""
     words = set(cfg.colours) | set(cfg.shapes) | {","}
     for slot in range(cfg.n_slots):
@@ -177,7 +177,7 @@ def caption_vocabulary(cfg: SceneConfig) -> list[str]:
 
 
 def sample_scenes(
-    cfg: SceneConfig, rng: np.random.Generator, n: int
+    cfg: SceneSettings, rng: np.random.Generator, n: int
 ) -> tuple[list[list[SceneObject]], SceneBatch]:
     """Draw ``n`` scenes: objects for the renderer plus captions and labels (images left empty)."""
     scenes, captions = [], []
@@ -228,7 +228,7 @@ def _permutations(rng: np.random.Generator, count: int, members: int) -> list[np
 
 
 def sample_arrangement_groups(
-    cfg: SceneConfig, rng: np.random.Generator, n: int
+    cfg: SceneSettings, rng: np.random.Generator, n: int
 ) -> tuple[list[list[SceneObject]], SceneBatch, np.ndarray]:
     """Draw ``n`` scenes in groups of ``cfg.arrangement_groups`` (the last one may be short):
     each group draws one scene (distinct shapes, so every permutation is a new arrangement) and
@@ -276,7 +276,7 @@ def sample_arrangement_groups(
     return scenes, SceneBatch(empty, captions, slot_shape, slot_colour), np.asarray(backgrounds)
 
 
-def scene_batch(cfg: SceneConfig, seed: int, step: int, batch_size: int) -> SceneBatch:
+def scene_batch(cfg: SceneSettings, seed: int, step: int, batch_size: int) -> SceneBatch:
     """Batch ``step`` of the stream ``seed``: a pure function of its arguments."""
     rng = np.random.default_rng([int(seed), int(step)])
     if cfg.arrangement_groups > 1:
@@ -300,7 +300,7 @@ def scene_batch(cfg: SceneConfig, seed: int, step: int, batch_size: int) -> Scen
 
 
 def channel_statistics(
-    cfg: SceneConfig, seed: int, n_images: int = 512
+    cfg: SceneSettings, seed: int, n_images: int = 512
 ) -> tuple[list[float], list[float]]:
     """Per-channel mean and standard deviation of pixels in [0, 1] over the stream's first
     ``n_images`` scenes (rounded to 3 decimals): the input normalisation of the zoo encoders."""

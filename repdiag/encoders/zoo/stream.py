@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from repdiag.encoders.zoo.objectives.base import Batch
-from repdiag.encoders.zoo.scenes import SceneBatch, SceneConfig, scene_batch
+from repdiag.encoders.zoo.scenes import SceneBatch, SceneSettings, scene_batch
 
 
 def to_batch(scenes: SceneBatch, device: torch.device | str) -> Batch:
@@ -31,7 +31,7 @@ def to_batch(scenes: SceneBatch, device: torch.device | str) -> Batch:
     )
 
 
-def host_batch(scenes: SceneConfig, seed: int, step: int, batch_size: int, pin: bool) -> Batch:
+def host_batch(scenes: SceneSettings, seed: int, step: int, batch_size: int, pin: bool) -> Batch:
     """Batch ``step`` of the stream ``seed`` as CPU tensors (page-locked when ``pin``, for an
     asynchronous copy to a GPU): ``to_batch(scene_batch(...), "cpu")``."""
     batch = to_batch(scene_batch(scenes, seed, step, batch_size), "cpu")
@@ -63,7 +63,7 @@ class Prefetcher:
 
     def __init__(
         self,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         seed: int,
         batch_size: int,
         stop: int,

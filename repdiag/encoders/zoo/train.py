@@ -42,7 +42,7 @@ from repdiag.encoders.zoo.regulariser import (
 )
 from repdiag.encoders.zoo.run_meta import run_meta, steps_trained
 from repdiag.encoders.zoo.saved import Snapshot, Snapshots, checkpoint_spec
-from repdiag.encoders.zoo.scenes import SceneConfig, channel_statistics, scene_batch
+from repdiag.encoders.zoo.scenes import SceneSettings, channel_statistics, scene_batch
 from repdiag.encoders.zoo.stream import Prefetcher, to_batch
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def build_objective(
     layout there (:func:`~repdiag.encoders.zoo.backbones.memory_format`), and the backbone's
     complete timm kwargs."""
     cls = OBJECTIVES.get(spec["objective"])
-    scenes = SceneConfig.from_config(
+    scenes = SceneSettings.from_config(
         spec["scenes"], spec["image_size"], arrangement_groups=spec["arrangement_groups"]
     )
     kwargs = backbone_kwargs(

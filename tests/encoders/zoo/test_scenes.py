@@ -14,7 +14,7 @@ from repdiag.common.render import SHAPES
 from repdiag.core.errors import RegistryError
 from repdiag.encoders.zoo.scenes import (
     PALETTE,
-    SceneConfig,
+    SceneSettings,
     caption,
     caption_vocabulary,
     channel_statistics,
@@ -22,7 +22,7 @@ from repdiag.encoders.zoo.scenes import (
     slot_words,
 )
 
-SMALL = SceneConfig.from_config(
+SMALL = SceneSettings.from_config(
     {"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32, arrangement_groups=1
 )
 
@@ -53,7 +53,7 @@ def test_labels_match_the_pixels_of_each_cell():
 
 
 def test_captions_name_the_labelled_objects_in_slot_order():
-    cfg = SceneConfig.from_config(
+    cfg = SceneSettings.from_config(
         {"grid": (3, 3), "min_objects": 2, "max_objects": 6}, 32, arrangement_groups=1
     )
     batch = scene_batch(cfg, 1, 0, 16)
@@ -85,7 +85,7 @@ def test_position_words():
 def test_the_benchmark_geometry_but_never_its_colours_or_scenes():
     """Pretraining scenes follow the benchmark's grid, object size and jitter ranges, but draw
     all nine shapes, 2-4 objects and colours none of which is a benchmark colour."""
-    cfg = SceneConfig.from_config({}, 64, arrangement_groups=1)  # the schema's scenes
+    cfg = SceneSettings.from_config({}, 64, arrangement_groups=1)  # the schema's scenes
     assert set(cfg.shapes) == set(SHAPES.names()) and len(cfg.shapes) > 4
     schema = Path(__file__).resolve().parents[3] / "schemas" / "datasets.schema.yaml"
     binding = yaml.safe_load(schema.read_text())["properties"]["binding"]["properties"]
@@ -121,11 +121,11 @@ def test_channel_statistics_are_the_pixel_moments():
 )
 def test_bad_settings_are_named(section, groups, error, message):
     with pytest.raises(error, match=message):
-        SceneConfig.from_config(section, 64, arrangement_groups=groups)
+        SceneSettings.from_config(section, 64, arrangement_groups=groups)
 
 
 def test_arrangement_groups_share_everything_but_which_shape_is_where():
-    cfg = SceneConfig.from_config(
+    cfg = SceneSettings.from_config(
         {"grid": (2, 2), "min_objects": 3, "max_objects": 4}, 32, arrangement_groups=4
     )
     batch = scene_batch(cfg, 3, 2, 10)  # groups of 4, 4 and a short one of 2

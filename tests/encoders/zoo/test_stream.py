@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from repdiag.encoders.zoo.scenes import SceneConfig, scene_batch
+from repdiag.encoders.zoo.scenes import SceneSettings, scene_batch
 from repdiag.encoders.zoo.stream import Prefetcher, batch_to, host_batch, to_batch
 
-SMALL = SceneConfig.from_config(
+SMALL = SceneSettings.from_config(
     {"grid": (2, 2), "min_objects": 1, "max_objects": 3}, 32, arrangement_groups=1
 )
-GROUPED = SceneConfig.from_config(
+GROUPED = SceneSettings.from_config(
     {"grid": (2, 2), "min_objects": 2, "max_objects": 3}, 32, arrangement_groups=3
 )
 

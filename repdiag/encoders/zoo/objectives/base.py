@@ -12,7 +12,7 @@ from torch import nn
 
 from repdiag.core.registry import Registry
 from repdiag.encoders.zoo.heads import MLPHead
-from repdiag.encoders.zoo.scenes import SceneConfig
+from repdiag.encoders.zoo.scenes import SceneSettings
 
 OBJECTIVES: Registry[type[Objective]] = Registry("zoo objective")
 
@@ -44,7 +44,7 @@ class Objective(nn.Module):
     def __init__(
         self,
         backbone: nn.Module,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
     ) -> None:

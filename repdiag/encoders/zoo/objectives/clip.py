@@ -15,7 +15,7 @@ from repdiag.encoders.zoo.augment import caption_safe_view
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
-from repdiag.encoders.zoo.scenes import SceneConfig, bag_caption, caption_vocabulary
+from repdiag.encoders.zoo.scenes import SceneSettings, bag_caption, caption_vocabulary
 
 MAX_LOGIT_SCALE = 100.0  # CLIP clips the learned scale at 100 (temperature >= 0.01)
 
@@ -92,7 +92,7 @@ class CLIP(Objective):
     def __init__(
         self,
         backbone: nn.Module,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,

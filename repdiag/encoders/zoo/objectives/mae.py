@@ -14,7 +14,7 @@ from repdiag.core.errors import ConfigError
 from repdiag.encoders.zoo.augment import mae_view
 from repdiag.encoders.zoo.backbones import feature_dim, is_vit, vit_encode_tokens, vit_patch_tokens
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
-from repdiag.encoders.zoo.scenes import SceneConfig
+from repdiag.encoders.zoo.scenes import SceneSettings
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
@@ -68,7 +68,7 @@ class MAE(Objective):
     def __init__(
         self,
         backbone: nn.Module,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,

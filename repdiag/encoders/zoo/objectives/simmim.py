@@ -14,7 +14,7 @@ from torch import nn
 from repdiag.core.errors import ConfigError
 from repdiag.encoders.zoo.augment import mae_view
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
-from repdiag.encoders.zoo.scenes import SceneConfig
+from repdiag.encoders.zoo.scenes import SceneSettings
 
 
 def simmim_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -46,7 +46,7 @@ class SimMIM(Objective):
     def __init__(
         self,
         backbone: nn.Module,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,

@@ -17,7 +17,7 @@ from repdiag.encoders.zoo.augment import label_safe_view
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
-from repdiag.encoders.zoo.scenes import SceneConfig
+from repdiag.encoders.zoo.scenes import SceneSettings
 
 
 def supervised_loss(
@@ -59,7 +59,7 @@ class Supervised(Objective):
     def __init__(
         self,
         backbone: nn.Module,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,

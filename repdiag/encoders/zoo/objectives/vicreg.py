@@ -14,7 +14,7 @@ from repdiag.encoders.zoo.augment import byol_views
 from repdiag.encoders.zoo.backbones import feature_dim
 from repdiag.encoders.zoo.heads import MLPHead
 from repdiag.encoders.zoo.objectives.base import Batch, Objective, register
-from repdiag.encoders.zoo.scenes import SceneConfig
+from repdiag.encoders.zoo.scenes import SceneSettings
 
 
 def variance_term(z: torch.Tensor, gamma: float, eps: float = 1e-4) -> torch.Tensor:
@@ -60,7 +60,7 @@ class VICReg(Objective):
     def __init__(
         self,
         backbone: nn.Module,
-        scenes: SceneConfig,
+        scenes: SceneSettings,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         *,
