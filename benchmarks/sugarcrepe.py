@@ -81,7 +81,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     model = build_image_text_model(
-        "bench", {"source": "open_clip", "id": "ViT-S-32-alt", "family": "vision_language"}
+        "bench", {"source": "open_clip", "id": "ViT-S-32-alt", "family": "vision_language"}, seed=0
     )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -9,11 +9,13 @@ from repdiag.core.runtime import exit_job, script_logging, select_device
 from repdiag.core.store import provenance, write_json
 
 with script_logging(snakemake.log[0], snakemake.threads) as log, gpu_slot():
+    from repdiag.sugarcrepe.data import ScoringSettings
     from repdiag.sugarcrepe.scoring import evaluate_model
 
     key, params = snakemake.wildcards.model, snakemake.params
     device = select_device(params.device)
-    result = evaluate_model(key, params.entry, params.sugarcrepe, device=device)
+    settings = ScoringSettings.from_config(params.sugarcrepe)
+    result = evaluate_model(key, params.entry, settings, device=device)
     result["provenance"] = provenance(
         {
             "models": {key: dict(params.entry)},

@@ -22,10 +22,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from repdiag.common.images import list_images
 from repdiag.core.errors import ConfigError
+from repdiag.core.settings import FromConfig
 
 CATEGORIES = (
     "replace_obj",
@@ -41,6 +42,42 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 FIELDS = ("filename", "caption", "negative_caption")
 DATA_URL = "https://github.com/RAIVNLab/sugar-crepe/tree/main/data"
 COCO_URL = "http://images.cocodataset.org/zips/val2017.zip"
+
+
+@dataclass(frozen=True)
+class ZeroShotSettings(FromConfig):
+    """``sugarcrepe.zero_shot``: the labelled folder of the zero-shot covariate (None: the
+    model's ``covariates.zero_shot_accuracy`` instead), its class names, prompts and the cap of
+    images per class."""
+
+    SECTION: ClassVar[str] = "sugarcrepe.zero_shot"
+    folder: str | None
+    class_names: str | Mapping[str, str] | None
+    templates: Sequence[str]
+    max_per_class: int | None
+
+
+@dataclass(frozen=True)
+class ScoringSettings(FromConfig):
+    """What one model's scoring reads of ``sugarcrepe`` (rule sugarcrepe_score's params): the
+    data, the categories and their cap, the batch size, the seed of random initial weights
+    (resolved: the rule puts the global seed in for ``null``) and the zero-shot covariate."""
+
+    SECTION: ClassVar[str] = "sugarcrepe"
+    root: str | None
+    images: str | None
+    categories: Sequence[str]
+    max_per_category: int | None
+    batch_size: int
+    seed: int | None
+    zero_shot: ZeroShotSettings
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, int):
+            raise ConfigError(
+                f"sugarcrepe.seed is {self.seed!r}: scoring needs it resolved to an integer "
+                "(the workflow puts the global seed in for null; pass one)"
+            )
 
 
 def download_help(what: str) -> str:

@@ -43,6 +43,7 @@ from repdiag.sugarcrepe.data import (
     CATEGORIES,
     Example,
     LabelledFolder,
+    ScoringSettings,
     check_images,
     labelled_folder,
     load_examples,
@@ -165,7 +166,7 @@ def _python_model(key: str, entry: Mapping[str, Any]) -> ImageTextModel:
     )
 
 
-def build_image_text_model(key: str, entry: Mapping[str, Any], *, seed: int = 0) -> ImageTextModel:
+def build_image_text_model(key: str, entry: Mapping[str, Any], *, seed: int) -> ImageTextModel:
     """The image-text model of config entry ``models.<key>`` (frozen, eval mode, on the CPU).
 
     ``seed`` fixes random initial weights (``pretrained`` unset); it does not touch the caller's RNG.
@@ -363,42 +364,36 @@ def configured_zero_shot(entry: Mapping[str, Any]) -> float | None:
 def evaluate_model(
     key: str,
     entry: Mapping[str, Any],
-    settings: Mapping[str, Any],
+    settings: ScoringSettings,
     *,
-    device: torch.device | str = "cpu",
+    device: torch.device | str,
     examples: Sequence[Example] | None = None,
 ) -> dict[str, Any]:
     """SugarCrepe accuracies and the zero-shot covariate of one model: the record of its JSON.
 
-    ``settings`` is the ``sugarcrepe`` section (``root``, ``images``, ``categories``,
-    ``max_per_category``, ``batch_size``, ``seed``, ``zero_shot``); ``examples`` skips reading it.
-    The covariate is computed when ``zero_shot.folder`` is set, else taken from the config.
+    ``examples`` skips reading the data. The covariate is computed when ``zero_shot.folder`` is
+    set, else taken from the config.
     """
     start = time.perf_counter()
-    categories = list(settings.get("categories") or CATEGORIES)
+    categories = list(settings.categories)
     if examples is None:
         examples = load_examples(
-            settings.get("root"),
-            settings.get("images"),
-            categories,
-            settings.get("max_per_category"),
+            settings.root, settings.images, categories, settings.max_per_category
         )
-    batch_size = int(settings.get("batch_size", 64))
-    model = build_image_text_model(key, entry, seed=int(settings.get("seed") or 0)).to(device)
+    batch_size = settings.batch_size
+    model = build_image_text_model(key, entry, seed=settings.seed).to(device)
     log.info("model %s: scoring %d SugarCrepe examples on %s", key, len(examples), device)
-    scores = score_examples(model, examples, settings["images"], batch_size)
+    scores = score_examples(model, examples, settings.images, batch_size)
     result = accuracy_by_category(scores)
-    zero_shot = settings.get("zero_shot") or {}
+    zero_shot = settings.zero_shot
     configured = configured_zero_shot(entry)
-    if zero_shot.get("folder"):
-        folder = labelled_folder(
-            zero_shot["folder"], zero_shot.get("class_names"), zero_shot.get("max_per_class")
-        )
-        templates = list(zero_shot.get("templates") or ["a photo of a {}."])
+    if zero_shot.folder:
+        folder = labelled_folder(zero_shot.folder, zero_shot.class_names, zero_shot.max_per_class)
+        templates = list(zero_shot.templates)
         covariate = zero_shot_accuracy(model, folder, templates, batch_size)
         covariate |= {
             "source": "folder",
-            "folder": str(zero_shot["folder"]),
+            "folder": str(zero_shot.folder),
             "n_templates": len(templates),
         }
     elif configured is not None:

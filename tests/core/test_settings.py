@@ -41,6 +41,7 @@ def test_an_unknown_key_is_refused_naming_the_section_key_and_fields():
         ("repdiag.cifar.train:SimCLRSettings", {"epochs": 2, "batch_size": 4}),
         ("repdiag.encoders.zoo.calibrate:PilotSettings", {"every": 5}),
         ("repdiag.identifiability.metrics:HeldOutSettings", {"n_samples": 64, "seed": 3}),
+        ("repdiag.sugarcrepe.data:ScoringSettings", {"batch_size": 8, "seed": 1}),
         ("repdiag.binding.metrics.options:ReferenceSettings", {"max_size": 50}),
         (
             "repdiag.alignment.concepts:SyntheticConcepts",

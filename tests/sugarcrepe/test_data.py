@@ -187,3 +187,13 @@ def test_the_default_configs_validate_with_sugarcrepe_disabled() -> None:
         assert config["sugarcrepe"]["enabled"] is False
         assert config["sugarcrepe"]["categories"] == list(CATEGORIES)
         assert config["sugarcrepe"]["zero_shot"]["templates"] == ["a photo of a {}."]
+
+
+def test_scoring_settings_need_the_seed_resolved_and_take_the_schemas_zero_shot():
+    from repdiag.sugarcrepe.data import ScoringSettings
+
+    with pytest.raises(ConfigError, match=r"sugarcrepe\.seed is None: .*global seed"):
+        ScoringSettings.from_config({})  # the schema's null, which the rule resolves
+    settings = ScoringSettings.from_config({"seed": 4, "zero_shot": {"max_per_class": 2}})
+    assert settings.zero_shot.templates == ["a photo of a {}."]
+    assert (settings.zero_shot.folder, settings.zero_shot.max_per_class) == (None, 2)

@@ -14,7 +14,13 @@ from PIL import Image
 from scipy.stats import binomtest
 
 from repdiag.core.errors import ConfigError, EncoderError
-from repdiag.sugarcrepe.data import CATEGORIES, labelled_folder, load_examples
+from repdiag.sugarcrepe.data import (
+    CATEGORIES,
+    ScoringSettings,
+    ZeroShotSettings,
+    labelled_folder,
+    load_examples,
+)
 from repdiag.sugarcrepe.scoring import (
     accuracy_by_category,
     build_image_text_model,
@@ -57,7 +63,7 @@ def oracle(vocabulary: dict[str, int]):
         "family": "other",
         "kwargs": {"vocabulary": vocabulary},
     }
-    return build_image_text_model("oracle", entry)
+    return build_image_text_model("oracle", entry, seed=0)  # a python model: the seed is unused
 
 
 def test_a_model_that_prefers_the_true_caption_scores_100_percent(fixture, examples) -> None:
@@ -198,16 +204,17 @@ def test_evaluate_model_end_to_end_with_random_open_clip(fixture, tmp_path: Path
         "family": "vision_language",
         "covariates": {"zero_shot_accuracy": 0.42},
     }
-    settings = {
+    section = {
         "root": str(fixture.root),
         "images": str(fixture.images),
         "categories": ["replace_att", "swap_obj", "add_obj"],
         "max_per_category": 1,
         "batch_size": 8,
         "seed": 0,
-        "zero_shot": {"folder": None, "templates": ["a photo of a {}."]},
     }
-    result = evaluate_model("tiny", entry, settings)
+    settings = ScoringSettings.from_config(section)
+    assert settings.zero_shot == ZeroShotSettings(None, None, ["a photo of a {}."], None)
+    result = evaluate_model("tiny", entry, settings, device="cpu")
     assert list(result["categories"]) == ["replace_att", "swap_obj", "add_obj"]
     assert result["n_examples"] == result["overall"]["n"] == 3
     for record in [*result["categories"].values(), result["overall"]]:
@@ -217,7 +224,8 @@ def test_evaluate_model_end_to_end_with_random_open_clip(fixture, tmp_path: Path
     assert result["preprocess"]["input_size"] == 224 and result["family"] == "vision_language"
     # a labelled folder takes precedence over the config's number; neither: missing
     folder = make_labelled_folder(tmp_path / "zs", {"ant": 0, "bee": 5}, per_class=1)
-    computed = evaluate_model("tiny", entry, settings | {"zero_shot": {"folder": str(folder)}})
+    with_folder = ScoringSettings.from_config(section | {"zero_shot": {"folder": str(folder)}})
+    computed = evaluate_model("tiny", entry, with_folder, device="cpu")
     assert computed["zero_shot"]["source"] == "folder" and computed["zero_shot"]["n"] == 2
     assert computed["zero_shot"]["config_value"] == 0.42
     assert computed["categories"] == result["categories"]  # same seed, same weights, same scores
@@ -226,6 +234,7 @@ def test_evaluate_model_end_to_end_with_random_open_clip(fixture, tmp_path: Path
         "tiny",
         entry,
         settings,
+        device="cpu",
         examples=load_examples(fixture.root, fixture.images, ["add_att"], 1),
     )
     assert missing["zero_shot"]["accuracy"] is None and missing["zero_shot"]["source"] == "missing"
@@ -258,7 +267,7 @@ def test_evaluate_model_end_to_end_with_random_open_clip(fixture, tmp_path: Path
 )
 def test_models_without_usable_towers_are_refused(entry: dict, message: str) -> None:
     with pytest.raises(EncoderError, match=rf"model 'bad': .*{message}"):
-        build_image_text_model("bad", {"family": "other", **entry})
+        build_image_text_model("bad", {"family": "other", **entry}, seed=0)
 
 
 def test_missing_images_are_named_before_any_model_runs(fixture, examples, tmp_path: Path) -> None:
