@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.xdist_group("binding/test_controls")
 
 CHANCE_CONTROLS = ("occupancy", "slot_area", "colour_histogram", "bag_of_shapes", "random_features")
-SCHEMA_METRICS = MetricsSettings.from_config({})  # every metrics default from the schema
+# every readout and probe setting from the schema; L.Iso at its smallest k only (no test here
+# reads it, and its four neighbourhood sizes were a fifth of the module's time)
+SCHEMA_METRICS = MetricsSettings.from_config({"geometry": {"l_iso_k": [5]}})
 
 
 @pytest.fixture(scope="module")
