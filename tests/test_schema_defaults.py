@@ -45,6 +45,11 @@ def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix.rstrip("."), value
 
 
+def _as_list(value: Any) -> Any:
+    """A tuple default as the list the schema's YAML gives (``(5, 10)`` repeats ``[5, 10]``)."""
+    return [_as_list(v) for v in value] if isinstance(value, tuple) else value
+
+
 def _settable(value: Any) -> bool:
     return value is not None and not isinstance(value, bool)
 
@@ -90,7 +95,7 @@ def repeats() -> set[str]:
                         value = ast.literal_eval(default)
                     except ValueError:
                         continue
-                    if _settable(value) and value in leaves[name]:
+                    if _settable(value) and _as_list(value) in leaves[name]:
                         found.add(f"{path.relative_to(ROOT)}:{name}")
     return found
 
@@ -108,12 +113,16 @@ def test_no_new_default_repeats_a_schema_default_and_the_known_list_only_shrinks
 
 
 def test_the_check_sees_a_repeat_put_back(tmp_path, monkeypatch):
-    """A known break: a readout taking the schema's k = 10 as its own default is found."""
+    """Known breaks: a readout taking the schema's k = 10 as its own default is found, and a
+    tuple that repeats the schema's list."""
     module = tmp_path / "repdiag" / "binding" / "planted.py"
     module.parent.mkdir(parents=True)
-    module.write_text("def knn(x, k: int = 10, seed: int = 5):\n    return x\n")
+    module.write_text(
+        "def knn(x, k: int = 10, seed: int = 5, l_iso_k=(5, 10, 20, 50)):\n    return x\n"
+    )
     module_globals = globals()
     monkeypatch.setitem(module_globals, "ROOT", tmp_path)
     monkeypatch.setitem(module_globals, "PACKAGE", tmp_path / "repdiag")
     monkeypatch.setitem(module_globals, "HOME", {"binding": ("metrics",)})
-    assert repeats() == {"repdiag/binding/planted.py:k"}  # seed 5 is not a default there
+    planted = {"repdiag/binding/planted.py:k", "repdiag/binding/planted.py:l_iso_k"}
+    assert repeats() == planted  # seed 5 is not a default there

@@ -207,8 +207,9 @@ def local_isotropy_profile(x: np.ndarray, ks: Iterable[int]) -> dict[str, float]
     return {str(int(k)): local_isotropy(x, int(k)) for k in ks}
 
 
-def geometry_metrics(x: np.ndarray, l_iso_k: Iterable[int] = (5, 10, 20, 50)) -> dict[str, object]:
-    """Every geometry metric of ``x`` (n, d), keyed as in ``results/metrics/<model>.json``."""
+def geometry_metrics(x: np.ndarray, l_iso_k: Iterable[int]) -> dict[str, object]:
+    """Every geometry metric of ``x`` (n, d), keyed as in ``results/metrics/<model>.json``; L.Iso
+    at each neighbourhood size of ``l_iso_k`` (``metrics.geometry.l_iso_k``)."""
     x = _as_matrix(x)
     spectrum = covariance_spectrum(x)
     return {
