@@ -31,7 +31,9 @@ FAMILIES = (
     "vision_language",
     "supervised",
 )
-SETTINGS = StatsSettings.from_config({"n_bootstrap": 200, "covariates": ["zero_shot_accuracy"]})
+SETTINGS = StatsSettings.from_config(
+    {"n_bootstrap": 200, "seed": 0, "covariates": ["zero_shot_accuracy"]}
+)
 """The analysis settings of the binding tests: few resamples, one covariate."""
 LAYERS = ("block00", "block01", "block02", "block03", "final")
 K_VALUES = (5, 10, 20)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from repdiag.core.config import schema_defaults, seeded
 from repdiag.core.errors import ConfigError
+from repdiag.core.settings import FromConfig
 
 READOUTS = ("cosine", "knn", "local_pca")
 JER_FORMULAS = ("pr", "pr2", "entropy")
@@ -20,13 +20,15 @@ GEOMETRY = ("g_pr", "g_iso", "effective_rank", "participation_ratio")
 
 
 @dataclass(frozen=True)
-class StatsSettings:
-    """The ``stats`` config section, resolved (``seed: null`` takes the global seed). Built by
-    :meth:`from_config` only: every value comes from the config or the schema's default
-    (schemas/stats.schema.yaml), none from here."""
+class StatsSettings(FromConfig):
+    """The ``stats`` config section (every value from the config or the schema's default,
+    schemas/stats.schema.yaml, none from here). ``seed: null`` is resolved to the global seed
+    once, by the rules that hand the section to a job (``seeded`` in rules/binding/*.smk); a
+    statistic that draws refuses it unresolved (:attr:`draw_seed`)."""
 
+    SECTION: ClassVar[str] = "stats"
     n_bootstrap: int
-    seed: int
+    seed: int | None
     confidence: float
     min_models: int
     readout: str
@@ -37,12 +39,18 @@ class StatsSettings:
     covariates: tuple[str, ...]
     collapse_threshold: float
 
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any], global_seed: int = 0) -> StatsSettings:
-        resolved = seeded({**schema_defaults("stats"), **section}, {"seed": global_seed})
-        values = {k: resolved[k] for k in cls.__dataclass_fields__ if k in resolved}
-        values["covariates"] = tuple(values.get("covariates", ()))
-        return cls(**values)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "covariates", tuple(self.covariates))
+
+    @property
+    def draw_seed(self) -> int:
+        """The seed of every bootstrap and permutation draw: ``seed``, resolved."""
+        if not isinstance(self.seed, int):
+            raise ConfigError(
+                f"stats.seed is {self.seed!r}: resolve it to an integer before drawing (the "
+                "workflow's rules put the global seed in for null)"
+            )
+        return self.seed
 
     @property
     def jer_column(self) -> str:
@@ -64,7 +72,7 @@ class StatsSettings:
         """Keyword arguments shared by every bootstrapped statistic."""
         return {
             "n_boot": self.n_bootstrap,
-            "seed": self.seed,
+            "seed": self.draw_seed,
             "confidence": self.confidence,
             "min_models": self.min_models,
         }

@@ -55,7 +55,7 @@ def primary_table(
                 "n_runs": runs_behind(means, [metric, "binding"]),
                 **{key: float(found[key]) for key in ("pearson_r", "pearson_ci_low",
                                                        "pearson_ci_high", "pearson_p")},
-                "permutation_p": permutation_correlation_p(x, y, seed=settings.seed),
+                "permutation_p": permutation_correlation_p(x, y, seed=settings.draw_seed),
                 "note": str(found.get("note") or ""),
             }  # fmt: skip
         rows.append(row)
@@ -107,5 +107,5 @@ def family_design_tables(
     metrics = headline_metrics(models, settings)
     return {
         "primary": primary_table(family_means(models), settings, primary),
-        "within_run": within_run_table(models, metrics, settings.confidence, settings.seed),
+        "within_run": within_run_table(models, metrics, settings.confidence, settings.draw_seed),
     }

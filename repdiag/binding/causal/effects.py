@@ -85,9 +85,9 @@ def causal_effects(
     arms = arm_table(cells, table, extras, settings.binding_column)
     contrasts = causal_contrasts(arms, settings.confidence)
     moved_summary = displacement_summary(arms, settings.confidence)
-    per_jer = binding_per_jer(arms, seed=settings.seed, confidence=settings.confidence)
+    per_jer = binding_per_jer(arms, seed=settings.draw_seed, confidence=settings.confidence)
     associations = plain_associations(
-        arms, settings.confidence, settings.n_bootstrap, settings.seed
+        arms, settings.confidence, settings.n_bootstrap, settings.draw_seed
     )
     summary = causal_markdown(
         arms,

@@ -11,9 +11,9 @@ from tests.binding.stats_fakes import fake_models
 
 def test_settings_and_semantic_checks():
     settings = StatsSettings.from_config(
-        {"seed": None, "covariates": ["zs"], "jer_formula": "entropy"}, 5
+        {"seed": 5, "covariates": ["zs"], "jer_formula": "entropy"}
     )
-    assert settings.seed == 5 and settings.covariates == ("zs",)
+    assert settings.draw_seed == 5 and settings.covariates == ("zs",)
     assert settings.jer_column == "jer_entropy_final"
     assert settings.binding_column == "binding_cosine"  # accuracy, the schema's default
     win = StatsSettings.from_config({"readout": "knn", "binding_score": "win_rate"})
@@ -40,12 +40,14 @@ def test_stats_settings_take_every_value_from_the_config_or_the_schema():
     fields = dataclasses.fields(StatsSettings)
     assert all(f.default is dataclasses.MISSING for f in fields)  # no second home for a default
     schema = schema_defaults("stats")
-    built = dataclasses.asdict(StatsSettings.from_config({}, global_seed=7))
-    assert built.pop("seed") == 7  # seed: null takes the global seed
-    assert built == {
-        k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k != "seed"
-    }
-    assert StatsSettings.from_config({"seed": 3}, global_seed=7).seed == 3
+    built = dataclasses.asdict(StatsSettings.from_config({}))
+    assert built == {k: tuple(v) if isinstance(v, list) else v for k, v in schema.items()}
+    assert StatsSettings.from_config({"seed": 3}).draw_seed == 3
+    # null is resolved by the rules (seeded), once; a draw refuses it unresolved
+    with pytest.raises(ConfigError, match=r"stats\.seed is None: resolve it"):
+        StatsSettings.from_config({}).options()
+    with pytest.raises(ConfigError, match=r"unknown key stats\.sede"):
+        StatsSettings.from_config({"sede": 3})
 
 
 def test_the_library_default_of_min_models_is_the_schemas():

@@ -13,7 +13,7 @@ from repdiag.binding.analysis.options import StatsSettings
 from repdiag.binding.analysis.primary import PRIMARY_COLUMNS, primary_table
 from repdiag.common.exact import permutation_correlation_p
 
-SETTINGS = StatsSettings.from_config({"n_bootstrap": 200, "binding_score": "win_rate"})
+SETTINGS = StatsSettings.from_config({"n_bootstrap": 200, "seed": 0, "binding_score": "win_rate"})
 
 
 def unit_table(n: int = 14, seed: int = 0) -> pd.DataFrame:
