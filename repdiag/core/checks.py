@@ -124,14 +124,16 @@ def check_before_run(
 def build_check_key(config: Mapping[str, Any], model: str) -> str:
     """What the build checks of ``model`` depend on, hashed: the config with only this model
     under ``models`` (any other change of the config also changes the key: conservative), the
-    checks registered, repdiag's own source and schemas, and the versions of the libraries that
-    build models. The build checks build library architectures only (a ``python`` or ``hub``
-    entry runs the user's code, so its job builds it: tested in tests/core/test_checks.py), so
-    the key covers everything they read."""
+    packages whose checks run, repdiag's own source and schemas (which hold each package's
+    ``build_checks()`` and the checks themselves, so the key needs no check imported: importing
+    them imports torch, which a run whose models all passed before never needs), and the
+    versions of the libraries that build models. The build checks build library architectures
+    only (a ``python`` or ``hub`` entry runs the user's code, so its job builds it: tested in
+    tests/core/test_checks.py), so the key covers everything they read."""
     entry = (config.get("models") or {}).get(model) or {}
     what = [
         {**config, "models": {model: entry}},
-        [check_name(check) for check in run_checks(build=True, weights=False)],
+        checked_packages(),
         _source_digest(),
         _library_versions(),
     ]

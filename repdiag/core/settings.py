@@ -36,16 +36,28 @@ class FromConfig:
                 f"{', '.join(fields)}; remove the key or correct its name"
             )
         defaults = {k: v for k, v in schema_section(cls.SECTION).items() if k in fields}
-        values = defaults | dict(section)
+        values = {key: _frozen(value) for key, value in (defaults | dict(section)).items()}
         for name, part in _subsections(cls).items():
             if isinstance(values.get(name), Mapping):
                 values[name] = part.from_config(values[name])
         return cls(**values)
 
     def to_config(self) -> dict[str, Any]:
-        """The section as a mapping again (subsections nested), in field order: what a job
-        records as the settings it ran with."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        """The section as a mapping again (subsections nested, tuples as the lists a config
+        holds), in field order: what a job records as the settings it ran with."""
+        return _thawed(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+
+def _frozen(value: Any) -> Any:
+    """A config list as a tuple (at any depth), so that a frozen settings object holds no
+    mutable list and compares equal to one built with tuples."""
+    return tuple(_frozen(item) for item in value) if isinstance(value, list) else value
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _thawed(item) for key, item in value.items()}
+    return [_thawed(item) for item in value] if isinstance(value, tuple) else value
 
 
 def _subsections(cls: type) -> dict[str, type[FromConfig]]:

@@ -120,6 +120,25 @@ def test_the_key_is_the_model_its_config_the_code_and_the_libraries() -> None:
     assert "timm==" in " ".join(checks._library_versions())
 
 
+def test_the_key_imports_no_check_so_a_remembered_run_starts_without_torch(monkeypatch) -> None:
+    """Computing keys (all that a run whose models all passed before does) imports none of the
+    build checks, which import torch; a change of the registered packages changes the key."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, repdiag.studies as s; s.register()\n"
+        "from repdiag.core.checks import build_check_key\n"
+        "build_check_key({'models': {'a': {'source': 'timm', 'id': 'resnet10t'}}}, 'a')\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    key = checks.build_check_key(CONFIG, "a")
+    monkeypatch.setattr(checks, "_PACKAGES", ["repdiag.encoders"])
+    assert checks.build_check_key(CONFIG, "a") != key
+
+
 def test_the_build_checks_never_build_the_users_code() -> None:
     """The key of a remembered build check covers the config, repdiag and the libraries, not the
     code a python or hub entry imports: no build check may build those sources (their jobs do)."""

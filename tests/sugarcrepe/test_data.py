@@ -195,5 +195,5 @@ def test_scoring_settings_need_the_seed_resolved_and_take_the_schemas_zero_shot(
     with pytest.raises(ConfigError, match=r"sugarcrepe\.seed is None: .*global seed"):
         ScoringSettings.from_config({})  # the schema's null, which the rule resolves
     settings = ScoringSettings.from_config({"seed": 4, "zero_shot": {"max_per_class": 2}})
-    assert settings.zero_shot.templates == ["a photo of a {}."]
+    assert settings.zero_shot.templates == ("a photo of a {}.",)
     assert (settings.zero_shot.folder, settings.zero_shot.max_per_class) == (None, 2)

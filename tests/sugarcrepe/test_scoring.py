@@ -213,7 +213,7 @@ def test_evaluate_model_end_to_end_with_random_open_clip(fixture, tmp_path: Path
         "seed": 0,
     }
     settings = ScoringSettings.from_config(section)
-    assert settings.zero_shot == ZeroShotSettings(None, None, ["a photo of a {}."], None)
+    assert settings.zero_shot == ZeroShotSettings(None, None, ("a photo of a {}.",), None)
     result = evaluate_model("tiny", entry, settings, device="cpu")
     assert list(result["categories"]) == ["replace_att", "swap_obj", "add_obj"]
     assert result["n_examples"] == result["overall"]["n"] == 3

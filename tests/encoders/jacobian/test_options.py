@@ -52,9 +52,9 @@ def test_engine_settings_come_from_the_resolved_section_and_nowhere_else():
     assert settings.engine() == defaults | {"k": 8, "method": "exact", "batch_size": 64}
     assert (settings.chunk_size, settings.layers, settings.formulas) == (
         8,
-        [],
-        ["pr", "pr2", "entropy"],
-    )
+        (),
+        ("pr", "pr2", "entropy"),
+    )  # config lists held as tuples
     # every engine keyword is the section's key of that name, and no section key is left out
     assert set(inspect.signature(jacobian_spectra).parameters) >= set(settings.engine())
     with pytest.raises(ConfigError, match=r"unknown key jacobians\.kk"):
