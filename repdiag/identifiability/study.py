@@ -185,7 +185,7 @@ def train_settings(params: Mapping[str, Any]) -> Any:
         steps=train["steps"],
         batch_size=train["batch_size"],
         log_every=train["log_every"],
-        lr_schedule=params["encoder"].get("lr_schedule", "cosine"),
+        lr_schedule=params["encoder"]["lr_schedule"],
         lr=params["encoder"]["lr"],
         n_negatives=loss["n_negatives"],
         temperature=loss["temperature"],

@@ -112,7 +112,7 @@ def check_stats_config(config: Mapping[str, Any]) -> None:
     if models:
         covariate_columns(models)
     computed = ((config.get("metrics") or {}).get("readouts") or {}).get("names")
-    readout = section.get("readout", "cosine")
+    readout = StatsSettings.from_config(section).readout
     if computed is not None and readout not in computed:
         raise ConfigError(
             f"stats.readout: {readout!r} is not computed by the metrics stage "

@@ -68,7 +68,9 @@ class RegulariserSettings(FromConfig):
         try:
             return cls.from_config(spec.get("jer_regulariser") or {})
         except ValueError as err:
-            raise ValueError(f"zoo run {spec.get('run')!r}: {err}") from None
+            run = spec.get("run")
+            message = str(err).replace("zoo.objectives.*.", f"zoo.objectives.{run}.")
+            raise ValueError(f"zoo run {run!r}: {message}") from None
 
     def acts(self, step: int, steps: int) -> bool:
         """Whether the term acts at ``step`` of a ``steps``-step schedule."""
