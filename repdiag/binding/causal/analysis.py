@@ -53,6 +53,7 @@ from repdiag.common.units import Units, require_independent
 from repdiag.core.errors import StoreError
 from repdiag.core.store import open_store, read_json
 from repdiag.encoders.jacobian.store import STORE_CONTRACT
+from repdiag.encoders.zoo.spec import DEFAULT_TERM
 
 UNIT = "training run (seed)"
 EFFECT_METRICS = ("binding", "same_different")
@@ -98,7 +99,7 @@ def run_record(meta_path: str | Path) -> dict[str, Any]:
         "final_loss": float(meta["final_loss_mean"]),
         "presence_loss": float(held_out.get(PRESENCE_TERM, math.nan)),
         "weight": float(record.get("weight") or 0.0),
-        "term": str(record.get("term", "jer")) if record else "",
+        "term": str(record.get("term", DEFAULT_TERM)) if record else "",
         "steps_acted": int(record.get("steps_acted") or 0),
         "update_share": float(record.get("update_share_median", math.nan)),
     }

@@ -27,7 +27,7 @@ from typing import Any
 from repdiag.common.families import JER_INTERVENTION_FAMILY
 from repdiag.core.errors import ConfigError
 from repdiag.core.series import named_series, series_cells
-from repdiag.encoders.zoo.spec import NULL_MAX_WEIGHT, pushed_runs, run_spec
+from repdiag.encoders.zoo.spec import DEFAULT_TERM, NULL_MAX_WEIGHT, pushed_runs, run_spec
 
 ARMS = ("plain", "raise", "lower", "sham", "geometry", "null")
 """The arms of a base, in table order."""
@@ -113,7 +113,7 @@ def _check_model(config: Mapping[str, Any], cell: Mapping[str, Any]) -> None:
 def _check_regulariser(where: str, arm: str, regulariser: Mapping[str, Any]) -> float:
     """The arm's signed weight, after checking its sign and term fit the arm."""
     weight = float(regulariser.get("weight") or 0.0)
-    term = regulariser.get("term", "jer")
+    term = regulariser.get("term", DEFAULT_TERM)
     expected = {
         "plain": weight == 0.0,
         "raise": weight > 0 and term == "jer",

@@ -38,8 +38,9 @@ from torch import nn
 
 from repdiag.core.settings import FromConfig
 from repdiag.encoders.jer_estimator import estimate_pr2
+from repdiag.encoders.zoo.spec import DEFAULT_TERM, REGULARISER_TERMS
 
-TERMS = ("jer", "global_pr", "direction_sham")
+TERMS = REGULARISER_TERMS
 PROBE_SEED_OFFSET = 7919  # the probes' own stream: the augmentations stay as without them
 DIRECTION_SEED_OFFSET = 104_729  # the sham's direction: a stream apart from probes and ``gen``
 
@@ -49,13 +50,14 @@ class RegulariserSettings(FromConfig):
     """One run's ``jer_regulariser`` (schema zoo.schema.yaml): ``weight``, ``images`` and
     ``probes`` from the run's section or the schema's defaults. ``term`` and ``start_fraction``
     have no schema default on purpose (a plain run's resolved spec, its jobs' params, stays as it
-    was before they existed), so their defaults, jer and 0, are written here, once."""
+    was before they existed): the term's is :data:`~repdiag.encoders.zoo.spec.DEFAULT_TERM`, 0
+    the start's (every step)."""
 
     SECTION: ClassVar[str] = "zoo.objectives.*.jer_regulariser"
     weight: float
     images: int
     probes: int
-    term: str = "jer"
+    term: str = DEFAULT_TERM
     start_fraction: float = 0.0
 
     def __post_init__(self) -> None:

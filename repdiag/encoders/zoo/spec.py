@@ -108,6 +108,14 @@ def zoo_runs(config: Mapping[str, Any]) -> list[str]:
     return zoo_runs_of(config.get("models") or {})
 
 
+REGULARISER_TERMS = ("jer", "global_pr", "direction_sham")
+"""What can push a run (``jer_regulariser.term``; repdiag.encoders.zoo.regulariser)."""
+
+DEFAULT_TERM = "jer"
+"""``jer_regulariser.term`` where a run leaves it out. Its one home: the schema gives it no
+default on purpose (a plain run's resolved spec, its jobs' params, stays as it was before the
+key existed), and the regulariser and the causal test's checks and tables read it here."""
+
 NULL_MAX_WEIGHT = 1e-6
 """The largest |weight| of a null push (``jer_regulariser``): one that changes a run only
 through rounding, so its effect is training's chaos, not the term's aim (binding_causal's null
