@@ -54,12 +54,6 @@ def resolve(reference: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def check_name(check: Check) -> str:
-    """``"package.module:function"``: how a check is named in messages and in the key of
-    :func:`build_check_key`."""
-    return f"{check.__module__}:{check.__qualname__}"
-
-
 def _registered(kind: str) -> tuple[Check, ...]:
     """The checks each package's ``kind()`` returns (none where it has no such function)."""
     return tuple(

@@ -8,6 +8,11 @@ from repdiag.core import checks
 from repdiag.core.errors import RepdiagError
 
 
+def check_name(check) -> str:
+    """``"package.module:function"``: a registered check by name."""
+    return f"{check.__module__}:{check.__qualname__}"
+
+
 def test_the_packages_come_from_one_registration_above_the_core(monkeypatch) -> None:
     from repdiag.studies import CHECKED_PACKAGES
 
@@ -20,7 +25,6 @@ def test_the_packages_come_from_one_registration_above_the_core(monkeypatch) -> 
     from repdiag.encoders.entries import check_models
 
     assert checks.semantic_checks()[0] is check_models
-    assert checks.check_name(check_models) == "repdiag.encoders.entries:check_models"
     assert checks.resolve("repdiag.core.checks:resolve") is checks.resolve
 
 
@@ -29,7 +33,7 @@ def test_pre_run_checks_are_registered_by_package_weights_first() -> None:
     `repdiag validate`, not on every parse (reliability README, hardening cases 10 and 14)."""
     import importlib
 
-    from repdiag.core.checks import check_name, checked_packages, run_checks
+    from repdiag.core.checks import checked_packages, run_checks
 
     every = [check_name(check) for check in run_checks()]
     assert every[0] == "repdiag.encoders.available:check_weights_available"
@@ -145,7 +149,7 @@ def test_the_build_checks_never_build_the_users_code() -> None:
     from repdiag.binding.prerun import TAPS_CHECKED_SOURCES
     from repdiag.encoders.factory import SIZE_CHECKED_SOURCES
 
-    assert tuple(map(checks.check_name, checks.run_checks(build=True, weights=False))) == (
+    assert tuple(map(check_name, checks.run_checks(build=True, weights=False))) == (
         "repdiag.encoders.zoo.prerun:check_zoo_backbones",
         "repdiag.encoders.factory:check_model_sizes",
         "repdiag.binding.control_options:check_controls_config",  # reads entries, builds none

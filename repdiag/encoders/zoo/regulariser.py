@@ -40,7 +40,6 @@ from repdiag.core.settings import FromConfig
 from repdiag.encoders.jer_estimator import estimate_pr2
 from repdiag.encoders.zoo.spec import DEFAULT_TERM, REGULARISER_TERMS
 
-TERMS = REGULARISER_TERMS
 PROBE_SEED_OFFSET = 7919  # the probes' own stream: the augmentations stay as without them
 DIRECTION_SEED_OFFSET = 104_729  # the sham's direction: a stream apart from probes and ``gen``
 
@@ -61,8 +60,9 @@ class RegulariserSettings(FromConfig):
     start_fraction: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.term not in TERMS:
-            raise ValueError(f"jer_regulariser.term {self.term!r} is not one of {', '.join(TERMS)}")
+        if self.term not in REGULARISER_TERMS:
+            known = ", ".join(REGULARISER_TERMS)
+            raise ValueError(f"jer_regulariser.term {self.term!r} is not one of {known}")
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> RegulariserSettings:
